@@ -1,0 +1,39 @@
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { S3Client } from '@aws-sdk/client-s3';
+import { SQSClient } from '@aws-sdk/client-sqs';
+import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { config } from '../config.js';
+
+/**
+ * SDK clients, created once per container and shared. Endpoints come from the SDK's own
+ * `AWS_ENDPOINT_URL[_<SERVICE>]` variables; nothing here names a host. Every adapter takes an
+ * optional client instead, so tests can inject one (for example with fault-injecting middleware).
+ */
+export interface AwsClients {
+  readonly dynamo: DynamoDBClient;
+  readonly doc: DynamoDBDocumentClient;
+  readonly s3: S3Client;
+  readonly sqs: SQSClient;
+}
+
+export function createAwsClients(options: { s3ForcePathStyle?: boolean } = {}): AwsClients {
+  const dynamo = new DynamoDBClient({});
+  return {
+    dynamo,
+    doc: DynamoDBDocumentClient.from(dynamo, { marshallOptions: { removeUndefinedValues: true } }),
+    s3: new S3Client({ forcePathStyle: options.s3ForcePathStyle ?? config().s3ForcePathStyle }),
+    sqs: new SQSClient({}),
+  };
+}
+
+let shared: AwsClients | undefined;
+
+export function awsClients(): AwsClients {
+  shared ??= createAwsClients();
+  return shared;
+}
+
+/** For the local runtime and tests, which point the process at a new cloud. */
+export function resetAwsClients(): void {
+  shared = undefined;
+}

@@ -1,0 +1,123 @@
+import { ConfigError } from './errors.js';
+import { type TableId, topology } from './topology.js';
+
+/**
+ * All settings, read in one place. Resource names are required only by the functions that use
+ * them: each accessor throws a `ConfigError` naming the missing variable the first time it is read.
+ * Endpoints are never configured here: the AWS SDK reads `AWS_ENDPOINT_URL` and
+ * `AWS_ENDPOINT_URL_<SERVICE>` itself, so the same code runs on AWS, LocalStack and the local cloud.
+ */
+export interface Config {
+  table(id: TableId): string;
+  readonly bucket: string;
+  readonly workQueueUrl: string;
+  /** Scheduling pool this deployment serves; one tick at a time per pool. */
+  readonly pool: string;
+  /** Number of `live` index partitions per pool (spreads index writes, see ARCHITECTURE limits). */
+  readonly liveShards: number;
+  /** Path-style S3 addressing, needed by fauxqs and LocalStack. */
+  readonly s3ForcePathStyle: boolean;
+  readonly tunables: Tunables;
+}
+
+/** Tunables with documented defaults (README "Configuration"). */
+export interface Tunables {
+  readonly longPollSeconds: number;
+  readonly leaseSeconds: number;
+  readonly maxAttempts: number;
+  readonly maxBodyBytes: number;
+  readonly maxDatums: number;
+  readonly maxTokensPerRequest: number;
+  readonly maxStepsPerModel: number;
+  readonly maxWorkItemRequests: number;
+  readonly maxWorkItemTokens: number;
+  readonly prefixGroupRows: number;
+  readonly prefixGroupTokens: number;
+}
+
+export type Env = Readonly<Record<string, string | undefined>>;
+
+const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number]> = {
+  longPollSeconds: ['LONG_POLL_SECONDS', 25],
+  leaseSeconds: ['LEASE_SECONDS', 60],
+  maxAttempts: ['MAX_ATTEMPTS', 3],
+  maxBodyBytes: ['MAX_BODY_BYTES', 5 * 1024 * 1024],
+  maxDatums: ['MAX_DATUMS', 1024],
+  maxTokensPerRequest: ['MAX_TOKENS_PER_REQUEST', 1_048_576],
+  maxStepsPerModel: ['MAX_STEPS_PER_MODEL', 90],
+  maxWorkItemRequests: ['MAX_WORK_ITEM_REQUESTS', 256],
+  maxWorkItemTokens: ['MAX_WORK_ITEM_TOKENS', 4_194_304],
+  prefixGroupRows: ['PREFIX_GROUP_ROWS', 256],
+  prefixGroupTokens: ['PREFIX_GROUP_TOKENS', 4_194_304],
+};
+
+function required(env: Env, name: string): string {
+  const value = env[name];
+  if (value === undefined || value === '') {
+    throw new ConfigError(`Missing required environment variable ${name}`, { context: { variable: name } });
+  }
+  return value;
+}
+
+function positiveInteger(env: Env, name: string, fallback?: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') {
+    if (fallback === undefined) return positiveInteger({ [name]: required(env, name) }, name);
+    return fallback;
+  }
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value <= 0) {
+    throw new ConfigError(`Environment variable ${name} must be a positive integer, got "${raw}"`, {
+      context: { variable: name },
+    });
+  }
+  return value;
+}
+
+function booleanFlag(env: Env, name: string): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw === '' || raw === 'false' || raw === '0') return false;
+  if (raw === 'true' || raw === '1') return true;
+  throw new ConfigError(`Environment variable ${name} must be true or false, got "${raw}"`, {
+    context: { variable: name },
+  });
+}
+
+export function readConfig(env: Env = process.env): Config {
+  const tunables = Object.fromEntries(
+    Object.entries(TUNABLE_DEFAULTS).map(([key, [name, fallback]]) => [
+      key,
+      positiveInteger(env, name, fallback),
+    ]),
+  ) as unknown as Tunables;
+  return {
+    table: (id) => required(env, topology.tables[id].envVar),
+    get bucket() {
+      return required(env, topology.bucket.envVar);
+    },
+    get workQueueUrl() {
+      return required(env, topology.queues.work.envVar ?? 'WORK_QUEUE_URL');
+    },
+    get pool() {
+      return required(env, 'POOL');
+    },
+    get liveShards() {
+      return positiveInteger(env, 'LIVE_SHARDS');
+    },
+    s3ForcePathStyle: booleanFlag(env, 'S3_FORCE_PATH_STYLE'),
+    tunables,
+  };
+}
+
+let cached: Config | undefined;
+
+/** The process-wide configuration, read once per container. */
+export function config(): Config {
+  cached ??= readConfig();
+  return cached;
+}
+
+/** For tests and the local runtime, which set the environment after import. */
+export function resetConfig(): void {
+  cached = undefined;
+}

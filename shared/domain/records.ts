@@ -1,0 +1,151 @@
+/**
+ * The shapes stored in DynamoDB and S3. One file, so the API, scheduler, worker and sweeper agree.
+ * See README "Data model" for the walk-through.
+ */
+
+/** Requests in a model's training sequence (they take a per-model `seq`, R1). */
+export const TRAINING_REQUEST_TYPES = [
+  'create_model',
+  'forward',
+  'forward_backward',
+  'optim_step',
+  'save_weights',
+  'save_weights_for_sampler',
+  'load_weights',
+  'unload_model',
+] as const;
+export type TrainingRequestType = (typeof TRAINING_REQUEST_TYPES)[number];
+export type RequestType = TrainingRequestType | 'sample';
+
+/** Passes may be fused across models; barriers end a tick's run for their model (R2). */
+export const PASS_TYPES: ReadonlySet<RequestType> = new Set(['forward', 'forward_backward']);
+export const BARRIER_TYPES: ReadonlySet<RequestType> = new Set(['optim_step', 'load_weights']);
+
+export type FutureStatus = 'pending' | 'completed' | 'failed';
+export type ErrorCategory = 'user' | 'server';
+
+export interface FutureError {
+  readonly message: string;
+  readonly category: ErrorCategory;
+}
+
+/** `futures` table item, key `request_id`. */
+export interface FutureRow {
+  /** Time-ordered, unique per submit attempt (see `mintRequestId`). */
+  readonly request_id: string;
+  readonly tenant: string;
+  /** Training requests: the model. Samples: the checkpoint's model, or `base:<base_model>`. */
+  readonly model_id: string;
+  /** Per-model, contiguous from 1 (training requests only). */
+  readonly seq?: number;
+  readonly request_type: RequestType;
+  /** Samples: content id of the sampler checkpoint; absent for base-model samples. */
+  readonly checkpoint_id?: string;
+  readonly status: FutureStatus;
+  /** GSI `live` partition (`<pool>#<shard>`); present only while pending, so terminal rows leave the index. */
+  readonly live?: string;
+  /** Token count used to bound work items (optional for planning). */
+  readonly tokens?: number;
+  readonly payload_key: string;
+  readonly payload_digest: string;
+  /** Inline JSON result when small; otherwise `result_key` names the S3 object. */
+  readonly result?: unknown;
+  readonly result_key?: string;
+  readonly error?: FutureError;
+  /** Resumable samples: the latest committed prefix (P4a). */
+  readonly prefix_ref?: { readonly group_key: string; readonly attempt: number };
+  readonly created_at: number;
+  readonly updated_at: number;
+  readonly ttl?: number;
+}
+
+/** What GSI `live` projects: ids and model/checkpoint keys, nothing else (R6). */
+export interface LiveRow {
+  readonly request_id: string;
+  readonly model_id: string;
+  readonly seq?: number;
+  readonly request_type: RequestType;
+  readonly checkpoint_id?: string;
+  readonly status: FutureStatus;
+  readonly tokens?: number;
+}
+
+export type ModelStatus = 'active' | 'unloaded';
+
+/** `models` table item, key `model_id` (E1). Only the scheduler, worker and sweeper write it after creation. */
+export interface ModelRow {
+  readonly model_id: string;
+  readonly tenant: string;
+  readonly session_id: string;
+  readonly base_model: string;
+  readonly lora_config: LoraConfig;
+  readonly status: ModelStatus;
+  /** Bumped by every claim and every re-plan; claims are conditional on it (E2). */
+  readonly epoch: number;
+  readonly planned_through: number;
+  readonly applied_through: number;
+  /** S3 key of the committed model state; absent until create_model commits. */
+  readonly state_ref?: string;
+  /** Work item id in flight (`<model_id>@<epoch>`); absent when idle (R3). */
+  readonly inflight?: string;
+  readonly lease_until?: number;
+  readonly attempts: number;
+  readonly last_completed_at?: number;
+  readonly created_at: number;
+}
+
+export interface LoraConfig {
+  readonly rank: number;
+  readonly seed?: number;
+  readonly train_unembed?: boolean;
+  readonly train_mlp?: boolean;
+  readonly train_attn?: boolean;
+}
+
+/** `registry` table keys: one typed prefix per record kind. */
+export const registryKey = {
+  apiKey: (keyHash: string) => `key#${keyHash}`,
+  tenant: (tenant: string) => `tenant#${tenant}`,
+  session: (sessionId: string) => `session#${sessionId}`,
+  samplingSession: (samplingSessionId: string) => `ss#${samplingSessionId}`,
+  /** Per-model seq counter and last client seq_id, kept off the model row (E1). */
+  seqCounter: (modelId: string) => `seq#${modelId}`,
+  /** Idempotency of training requests: `(model_id, seq_id)`. */
+  trainingIdem: (modelId: string, seqId: number) => `idem#train#${modelId}#${seqId}`,
+  /** Idempotency of create_model: `(session, model_seq_id)`. */
+  createModelIdem: (sessionId: string, modelSeqId: number) => `idem#create#${sessionId}#${modelSeqId}`,
+  /** Idempotency of samples: `(sampling session, seq_id)`. */
+  sampleIdem: (samplingSessionId: string, seqId: number) => `idem#sample#${samplingSessionId}#${seqId}`,
+  /** Idempotency of create_sampling_session: `(session, sampling_session_seq_id)`. */
+  samplingSessionIdem: (sessionId: string, seqId: number) => `idem#ss#${sessionId}#${seqId}`,
+  unloadIdem: (modelId: string) => `idem#unload#${modelId}`,
+  /** Write-once checkpoint names (E4). `kind` is `weights` or `sampler`. */
+  checkpointName: (modelId: string, kind: CheckpointKind, name: string) => `ckpt#${modelId}#${kind}#${name}`,
+  /** Per-request sample claim (R4: samples are claimed per request, not per model). */
+  sampleClaim: (requestId: string) => `claim#${requestId}`,
+} as const;
+
+export type CheckpointKind = 'weights' | 'sampler';
+
+/** A checkpoint name record: reserved at intake (`pending`), filled by the committing worker. */
+export interface CheckpointNameRecord {
+  readonly pk: string;
+  readonly tenant: string;
+  readonly model_id: string;
+  readonly kind: CheckpointKind;
+  readonly name: string;
+  readonly path: string;
+  readonly request_id: string;
+  readonly status: 'pending' | 'committed';
+  /** Derived from the request id, so two workers running the same step name the same content. */
+  readonly content_id: string;
+  readonly blob_key?: string;
+}
+
+/** Idempotency record: the original future and the digest of the payload that created it (R7). */
+export interface IdempotencyRecord {
+  readonly pk: string;
+  readonly tenant: string;
+  readonly request_id: string;
+  readonly payload_digest: string;
+}

@@ -1,0 +1,83 @@
+/**
+ * One error hierarchy for the whole project. Every error has a stable `name`, an optional `cause`,
+ * and context fields; the API edge maps them to HTTP answers, the worker to step failures.
+ */
+
+export interface ErrorContext {
+  readonly [key: string]: string | number | boolean | undefined;
+}
+
+export abstract class TinkerError extends Error {
+  /** HTTP status the API edge answers with. */
+  abstract readonly status: number;
+  /** Category reported to Tinker clients for failed futures. */
+  readonly category: 'user' | 'server' = 'server';
+  readonly context: ErrorContext;
+
+  constructor(message: string, options: { cause?: unknown; context?: ErrorContext } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.context = options.context ?? {};
+  }
+}
+
+/** A required setting is missing or malformed. Thrown at start-up, naming the variable. */
+export class ConfigError extends TinkerError {
+  readonly status = 500;
+}
+
+/** The request is malformed or violates a limit; nothing was stored. */
+export class ValidationError extends TinkerError {
+  readonly status: number;
+  override readonly category = 'user' as const;
+  constructor(
+    message: string,
+    options: { cause?: unknown; context?: ErrorContext; status?: 400 | 413 | 422 } = {},
+  ) {
+    super(message, options);
+    this.status = options.status ?? 400;
+  }
+}
+
+export class AuthError extends TinkerError {
+  readonly status = 401;
+  override readonly category = 'user' as const;
+}
+
+/** Unknown id, or an id that belongs to another tenant (never distinguishable from outside). */
+export class NotFoundError extends TinkerError {
+  readonly status = 404;
+  override readonly category = 'user' as const;
+}
+
+/** The same idempotency key was used with a different payload, or a seq_id went backwards (R7). */
+export class IdempotencyConflictError extends TinkerError {
+  readonly status = 400;
+  override readonly category = 'user' as const;
+}
+
+/** Something the client may retry later (for example a checkpoint that is not saved yet). */
+export class RetryLaterError extends TinkerError {
+  readonly status = 408;
+}
+
+/** A bad input found while executing a step: fails that step only (E6). */
+export class StepUserError extends TinkerError {
+  readonly status = 400;
+  override readonly category = 'user' as const;
+}
+
+/** Infrastructure failed; the work is retried or re-planned, never reported as the user's fault. */
+export class InfrastructureError extends TinkerError {
+  readonly status = 503;
+}
+
+/** A conditional write lost a race (claim, commit, lease renewal). Expected under overlap. */
+export class ConditionLostError extends TinkerError {
+  readonly status = 409;
+}
+
+/** Matches an AWS SDK error by its `name`, the stable way to recognise SDK exceptions. */
+export function isAwsError(error: unknown, ...names: string[]): error is Error {
+  return error instanceof Error && names.includes(error.name);
+}
