@@ -1,0 +1,232 @@
+/**
+ * The model-execution interface the worker runtime calls, and the request/answer shapes it shares with the
+ * Tinker API (REFERENCE.md section 1). The backend holds no model state between calls: it takes a state,
+ * returns a new one, and never mutates its arguments, so the worker can store every state under a fenced
+ * key (E3) and a failed step leaves nothing behind (E6).
+ *
+ * How a GPU engine implements it: `BackendState` is a handle to the adapter's tensors (LoRA weights, Adam
+ * moments, gradient accumulator) resident on the device, keyed by model and fenced key; `serializeState`
+ * copies them to host memory (safetensors or this project's binary layout) and `deserializeState` loads
+ * them back, both only at work-item boundaries. `runPasses` is where fusion pays: the passes of several
+ * models run as one multi-LoRA batch over the shared base model (one forward and backward, per-row
+ * adapter indices). `sample` calls are issued concurrently and batched by the engine (continuous batching
+ * with one adapter slot per sampler checkpoint); randomness must still be keyed by (seed, sample index,
+ * position) so a resumed call continues exactly (P6). Results match the reference within a stated
+ * tolerance, not bit-exactly (R1).
+ */
+
+/** `{data, dtype, shape}` as the Tinker SDK sends and receives tensors (flattened, row-major). */
+export interface TensorData {
+  readonly data: readonly number[];
+  readonly dtype: 'int64' | 'float32';
+  readonly shape?: readonly number[] | null;
+  readonly sparse_crow_indices?: readonly number[] | null;
+  readonly sparse_col_indices?: readonly number[] | null;
+}
+
+export interface ModelInputChunk {
+  readonly type?: string;
+  readonly tokens?: readonly number[];
+}
+
+export interface ModelInput {
+  readonly chunks: readonly ModelInputChunk[];
+}
+
+export interface Datum {
+  readonly model_input: ModelInput;
+  readonly loss_fn_inputs: Readonly<Record<string, TensorData>>;
+}
+
+/** Body of `forward_backward_input` / `forward_input`. */
+export interface ForwardBackwardInput {
+  readonly data: readonly Datum[];
+  readonly loss_fn: string;
+  readonly loss_fn_config?: Readonly<Record<string, number>> | null;
+}
+
+export type LossFnOutput = Record<string, TensorData>;
+
+/** Metric keys read `name:reduction` (the SDK splits on ':' to merge chunked results). */
+export type Metrics = Record<string, number>;
+
+export interface ForwardBackwardResult {
+  readonly loss_fn_output_type: string;
+  readonly loss_fn_outputs: LossFnOutput[];
+  readonly metrics: Metrics;
+}
+
+/** Tinker's AdamParams; absent fields take Tinker's defaults (1e-4, 0.9, 0.95, 1e-12, 0, 0). */
+export interface AdamParams {
+  readonly learning_rate?: number;
+  readonly beta1?: number;
+  readonly beta2?: number;
+  readonly eps?: number;
+  readonly weight_decay?: number;
+  /** 0 means no clipping. */
+  readonly grad_clip_norm?: number;
+}
+
+export interface OptimStepResult {
+  readonly metrics: Metrics;
+}
+
+export interface LoraConfigInput {
+  readonly rank: number;
+  readonly seed?: number | null;
+  readonly train_unembed?: boolean;
+  readonly train_mlp?: boolean;
+  readonly train_attn?: boolean;
+}
+
+export interface CreateModelInput {
+  readonly base_model: string;
+  readonly lora_config: LoraConfigInput;
+}
+
+export interface SamplingParams {
+  readonly max_tokens?: number | null;
+  readonly temperature?: number;
+  readonly top_k?: number;
+  readonly top_p?: number;
+  readonly seed?: number | null;
+  /** Token ids (each a one-token stop), token sequences, or strings (backend-specific encoding). */
+  readonly stop?: string | readonly string[] | readonly number[] | readonly (readonly number[])[] | null;
+}
+
+export interface SampleRequest {
+  readonly num_samples?: number;
+  readonly prompt: ModelInput;
+  readonly sampling_params: SamplingParams;
+  readonly prompt_logprobs?: boolean;
+  readonly topk_prompt_logprobs?: number;
+}
+
+export type StopReason = 'stop' | 'length';
+
+export interface SampledSequence {
+  readonly stop_reason: StopReason;
+  readonly tokens: number[];
+  readonly logprobs: number[];
+}
+
+/** The Tinker SampleResponse. */
+export interface SampleResult {
+  readonly type: 'sample';
+  readonly sequences: SampledSequence[];
+  readonly prompt_logprobs?: (number | null)[];
+  readonly topk_prompt_logprobs?: ([number, number][] | null)[];
+}
+
+/** Tokens generated so far for one sequence; what the prefix store saves at a cut and restores (P5, P6). */
+export interface SequencePrefix {
+  readonly tokens: readonly number[];
+  readonly logprobs: readonly number[];
+}
+
+/** A sequence that may still be unfinished (`stop_reason: null`) because the call was cut. */
+export interface GeneratedSequence {
+  readonly stop_reason: StopReason | null;
+  readonly tokens: number[];
+  readonly logprobs: number[];
+}
+
+export interface SampleRun {
+  /** True when every sequence has a stop reason; then `toSampleResult` gives the client's answer. */
+  readonly finished: boolean;
+  readonly sequences: GeneratedSequence[];
+  readonly prompt_logprobs?: (number | null)[];
+  readonly topk_prompt_logprobs?: ([number, number][] | null)[];
+}
+
+export interface SampleOptions {
+  /** Restored prefixes by sample index; an absent entry starts that sequence from the beginning. */
+  readonly resume?: readonly (SequencePrefix | null | undefined)[];
+  /**
+   * Generate at most this many new tokens per sequence in this call (a cut); unfinished sequences come
+   * back with `stop_reason: null` and are resumed later from their tokens. Absent: run to completion.
+   */
+  readonly maxNewTokens?: number;
+}
+
+/** What every backend's state exposes; the rest is backend-private. */
+export interface BackendState {
+  /** Which backend (and layout) produced the state. */
+  readonly kind: string;
+  readonly base_model: string;
+  /** Optimizer steps applied to this model so far (reported as `weights_version:max`). */
+  readonly weights_version: number;
+}
+
+/** A loaded sampler checkpoint (or the bare base model). Opaque outside its backend. */
+export interface SamplerModel {
+  readonly kind: string;
+  readonly base_model: string;
+}
+
+export type PassType = 'forward' | 'forward_backward';
+
+export interface PassItem {
+  readonly type: PassType;
+  readonly state: BackendState;
+  readonly input: ForwardBackwardInput;
+}
+
+/** One pass's outcome in a fused batch: a user error fails only its own item (E6). */
+export type PassOutcome =
+  | { readonly ok: true; readonly state: BackendState; readonly result: ForwardBackwardResult }
+  | { readonly ok: false; readonly error: Error };
+
+export interface StepOutcome<R> {
+  readonly state: BackendState;
+  readonly result: R;
+}
+
+/** `training` holds weights and optimizer state (save_weights); `sampler` holds weights only. */
+export type WeightsKind = 'training' | 'sampler';
+
+/**
+ * Errors: bad input found at execution throws `StepUserError` (shared/errors.ts) naming the field, with
+ * no effect; bytes that are not a valid blob of this backend throw `InfrastructureError`.
+ */
+export interface Backend {
+  readonly name: string;
+  createModel(input: CreateModelInput): Promise<BackendState>;
+  /** Loss and logprobs without touching the gradient accumulator. */
+  forward(state: BackendState, input: ForwardBackwardInput): Promise<ForwardBackwardResult>;
+  /** Loss and logprobs; adds this call's gradient to the accumulator. */
+  forwardBackward(
+    state: BackendState,
+    input: ForwardBackwardInput,
+  ): Promise<StepOutcome<ForwardBackwardResult>>;
+  /** Passes of several models in one call (at most one pass per model; chain same-model passes yourself). */
+  runPasses(items: readonly PassItem[]): Promise<PassOutcome[]>;
+  /** Applies the accumulated gradient, bumps `weights_version`, zeroes the accumulator. */
+  optimStep(state: BackendState, params: AdamParams): Promise<StepOutcome<OptimStepResult>>;
+  exportWeights(state: BackendState, kind: WeightsKind): Promise<Uint8Array>;
+  /** load_weights: adapter weights, plus Adam moments and step when `optimizer` (else they reset). */
+  importWeights(
+    state: BackendState,
+    bytes: Uint8Array,
+    options: { optimizer: boolean },
+  ): Promise<BackendState>;
+  /** `weights` from `exportWeights(..., 'sampler')`, or null to sample the base model. */
+  loadSampler(baseModel: string, weights: Uint8Array | null): Promise<SamplerModel>;
+  sample(sampler: SamplerModel, request: SampleRequest, options?: SampleOptions): Promise<SampleRun>;
+  serializeState(state: BackendState): Promise<Uint8Array>;
+  deserializeState(bytes: Uint8Array): Promise<BackendState>;
+}
+
+/** The client's answer for a finished run. Throws if any sequence is still unfinished. */
+export function toSampleResult(run: SampleRun): SampleResult {
+  const sequences = run.sequences.map((sequence, index) => {
+    if (sequence.stop_reason === null) throw new Error(`sequence ${index} is unfinished`);
+    return { stop_reason: sequence.stop_reason, tokens: sequence.tokens, logprobs: sequence.logprobs };
+  });
+  return {
+    type: 'sample',
+    sequences,
+    ...(run.prompt_logprobs ? { prompt_logprobs: run.prompt_logprobs } : {}),
+    ...(run.topk_prompt_logprobs ? { topk_prompt_logprobs: run.topk_prompt_logprobs } : {}),
+  };
+}
