@@ -1,0 +1,32 @@
+import { App, RemovalPolicy } from 'aws-cdk-lib';
+import { TinkerServerlessStack } from './stack.js';
+
+/**
+ * The CDK app. Options come from context (`cdk.json` or `-c key=value`):
+ * - `stackName` (default `tinker-serverless`), `namePrefix` (default: the stack name)
+ * - `referenceWorker` (default true): deploy the reference CPU worker Lambda
+ * - `removalPolicy`: `retain` (default) or `destroy`, for the tables, bucket and log groups
+ * The stack is environment-agnostic, so synth needs no account, region or lookup.
+ */
+const app = new App();
+
+function context(key: string): string | undefined {
+  const value: unknown = app.node.tryGetContext(key);
+  if (value === undefined || value === null) return undefined;
+  return String(value);
+}
+
+const removalPolicyName = context('removalPolicy') ?? 'retain';
+if (removalPolicyName !== 'retain' && removalPolicyName !== 'destroy') {
+  throw new Error(`Context removalPolicy must be retain or destroy, got "${removalPolicyName}"`);
+}
+
+new TinkerServerlessStack(app, 'TinkerServerless', {
+  stackName: context('stackName') ?? 'tinker-serverless',
+  namePrefix: context('namePrefix'),
+  referenceWorker: context('referenceWorker') !== 'false',
+  removalPolicy: removalPolicyName === 'destroy' ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,
+  description: 'tinker-serverless: Tinker-compatible control plane for multi-LoRA training and sampling',
+});
+
+app.synth();

@@ -1,0 +1,70 @@
+import * as path from 'node:path';
+import { Duration, type RemovalPolicy } from 'aws-cdk-lib';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import { LogLevel, NodejsFunction, OutputFormat } from 'aws-cdk-lib/aws-lambda-nodejs';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import { Construct } from 'constructs';
+import type { FunctionDecl, FunctionId } from '../../shared/topology.js';
+
+/**
+ * esbuild runs locally from the project's devDependency, never in Docker. ESM output needs a real
+ * `require` for the CommonJS dependencies the bundle pulls in. The AWS SDK is bundled so the
+ * functions run the versions pinned in the lockfile (and tested here), not the runtime's copy.
+ */
+const BUNDLING = {
+  forceDockerBundling: false,
+  format: OutputFormat.ESM,
+  target: 'node22',
+  mainFields: ['module', 'main'],
+  banner: "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);",
+  minify: true,
+  sourceMap: true,
+  sourcesContent: false,
+  bundleAwsSDK: true,
+  // Warnings and errors only: a synth prints nothing per bundle when all is well.
+  logLevel: LogLevel.WARNING,
+} as const;
+
+export interface TopologyFunctionProps {
+  readonly functionId: FunctionId;
+  readonly decl: FunctionDecl;
+  /** Settings every function receives (`topology.settings`). */
+  readonly settings: Readonly<Record<string, string>>;
+  /** Repository root: `decl.entry` is relative to it and it holds the lockfile. */
+  readonly projectRoot: string;
+  readonly logRetention: logs.RetentionDays;
+  readonly removalPolicy: RemovalPolicy;
+}
+
+/** A Node.js 22 arm64 Lambda bundled from its handler module, with its own log group. */
+export class TopologyFunction extends Construct {
+  readonly function: NodejsFunction;
+
+  constructor(scope: Construct, id: string, props: TopologyFunctionProps) {
+    super(scope, id);
+    const { decl, projectRoot } = props;
+    const logGroup = new logs.LogGroup(this, 'Logs', {
+      retention: props.logRetention,
+      removalPolicy: props.removalPolicy,
+    });
+    this.function = new NodejsFunction(this, 'Function', {
+      entry: path.join(projectRoot, decl.entry),
+      handler: 'handler',
+      projectRoot,
+      depsLockFilePath: path.join(projectRoot, 'package-lock.json'),
+      description: decl.description,
+      runtime: lambda.Runtime.NODEJS_22_X,
+      architecture: lambda.Architecture.ARM_64,
+      memorySize: decl.memoryMb,
+      timeout: Duration.seconds(decl.timeoutSeconds),
+      reservedConcurrentExecutions: decl.reservedConcurrency,
+      logGroup,
+      environment: {
+        ...props.settings,
+        POWERTOOLS_SERVICE_NAME: `tinker-serverless-${props.functionId}`,
+        NODE_OPTIONS: '--enable-source-maps',
+      },
+      bundling: { ...BUNDLING, mainFields: [...BUNDLING.mainFields] },
+    });
+  }
+}

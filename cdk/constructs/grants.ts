@@ -1,0 +1,130 @@
+import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import type * as s3 from 'aws-cdk-lib/aws-s3';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import type {
+  BucketAction,
+  BucketDecl,
+  FunctionGrants,
+  QueueAction,
+  QueueDecl,
+  TableAction,
+  TableDecl,
+} from '../../shared/topology.js';
+
+/**
+ * Each helper here grants a function exactly the actions its topology entry lists and, in the same
+ * place, hands it the resource's name through the declared environment variable: a function can only
+ * learn of a resource it is allowed to touch.
+ */
+
+/** IAM actions on the table itself, per topology action. */
+export const TABLE_ACTIONS: Readonly<Record<Exclude<TableAction, 'query-index'>, readonly string[]>> = {
+  read: ['dynamodb:GetItem', 'dynamodb:BatchGetItem', 'dynamodb:Query'],
+  write: ['dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:BatchWriteItem'],
+  // TransactWriteItems is authorised item by item: its puts, updates and deletes need `write`, its
+  // condition checks need this (and TransactGetItems needs `read`).
+  transact: ['dynamodb:ConditionCheckItem'],
+};
+
+/** `query-index` is a Query on the table's index ARNs only; `read` does not reach an index. */
+export const INDEX_ACTIONS: readonly string[] = ['dynamodb:Query'];
+
+/** IAM actions on objects under a granted prefix; `list` is a bucket action, handled apart. */
+export const OBJECT_ACTIONS: Readonly<Record<Exclude<BucketAction, 'list'>, readonly string[]>> = {
+  get: ['s3:GetObject'],
+  put: ['s3:PutObject'],
+  delete: ['s3:DeleteObject'],
+};
+
+export const QUEUE_ACTIONS: Readonly<Record<QueueAction, readonly string[]>> = {
+  send: ['sqs:SendMessage'],
+  consume: [
+    'sqs:ReceiveMessage',
+    'sqs:DeleteMessage',
+    'sqs:ChangeMessageVisibility',
+    'sqs:GetQueueAttributes',
+    'sqs:GetQueueUrl',
+  ],
+};
+
+export function bindTable(
+  fn: lambda.Function,
+  table: dynamodb.Table,
+  decl: TableDecl,
+  actions: readonly TableAction[],
+): void {
+  if (actions.length === 0) return;
+  const tableActions = unique(
+    actions.flatMap((action) => (action === 'query-index' ? [] : TABLE_ACTIONS[action])),
+  );
+  if (tableActions.length > 0) {
+    fn.addToRolePolicy(new iam.PolicyStatement({ actions: tableActions, resources: [table.tableArn] }));
+  }
+  if (actions.includes('query-index')) {
+    if (decl.indexes.length === 0) {
+      throw new Error(`Table ${decl.name} has no index, but a function is granted query-index on it`);
+    }
+    fn.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: [...INDEX_ACTIONS],
+        resources: decl.indexes.map((index) => `${table.tableArn}/index/${index.name}`),
+      }),
+    );
+  }
+  fn.addEnvironment(decl.envVar, table.tableName);
+}
+
+export function bindBucket(
+  fn: lambda.Function,
+  bucket: s3.Bucket,
+  decl: BucketDecl,
+  grants: FunctionGrants['bucket'],
+): void {
+  if (grants.length === 0) return;
+  for (const { prefix, actions } of grants) {
+    const objectActions = unique(
+      actions.flatMap((action) => (action === 'list' ? [] : OBJECT_ACTIONS[action])),
+    );
+    if (objectActions.length > 0) {
+      fn.addToRolePolicy(
+        new iam.PolicyStatement({ actions: objectActions, resources: [bucket.arnForObjects(`${prefix}*`)] }),
+      );
+    }
+    if (actions.includes('list')) {
+      fn.addToRolePolicy(
+        new iam.PolicyStatement({
+          actions: ['s3:ListBucket'],
+          resources: [bucket.bucketArn],
+          // Listing is limited to the granted prefix unless the grant covers the whole bucket.
+          conditions: prefix === '' ? undefined : { StringLike: { 's3:prefix': [`${prefix}*`] } },
+        }),
+      );
+    }
+  }
+  fn.addEnvironment(decl.envVar, bucket.bucketName);
+}
+
+export function bindQueue(
+  fn: lambda.Function,
+  queue: sqs.Queue,
+  decl: QueueDecl,
+  actions: readonly QueueAction[],
+): void {
+  if (actions.length === 0) return;
+  if (decl.envVar === undefined) {
+    throw new Error(`Queue ${decl.name} is granted to a function but declares no envVar for its URL`);
+  }
+  fn.addToRolePolicy(
+    new iam.PolicyStatement({
+      actions: unique(actions.flatMap((action) => QUEUE_ACTIONS[action])),
+      resources: [queue.queueArn],
+    }),
+  );
+  fn.addEnvironment(decl.envVar, queue.queueUrl);
+}
+
+function unique(values: readonly string[]): string[] {
+  return [...new Set(values)];
+}

@@ -1,0 +1,126 @@
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
+import type { NodejsFunction } from 'aws-cdk-lib/aws-lambda-nodejs';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import type { Construct } from 'constructs';
+import {
+  topology as declaredTopology,
+  type FunctionId,
+  physicalName,
+  type Topology,
+} from '../shared/topology.js';
+import { DataBucket } from './constructs/bucket.js';
+import { TopologyFunction } from './constructs/functions.js';
+import { bindBucket, bindQueue, bindTable } from './constructs/grants.js';
+import { HttpEntry } from './constructs/http-api.js';
+import { TopologyQueues } from './constructs/queues.js';
+import { entriesOf, pascalCase } from './constructs/records.js';
+import { TopologyTables } from './constructs/tables.js';
+import { addQueueTrigger, addScheduleTrigger, addStreamTrigger } from './constructs/triggers.js';
+
+/** The repository root: handler entries in the topology are relative to it. */
+const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+/** The function that runs the reference CPU backend; GPU deployments run their own workers instead. */
+const REFERENCE_WORKER: FunctionId = 'worker';
+
+export interface TinkerServerlessStackProps extends StackProps {
+  /** What to build; defaults to the project's declaration (`shared/topology.ts`). */
+  readonly topology?: Topology;
+  /** Prefix of every physical name (`physicalName(prefix, base)`); defaults to the lowercased stack name. */
+  readonly namePrefix?: string;
+  /**
+   * Deploy the reference CPU worker as a Lambda consuming the work queue (default true). Without it,
+   * external GPU worker processes consume the queue.
+   */
+  readonly referenceWorker?: boolean;
+  /** For the tables, the bucket and the log groups (queues are always deleted); defaults to RETAIN. */
+  readonly removalPolicy?: RemovalPolicy;
+  readonly logRetention?: logs.RetentionDays;
+}
+
+/** The whole system, built from the topology declaration and nothing else. */
+export class TinkerServerlessStack extends Stack {
+  readonly tables: TopologyTables;
+  readonly bucket: DataBucket;
+  readonly queues: TopologyQueues;
+  readonly functions: Partial<Record<FunctionId, NodejsFunction>> = {};
+  readonly http?: HttpEntry;
+
+  constructor(scope: Construct, id: string, props: TinkerServerlessStackProps = {}) {
+    super(scope, id, props);
+    const topology = props.topology ?? declaredTopology;
+    const namePrefix = props.namePrefix ?? this.stackName.toLowerCase();
+    // The prefix also names the bucket, whose names allow only lowercase letters, digits and hyphens.
+    if (!/^[a-z0-9][a-z0-9-]*$/.test(namePrefix)) {
+      throw new Error(`Name prefix "${namePrefix}" must be lowercase letters, digits and hyphens`);
+    }
+    const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
+
+    this.tables = new TopologyTables(this, 'Tables', { tables: topology.tables, namePrefix, removalPolicy });
+    this.bucket = new DataBucket(this, 'Data', { decl: topology.bucket, namePrefix, removalPolicy });
+    this.queues = new TopologyQueues(this, 'Queues', { queues: topology.queues, namePrefix });
+
+    for (const [functionId, decl] of entriesOf(topology.functions)) {
+      if (functionId === REFERENCE_WORKER && props.referenceWorker === false) continue;
+      const construct = new TopologyFunction(this, pascalCase(functionId), {
+        functionId,
+        decl,
+        settings: topology.settings,
+        projectRoot: PROJECT_ROOT,
+        logRetention: props.logRetention ?? logs.RetentionDays.ONE_MONTH,
+        removalPolicy,
+      });
+      const fn = construct.function;
+      this.functions[functionId] = fn;
+
+      for (const [tableId, actions] of entriesOf(decl.grants.tables)) {
+        bindTable(fn, this.tables.byId[tableId], topology.tables[tableId], actions);
+      }
+      bindBucket(fn, this.bucket.bucket, topology.bucket, decl.grants.bucket);
+      for (const [queueId, actions] of entriesOf(decl.grants.queues)) {
+        bindQueue(fn, this.queues.byId[queueId], topology.queues[queueId], actions);
+      }
+
+      for (const [index, trigger] of decl.triggers.entries()) {
+        switch (trigger.kind) {
+          case 'http':
+            this.http ??= new HttpEntry(this, 'Http', { apiName: physicalName(namePrefix, 'api') });
+            this.http.route(functionId, fn, trigger.basePath, decl.timeoutSeconds);
+            break;
+          case 'stream':
+            addStreamTrigger(fn, this.tables.byId[trigger.table], topology.tables[trigger.table], trigger);
+            break;
+          case 'queue':
+            addQueueTrigger(
+              fn,
+              decl,
+              this.queues.byId[trigger.queue],
+              topology.queues[trigger.queue],
+              trigger,
+            );
+            break;
+          case 'schedule':
+            addScheduleTrigger(construct, `Schedule${index}`, fn, trigger);
+            break;
+        }
+      }
+    }
+
+    this.addOutputs(topology);
+  }
+
+  private addOutputs(topology: Topology): void {
+    if (this.http) new CfnOutput(this, 'ApiUrl', { value: this.http.api.apiEndpoint });
+    for (const [tableId, table] of entriesOf(this.tables.byId)) {
+      new CfnOutput(this, `${pascalCase(tableId)}TableName`, { value: table.tableName });
+    }
+    new CfnOutput(this, `${pascalCase(topology.bucket.name)}BucketName`, {
+      value: this.bucket.bucket.bucketName,
+    });
+    for (const [queueId, queue] of entriesOf(this.queues.byId)) {
+      new CfnOutput(this, `${pascalCase(queueId)}QueueUrl`, { value: queue.queueUrl });
+    }
+  }
+}

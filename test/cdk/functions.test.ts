@@ -1,0 +1,77 @@
+import { describe, expect, it } from 'vitest';
+import { FUNCTION_IDS, type FunctionId, QUEUE_IDS, TABLE_IDS, topology } from '../../shared/topology.js';
+import { functionLogicalId, properties, synth } from './support/synth.js';
+
+const { stack, template } = synth();
+
+function functionProps(functionId: FunctionId): Record<string, unknown> {
+  return properties(template, functionLogicalId(stack, functionId));
+}
+
+function environment(functionId: FunctionId): Record<string, unknown> {
+  return (functionProps(functionId).Environment as { Variables: Record<string, unknown> }).Variables;
+}
+
+/** Env vars naming resources a function is granted; every other resource's variable must be absent. */
+function grantedResourceVariables(functionId: FunctionId): string[] {
+  const { grants } = topology.functions[functionId];
+  return [
+    ...TABLE_IDS.filter((id) => grants.tables[id]?.length).map((id) => topology.tables[id].envVar),
+    ...(grants.bucket.length > 0 ? [topology.bucket.envVar] : []),
+    ...QUEUE_IDS.filter((id) => grants.queues[id]?.length).flatMap((id) => topology.queues[id].envVar ?? []),
+  ];
+}
+
+describe('functions', () => {
+  it('builds one function per declaration', () => {
+    template.resourceCountIs('AWS::Lambda::Function', FUNCTION_IDS.length);
+  });
+
+  it.each(FUNCTION_IDS)('runs %s on Node.js 22, arm64, with the declared size and limits', (functionId) => {
+    const decl = topology.functions[functionId];
+    const props = functionProps(functionId);
+    expect(props).toMatchObject({
+      Runtime: 'nodejs22.x',
+      Architectures: ['arm64'],
+      Handler: 'index.handler',
+      MemorySize: decl.memoryMb,
+      Timeout: decl.timeoutSeconds,
+      Description: decl.description,
+    });
+    expect(props.ReservedConcurrentExecutions).toBe(decl.reservedConcurrency);
+  });
+
+  it.each(FUNCTION_IDS)(
+    'gives %s the settings and the names of exactly the resources it may touch',
+    (functionId) => {
+      const env = environment(functionId);
+      const resourceVariables = grantedResourceVariables(functionId);
+      expect(Object.keys(env).sort()).toEqual(
+        [
+          ...Object.keys(topology.settings),
+          ...resourceVariables,
+          'POWERTOOLS_SERVICE_NAME',
+          'NODE_OPTIONS',
+        ].sort(),
+      );
+      for (const [name, value] of Object.entries(topology.settings)) expect(env[name]).toBe(value);
+      expect(env.POWERTOOLS_SERVICE_NAME).toBe(`tinker-serverless-${functionId}`);
+      // Resource variables are references to the deployed resources, never literals.
+      for (const name of resourceVariables) expect(env[name]).toHaveProperty('Ref');
+    },
+  );
+
+  it('keeps the work queue URL from the api and the prefixes table from the scheduler', () => {
+    expect(environment('api')).not.toHaveProperty('WORK_QUEUE_URL');
+    expect(environment('scheduler')).toHaveProperty('WORK_QUEUE_URL');
+    expect(environment('scheduler')).not.toHaveProperty('PREFIXES_TABLE');
+    expect(environment('worker')).toHaveProperty('PREFIXES_TABLE');
+  });
+
+  it('logs each function to its own log group kept for a month', () => {
+    for (const functionId of FUNCTION_IDS) {
+      const logging = functionProps(functionId).LoggingConfig as { LogGroup: { Ref: string } };
+      expect(properties(template, logging.LogGroup.Ref)).toMatchObject({ RetentionInDays: 30 });
+    }
+  });
+});

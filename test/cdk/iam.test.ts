@@ -1,0 +1,189 @@
+import { describe, expect, it } from 'vitest';
+import {
+  FUNCTION_IDS,
+  type FunctionId,
+  physicalName,
+  QUEUE_IDS,
+  TABLE_IDS,
+  topology,
+} from '../../shared/topology.js';
+import { functionLogicalId, logicalIdWhere, properties, synth, TEST_PREFIX } from './support/synth.js';
+
+const { stack, template } = synth();
+
+/**
+ * The IAM actions each topology action stands for, written out here independently of
+ * `cdk/constructs/grants.ts`: a change to what a grant means must show up as a failing test.
+ */
+const TABLE_SPEC = {
+  read: ['dynamodb:GetItem', 'dynamodb:BatchGetItem', 'dynamodb:Query'],
+  write: ['dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:BatchWriteItem'],
+  transact: ['dynamodb:ConditionCheckItem'],
+} as const;
+const OBJECT_SPEC = { get: 's3:GetObject', put: 's3:PutObject', delete: 's3:DeleteObject' } as const;
+const SQS_CONSUME = [
+  'sqs:ReceiveMessage',
+  'sqs:DeleteMessage',
+  'sqs:ChangeMessageVisibility',
+  'sqs:GetQueueAttributes',
+  'sqs:GetQueueUrl',
+];
+const STREAM_READ = ['dynamodb:DescribeStream', 'dynamodb:GetRecords', 'dynamodb:GetShardIterator'];
+
+/** Readable names for the logical ids the policies refer to: `table:futures`, `bucket`, `queue:work`. */
+const names = new Map<string, string>();
+for (const tableId of TABLE_IDS) {
+  const tableName = physicalName(TEST_PREFIX, topology.tables[tableId].name);
+  names.set(logicalIdWhere(template, 'AWS::DynamoDB::Table', 'TableName', tableName), `table:${tableId}`);
+}
+for (const queueId of QUEUE_IDS) {
+  const queueName = physicalName(TEST_PREFIX, topology.queues[queueId].name);
+  names.set(logicalIdWhere(template, 'AWS::SQS::Queue', 'QueueName', queueName), `queue:${queueId}`);
+}
+for (const bucketId of Object.keys(template.findResources('AWS::S3::Bucket'))) names.set(bucketId, 'bucket');
+
+/** Renders a policy resource (`Fn::GetAtt`, `Fn::Join`, `Ref` or a literal) as text. */
+function render(value: unknown): string {
+  if (typeof value === 'string') return value;
+  const intrinsic = value as Record<string, unknown>;
+  if ('Fn::GetAtt' in intrinsic) {
+    const [id, attribute] = intrinsic['Fn::GetAtt'] as [string, string];
+    return `${names.get(id) ?? id}.${attribute}`;
+  }
+  if ('Fn::Join' in intrinsic) {
+    const [separator, parts] = intrinsic['Fn::Join'] as [string, unknown[]];
+    return parts.map(render).join(separator);
+  }
+  if ('Ref' in intrinsic) return `${names.get(intrinsic.Ref as string) ?? intrinsic.Ref}.Ref`;
+  throw new Error(`Unexpected policy resource ${JSON.stringify(value)}`);
+}
+
+interface Statement {
+  Effect: string;
+  Action: string | string[];
+  Resource: unknown;
+  Condition?: unknown;
+}
+
+/** Every `action resource [if condition]` a function's role allows on DynamoDB, S3 and SQS. */
+function permissions(functionId: FunctionId): Set<string> {
+  const role = properties(template, functionLogicalId(stack, functionId)).Role as { 'Fn::GetAtt': [string] };
+  const roleId = role['Fn::GetAtt'][0];
+  const granted = new Set<string>();
+  for (const policy of Object.values(template.findResources('AWS::IAM::Policy'))) {
+    const props = policy.Properties as {
+      Roles: { Ref: string }[];
+      PolicyDocument: { Statement: Statement[] };
+    };
+    if (!props.Roles.some((ref) => ref.Ref === roleId)) continue;
+    for (const statement of props.PolicyDocument.Statement) {
+      expect(statement.Effect).toBe('Allow');
+      const actions = ([] as string[]).concat(statement.Action);
+      const resources = ([] as unknown[]).concat(statement.Resource).map(render);
+      const condition = statement.Condition ? ` if ${JSON.stringify(statement.Condition)}` : '';
+      for (const action of actions) {
+        if (!/^(dynamodb|s3|sqs):/.test(action)) continue;
+        for (const resource of resources) granted.add(`${action} ${resource}${condition}`);
+      }
+    }
+  }
+  return granted;
+}
+
+/** What the topology says a function may do, plus what its triggers need to read their sources. */
+function expectedPermissions(functionId: FunctionId): Set<string> {
+  const { grants, triggers } = topology.functions[functionId];
+  const expected = new Set<string>();
+  for (const [tableId, actions] of Object.entries(grants.tables)) {
+    for (const action of actions ?? []) {
+      if (action === 'query-index') {
+        for (const index of topology.tables[tableId as keyof typeof topology.tables].indexes) {
+          expected.add(`dynamodb:Query table:${tableId}.Arn/index/${index.name}`);
+        }
+      } else {
+        for (const iamAction of TABLE_SPEC[action]) expected.add(`${iamAction} table:${tableId}.Arn`);
+      }
+    }
+  }
+  for (const { prefix, actions } of grants.bucket) {
+    for (const action of actions) {
+      if (action === 'list') {
+        const condition = prefix === '' ? '' : ` if {"StringLike":{"s3:prefix":"${prefix}*"}}`;
+        expected.add(`s3:ListBucket bucket.Arn${condition}`);
+      } else {
+        expected.add(`${OBJECT_SPEC[action]} bucket.Arn/${prefix}*`);
+      }
+    }
+  }
+  for (const [queueId, actions] of Object.entries(grants.queues)) {
+    for (const action of actions ?? []) {
+      for (const iamAction of action === 'send' ? ['sqs:SendMessage'] : SQS_CONSUME) {
+        expected.add(`${iamAction} queue:${queueId}.Arn`);
+      }
+    }
+  }
+  for (const trigger of triggers) {
+    if (trigger.kind === 'stream') {
+      expected.add('dynamodb:ListStreams *');
+      for (const action of STREAM_READ) expected.add(`${action} table:${trigger.table}.StreamArn`);
+    }
+    if (trigger.kind === 'queue') {
+      for (const action of SQS_CONSUME) expected.add(`${action} queue:${trigger.queue}.Arn`);
+    }
+  }
+  return expected;
+}
+
+function sorted(values: Iterable<string>): string[] {
+  return [...values].sort();
+}
+
+describe('IAM', () => {
+  it.each(FUNCTION_IDS)('grants %s exactly the data actions its topology lists', (functionId) => {
+    expect(sorted(permissions(functionId))).toEqual(sorted(expectedPermissions(functionId)));
+  });
+
+  it('lets the API neither send work nor read the live index', () => {
+    const api = sorted(permissions('api'));
+    expect(api.filter((p) => p.startsWith('sqs:'))).toEqual([]);
+    expect(api.filter((p) => p.includes('/index/'))).toEqual([]);
+    expect(api).toContain('dynamodb:ConditionCheckItem table:futures.Arn');
+  });
+
+  it('lets the scheduler read futures but never write or delete them', () => {
+    const onFutures = sorted(permissions('scheduler')).filter((p) => p.includes('table:futures.Arn'));
+    for (const action of ['PutItem', 'UpdateItem', 'DeleteItem', 'BatchWriteItem', 'ConditionCheckItem']) {
+      expect(onFutures.filter((p) => p.startsWith(`dynamodb:${action} `))).toEqual([]);
+    }
+    expect(onFutures).toContain('dynamodb:Query table:futures.Arn/index/live');
+    expect(onFutures).toContain('dynamodb:GetItem table:futures.Arn');
+  });
+
+  it('limits object access to the granted key prefixes', () => {
+    expect(sorted(permissions('scheduler')).filter((p) => p.startsWith('s3:'))).toEqual([
+      's3:GetObject bucket.Arn/payloads/*',
+      's3:PutObject bucket.Arn/work/*',
+    ]);
+    expect(sorted(permissions('api')).filter((p) => p.startsWith('s3:'))).toEqual([
+      's3:GetObject bucket.Arn/payloads/*',
+      's3:GetObject bucket.Arn/results/*',
+      's3:PutObject bucket.Arn/payloads/*',
+    ]);
+    // Only the sweeper deletes blobs (E5) or lists the bucket.
+    for (const functionId of FUNCTION_IDS.filter((id) => id !== 'sweeper')) {
+      const s3 = sorted(permissions(functionId)).filter((p) => p.startsWith('s3:'));
+      expect(s3.filter((p) => /^s3:(DeleteObject|ListBucket) /.test(p))).toEqual([]);
+      expect(s3.filter((p) => p.endsWith('bucket.Arn/*'))).toEqual([]);
+    }
+    expect(permissions('sweeper')).toContain('s3:DeleteObject bucket.Arn/*');
+  });
+
+  it('grants no wildcard actions and no wildcard resources beyond ListStreams', () => {
+    for (const functionId of FUNCTION_IDS) {
+      for (const permission of permissions(functionId)) {
+        expect(permission).not.toMatch(/^\w+:\*/);
+        if (permission.endsWith(' *')) expect(permission).toBe('dynamodb:ListStreams *');
+      }
+    }
+  });
+});

@@ -1,0 +1,67 @@
+import { Match } from 'aws-cdk-lib/assertions';
+import { describe, expect, it } from 'vitest';
+import { LIVE_INDEX, LIVE_PROJECTION, physicalName, TABLE_IDS, topology } from '../../shared/topology.js';
+import { logicalIdWhere, properties, synth, TEST_PREFIX } from './support/synth.js';
+
+const { template } = synth();
+
+function tableProps(tableId: (typeof TABLE_IDS)[number]): Record<string, unknown> {
+  const name = physicalName(TEST_PREFIX, topology.tables[tableId].name);
+  return properties(template, logicalIdWhere(template, 'AWS::DynamoDB::Table', 'TableName', name));
+}
+
+describe('tables', () => {
+  it('builds exactly one table per declaration, named by physicalName', () => {
+    template.resourceCountIs('AWS::DynamoDB::Table', TABLE_IDS.length);
+    for (const tableId of TABLE_IDS) expect(tableProps(tableId)).toBeDefined();
+  });
+
+  it('projects exactly the planning attributes into the live index (R6)', () => {
+    const futures = tableProps('futures');
+    const indexes = futures.GlobalSecondaryIndexes as Array<Record<string, unknown>>;
+    expect(indexes).toHaveLength(1);
+    const live = indexes[0]!;
+    expect(live.IndexName).toBe(LIVE_INDEX);
+    expect(live.KeySchema).toEqual([
+      { AttributeName: 'live', KeyType: 'HASH' },
+      { AttributeName: 'request_id', KeyType: 'RANGE' },
+    ]);
+    const projection = live.Projection as { ProjectionType: string; NonKeyAttributes: string[] };
+    expect(projection.ProjectionType).toBe('INCLUDE');
+    expect([...projection.NonKeyAttributes].sort()).toEqual([...LIVE_PROJECTION].sort());
+    // Payloads, results and errors stay out of the index: planning never reads them.
+    for (const heavy of ['payload_key', 'result', 'result_key', 'error']) {
+      expect(projection.NonKeyAttributes).not.toContain(heavy);
+    }
+  });
+
+  it('gives every table the stream view, TTL and keys its declaration names', () => {
+    for (const tableId of TABLE_IDS) {
+      const decl = topology.tables[tableId];
+      const props = tableProps(tableId);
+      expect(props.KeySchema).toEqual([
+        { AttributeName: decl.partitionKey.name, KeyType: 'HASH' },
+        ...(decl.sortKey ? [{ AttributeName: decl.sortKey.name, KeyType: 'RANGE' }] : []),
+      ]);
+      expect(props.StreamSpecification).toEqual(decl.stream ? { StreamViewType: decl.stream } : undefined);
+      expect(props.TimeToLiveSpecification).toEqual(
+        decl.timeToLiveAttribute ? { AttributeName: decl.timeToLiveAttribute, Enabled: true } : undefined,
+      );
+    }
+    // The two streams the scheduler reads, spelled out: the models filter compares old and new images.
+    expect(tableProps('futures').StreamSpecification).toEqual({ StreamViewType: 'NEW_IMAGE' });
+    expect(tableProps('models').StreamSpecification).toEqual({ StreamViewType: 'NEW_AND_OLD_IMAGES' });
+  });
+
+  it('bills on demand, encrypts, keeps point-in-time recovery and is retained by default', () => {
+    template.allResources('AWS::DynamoDB::Table', {
+      Properties: Match.objectLike({
+        BillingMode: 'PAY_PER_REQUEST',
+        SSESpecification: { SSEEnabled: true },
+        PointInTimeRecoverySpecification: { PointInTimeRecoveryEnabled: true },
+      }),
+      DeletionPolicy: 'Retain',
+      UpdateReplacePolicy: 'Retain',
+    });
+  });
+});

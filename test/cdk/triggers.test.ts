@@ -1,0 +1,121 @@
+import { Match } from 'aws-cdk-lib/assertions';
+import { describe, expect, it } from 'vitest';
+import { physicalName, type TableId, topology } from '../../shared/topology.js';
+import { editableTopology } from './support/editable-topology.js';
+import { functionLogicalId, logicalIdWhere, properties, synth, TEST_PREFIX } from './support/synth.js';
+
+const { stack, template } = synth();
+
+type Mapping = Record<string, unknown>;
+
+function mappingsOf(functionId: 'scheduler' | 'worker'): Mapping[] {
+  const functionRef = { Ref: functionLogicalId(stack, functionId) };
+  return Object.values(template.findResources('AWS::Lambda::EventSourceMapping'))
+    .map((resource) => resource.Properties as Mapping)
+    .filter((props) => JSON.stringify(props.FunctionName) === JSON.stringify(functionRef));
+}
+
+function tableLogicalId(tableId: TableId): string {
+  const name = physicalName(TEST_PREFIX, topology.tables[tableId].name);
+  return logicalIdWhere(template, 'AWS::DynamoDB::Table', 'TableName', name);
+}
+
+describe('triggers', () => {
+  it('maps the futures and models streams to the scheduler with the declared settings and filters', () => {
+    const mappings = mappingsOf('scheduler');
+    const streamTriggers = topology.functions.scheduler.triggers.filter((t) => t.kind === 'stream');
+    expect(mappings).toHaveLength(streamTriggers.length);
+    for (const trigger of streamTriggers) {
+      const streamArn = { 'Fn::GetAtt': [tableLogicalId(trigger.table), 'StreamArn'] };
+      const mapping = mappings.find((m) => JSON.stringify(m.EventSourceArn) === JSON.stringify(streamArn));
+      expect(mapping, `mapping for the ${trigger.table} stream`).toBeDefined();
+      expect(mapping).toMatchObject({
+        BatchSize: trigger.batchSize,
+        MaximumBatchingWindowInSeconds: trigger.maxBatchingWindowSeconds,
+        StartingPosition: trigger.startingPosition,
+        MaximumRetryAttempts: trigger.retryAttempts,
+        BisectBatchOnFunctionError: trigger.bisectBatchOnError,
+        FunctionResponseTypes: ['ReportBatchItemFailures'],
+      });
+      // The deployed filters are the very patterns the local runtime evaluates.
+      const filters = (mapping!.FilterCriteria as { Filters: { Pattern: string }[] }).Filters;
+      expect(filters.map((f) => JSON.parse(f.Pattern))).toEqual(trigger.filters);
+    }
+  });
+
+  it('filters the models stream to commits and re-plans: inflight removed by a MODIFY', () => {
+    const streamArn = { 'Fn::GetAtt': [tableLogicalId('models'), 'StreamArn'] };
+    const mapping = mappingsOf('scheduler').find(
+      (m) => JSON.stringify(m.EventSourceArn) === JSON.stringify(streamArn),
+    );
+    const pattern = JSON.parse(
+      (mapping!.FilterCriteria as { Filters: { Pattern: string }[] }).Filters[0]!.Pattern,
+    );
+    expect(pattern).toEqual({
+      eventName: ['MODIFY'],
+      dynamodb: {
+        OldImage: { inflight: { S: [{ exists: true }] } },
+        NewImage: { inflight: { S: [{ exists: false }] } },
+      },
+    });
+  });
+
+  it('bounds the worker through the SQS mapping, not reserved concurrency (E7)', () => {
+    const [mapping, ...others] = mappingsOf('worker');
+    expect(others).toEqual([]);
+    const queueName = physicalName(TEST_PREFIX, topology.queues.work.name);
+    expect(mapping).toMatchObject({
+      EventSourceArn: {
+        'Fn::GetAtt': [logicalIdWhere(template, 'AWS::SQS::Queue', 'QueueName', queueName), 'Arn'],
+      },
+      BatchSize: 1,
+      ScalingConfig: { MaximumConcurrency: 8 },
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+    });
+    expect(
+      properties(template, functionLogicalId(stack, 'worker')).ReservedConcurrentExecutions,
+    ).toBeUndefined();
+  });
+
+  it('routes every HTTP request to the api function and outputs the URL', () => {
+    template.resourceCountIs('AWS::ApiGatewayV2::Api', 1);
+    template.hasResourceProperties('AWS::ApiGatewayV2::Route', { RouteKey: '$default' });
+    template.hasResourceProperties('AWS::ApiGatewayV2::Integration', {
+      IntegrationType: 'AWS_PROXY',
+      PayloadFormatVersion: '2.0',
+      IntegrationUri: { 'Fn::GetAtt': [functionLogicalId(stack, 'api'), 'Arn'] },
+    });
+    template.hasOutput('ApiUrl', { Value: { 'Fn::GetAtt': [Match.anyValue(), 'ApiEndpoint'] } });
+  });
+
+  it('ticks the sweeper every minute', () => {
+    template.hasResourceProperties('AWS::Events::Rule', {
+      ScheduleExpression: 'rate(1 minute)',
+      Targets: [Match.objectLike({ Arn: { 'Fn::GetAtt': [functionLogicalId(stack, 'sweeper'), 'Arn'] } })],
+    });
+  });
+
+  it('leaves the queue to external workers when the reference worker is off', () => {
+    const { stack: gpuStack, template: gpu } = synth({ referenceWorker: false });
+    expect(gpuStack.functions.worker).toBeUndefined();
+    gpu.resourceCountIs('AWS::Lambda::Function', 3);
+    expect(
+      Object.values(gpu.findResources('AWS::Lambda::EventSourceMapping')).filter(
+        (r) => (r.Properties as Mapping).ScalingConfig !== undefined,
+      ),
+    ).toEqual([]);
+    gpu.hasOutput('WorkQueueUrl', Match.anyValue());
+  });
+
+  it('refuses a queue that would redeliver a message while its function still runs', () => {
+    const shortVisibility = editableTopology();
+    shortVisibility.queues.work.visibilityTimeoutSeconds = 60;
+    expect(() => synth({ topology: shortVisibility })).toThrow(/hides messages for 60s/);
+  });
+
+  it('refuses a stream filter on an image the stream does not carry', () => {
+    const newImageOnly = editableTopology();
+    newImageOnly.tables.models.stream = 'NEW_IMAGE';
+    expect(() => synth({ topology: newImageOnly })).toThrow(/OldImage, absent from NEW_IMAGE/);
+  });
+});
