@@ -1,7 +1,27 @@
-import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
+import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
+import { handleApiRequest } from '../../shared/api/router.js';
 
-// Placeholder until the Futures API lands: answers health checks so the trigger plumbing can be tested.
-export async function handler(event: APIGatewayProxyEventV2): Promise<APIGatewayProxyStructuredResultV2> {
-  if (event.rawPath === '/healthz') return { statusCode: 200, body: JSON.stringify({ status: 'ok' }) };
-  return { statusCode: 404, body: JSON.stringify({ error: `no route for ${event.rawPath}` }) };
+/** API Gateway HTTP API (payload v2) -> the API edge -> JSON answer. */
+export async function handler(
+  event: APIGatewayProxyEventV2,
+  context?: Pick<Context, 'getRemainingTimeInMillis'>,
+): Promise<APIGatewayProxyStructuredResultV2> {
+  const body =
+    event.body === undefined
+      ? undefined
+      : event.isBase64Encoded
+        ? Buffer.from(event.body, 'base64').toString('utf8')
+        : event.body;
+  const response = await handleApiRequest({
+    method: event.requestContext.http.method,
+    path: event.rawPath,
+    headers: event.headers ?? {},
+    ...(body === undefined ? {} : { body }),
+    ...(context ? { remainingMs: context.getRemainingTimeInMillis() } : {}),
+  });
+  return {
+    statusCode: response.status,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(response.body),
+  };
 }

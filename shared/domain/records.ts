@@ -148,4 +148,75 @@ export interface IdempotencyRecord {
   readonly tenant: string;
   readonly request_id: string;
   readonly payload_digest: string;
+  /** create_model: the model the original request created (answered again to a retry). */
+  readonly model_id?: string;
+  readonly created_at?: number;
+}
+
+/**
+ * `registry` item `seq#<model_id>`: the model's seq counter and what intake checks, so a submit reads
+ * one small item and never the model row the scheduler claims (E1). Written with the model at
+ * create_model; `seq` is the last seq allocated (create_model is seq 1), `last_seq_id` the client's
+ * last accepted seq_id (R7), `unloaded` set by the unload_model submit (later submits answer 404).
+ */
+export interface SeqCounterRecord {
+  readonly pk: string;
+  readonly model_id: string;
+  readonly tenant: string;
+  readonly session_id: string;
+  readonly base_model: string;
+  readonly seq: number;
+  readonly last_seq_id: number;
+  readonly unloaded?: boolean;
+  readonly updated_at: number;
+}
+
+/** `registry` item `key#<sha256 of the key>`: the key itself is never stored. */
+export interface ApiKeyRecord {
+  readonly pk: string;
+  readonly tenant: string;
+  readonly created_at: number;
+  readonly revoked_at?: number;
+}
+
+/** `registry` item `session#<session_id>`. */
+export interface SessionRecord {
+  readonly pk: string;
+  readonly session_id: string;
+  readonly tenant: string;
+  readonly tags: readonly string[];
+  readonly sdk_version?: string;
+  readonly user_metadata?: Readonly<Record<string, unknown>>;
+  readonly created_at: number;
+  readonly last_seen: number;
+}
+
+/**
+ * `registry` item `ss#<sampling_session_id>`: what its samples run on. `model_id` is the checkpoint's
+ * model or `base:<base_model>`; `checkpoint_id` the sampler checkpoint's content id (absent for base).
+ * Written by create_sampling_session, or by the worker when an unnamed save_weights_for_sampler commits.
+ */
+export interface SamplingSessionRecord {
+  readonly pk: string;
+  readonly sampling_session_id: string;
+  readonly tenant: string;
+  readonly session_id: string;
+  readonly model_id: string;
+  readonly base_model: string;
+  readonly checkpoint_id?: string;
+  readonly model_path?: string;
+  readonly created_at: number;
+}
+
+/** Idempotency of create_sampling_session, `idem#ss#<session>#<sampling_session_seq_id>`. */
+export interface SamplingSessionIdemRecord {
+  readonly pk: string;
+  readonly tenant: string;
+  readonly sampling_session_id: string;
+  readonly payload_digest: string;
+}
+
+/** Model id under which samples of a bare base model are planned (R4: always eligible). */
+export function baseModelId(baseModel: string): string {
+  return `base:${baseModel}`;
 }

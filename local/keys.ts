@@ -1,0 +1,58 @@
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { createApiKey, revokeApiKey } from '../shared/repositories/api-keys.js';
+import type { ReadyHook } from './on-ready.js';
+
+/**
+ * API keys from the command line, against whatever the environment points at (the local cloud's
+ * env, or AWS with REGISTRY_TABLE set):
+ *   npm run keys -- create --tenant NAME    prints a new key (shown once; only its hash is stored)
+ *   npm run keys -- revoke KEY
+ */
+export { createApiKey, revokeApiKey };
+
+export const DEV_TENANT = 'dev';
+
+/** `npm start` hook: creates a key for the `dev` tenant and prints it on a line of its own. */
+export const printDevelopmentApiKey: ReadyHook = async ({ clients }) => {
+  const key = await createApiKey(DEV_TENANT, clients);
+  return [`Development API key (tenant "${DEV_TENANT}"; export TINKER_API_KEY=...):`, key];
+};
+
+const USAGE = 'usage: npm run keys -- create --tenant NAME | npm run keys -- revoke KEY';
+
+async function main(args: readonly string[]): Promise<number> {
+  const [command, ...rest] = args;
+  if (command === 'create') {
+    const flag = rest.indexOf('--tenant');
+    const tenant = flag >= 0 ? rest[flag + 1] : undefined;
+    if (tenant === undefined) {
+      process.stderr.write(`${USAGE}\n`);
+      return 2;
+    }
+    process.stdout.write(`${await createApiKey(tenant)}\n`);
+    return 0;
+  }
+  if (command === 'revoke' && rest[0] !== undefined) {
+    const found = await revokeApiKey(rest[0]);
+    process.stdout.write(found ? 'revoked\n' : 'no such key\n');
+    return found ? 0 : 1;
+  }
+  process.stderr.write(`${USAGE}\n`);
+  return 2;
+}
+
+function isEntryPoint(): boolean {
+  const entry = process.argv[1];
+  return entry !== undefined && realpathSync(entry) === realpathSync(fileURLToPath(import.meta.url));
+}
+
+if (isEntryPoint()) {
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (error: unknown) => {
+      process.stderr.write(`keys: ${error instanceof Error ? error.message : String(error)}\n`);
+      process.exit(1);
+    },
+  );
+}

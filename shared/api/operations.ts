@@ -1,0 +1,455 @@
+import type { Tunables } from '../config.js';
+import {
+  baseModelId,
+  type CheckpointKind,
+  type CheckpointNameRecord,
+  registryKey,
+  type SamplingSessionRecord,
+  type SeqCounterRecord,
+} from '../domain/records.js';
+import { RetryLaterError, ValidationError } from '../errors.js';
+import { deriveId, deriveSeed, mintId, mintRequestId, sha256Hex } from '../ids.js';
+import { canonicalJson, serializePayload } from '../payload-store.js';
+import { resolveCheckpoint } from '../repositories/checkpoints.js';
+import type { IntakeClients } from '../repositories/intake.js';
+import {
+  createSamplingSession as storeSamplingSession,
+  submitSample,
+} from '../repositories/sampling-intake.js';
+import { requireSamplingSession } from '../repositories/sampling-sessions.js';
+import { requireSeqCounter } from '../repositories/seq-counters.js';
+import { putSession, requireSession, touchSession } from '../repositories/sessions.js';
+import {
+  type FutureAnswer,
+  submitCreateModel,
+  submitTrainingStep,
+  submitUnload,
+} from '../repositories/training-intake.js';
+import { checkpointContentId } from '../storage-keys.js';
+import { CLIENT_CONFIG, CLIENT_DYNAMIC_CONFIG, SUPPORTED_MODELS } from './capabilities.js';
+import type {
+  CheckpointRef,
+  CreateModelPayload,
+  LoadWeightsPayload,
+  OptimStepPayload,
+  PassPayload,
+  SamplePayload,
+  SaveWeightsForSamplerPayload,
+  SaveWeightsPayload,
+  UnloadModelPayload,
+} from './payloads.js';
+import { checkForwardInput, checkSample, parseRequest } from './request-checks.js';
+import * as schemas from './schemas.js';
+import { formatCheckpointPath } from './tinker-path.js';
+
+/**
+ * The API's operations, one per endpoint: validate everything first (shape, limits, cross-field
+ * rules), then read what the request names (404s), and only then write. Each takes the caller's
+ * tenant, never trusting ids in the body to carry it.
+ */
+export interface OperationContext {
+  readonly tenant: string;
+  readonly now: number;
+  readonly clients: IntakeClients;
+  readonly tunables: Tunables;
+}
+
+export function clientConfig(body: unknown): typeof CLIENT_CONFIG {
+  parseRequest(schemas.clientConfigRequest, body);
+  return CLIENT_CONFIG;
+}
+
+export function clientDynamicConfig(): typeof CLIENT_DYNAMIC_CONFIG {
+  return CLIENT_DYNAMIC_CONFIG;
+}
+
+export function serverCapabilities(): { supported_models: typeof SUPPORTED_MODELS } {
+  return { supported_models: SUPPORTED_MODELS };
+}
+
+export function telemetry(body: unknown): { status: 'accepted' } {
+  parseRequest(schemas.telemetryRequest, body);
+  return { status: 'accepted' };
+}
+
+/** Tags and metadata are kept on the session record, which must stay well under the 400 KB item limit. */
+const SESSION_METADATA_MAX_BYTES = 16 * 1024;
+
+export async function createSession(ctx: OperationContext, body: unknown) {
+  const request = parseRequest(schemas.createSessionRequest, body);
+  const metadataBytes = Buffer.byteLength(canonicalJson(request.user_metadata ?? {}));
+  if (metadataBytes > SESSION_METADATA_MAX_BYTES) {
+    throw new ValidationError(
+      `user_metadata: ${metadataBytes} bytes exceeds the limit of ${SESSION_METADATA_MAX_BYTES}`,
+      {
+        status: 413,
+        context: { field: 'user_metadata' },
+      },
+    );
+  }
+  const sessionId = mintId('session', ctx.now);
+  await putSession(
+    {
+      pk: registryKey.session(sessionId),
+      session_id: sessionId,
+      tenant: ctx.tenant,
+      tags: request.tags,
+      ...(request.sdk_version === undefined ? {} : { sdk_version: request.sdk_version }),
+      ...(request.user_metadata ? { user_metadata: request.user_metadata } : {}),
+      created_at: ctx.now,
+      last_seen: ctx.now,
+    },
+    ctx.clients.doc,
+  );
+  return { type: 'create_session' as const, session_id: sessionId };
+}
+
+export async function sessionHeartbeat(ctx: OperationContext, body: unknown) {
+  const request = parseRequest(schemas.sessionHeartbeatRequest, body);
+  await touchSession(request.session_id, ctx.tenant, ctx.now, ctx.clients.doc);
+  return { type: 'session_heartbeat' as const };
+}
+
+export async function createModel(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
+  const request = parseRequest(schemas.createModelRequest, body);
+  await requireSession(request.session_id, ctx.tenant, ctx.clients.doc);
+  const loraConfig = {
+    rank: request.lora_config.rank,
+    ...(request.lora_config.seed == null ? {} : { seed: request.lora_config.seed }),
+    train_unembed: request.lora_config.train_unembed,
+    train_mlp: request.lora_config.train_mlp,
+    train_attn: request.lora_config.train_attn,
+  };
+  const payload: CreateModelPayload = {
+    request_type: 'create_model',
+    session_id: request.session_id,
+    base_model: request.base_model,
+    lora_config: loraConfig,
+    ...(request.user_metadata ? { user_metadata: request.user_metadata } : {}),
+  };
+  return submitCreateModel(
+    {
+      requestId: mintRequestId(ctx.now),
+      modelId: mintId('model', ctx.now),
+      tenant: ctx.tenant,
+      sessionId: request.session_id,
+      modelSeqId: request.model_seq_id,
+      baseModel: request.base_model,
+      loraConfig,
+      payload: serializePayload(payload),
+      now: ctx.now,
+    },
+    ctx.clients,
+  );
+}
+
+async function submitPass(
+  ctx: OperationContext,
+  type: 'forward' | 'forward_backward',
+  modelId: string,
+  seqId: number,
+  input: schemas.ForwardBackwardInputBody,
+  field: string,
+): Promise<FutureAnswer> {
+  const tokens = checkForwardInput(input, field, ctx.tunables);
+  const counter = await requireSeqCounter(modelId, ctx.tenant, ctx.clients.doc);
+  const payload: PassPayload = { request_type: type, seq_id: seqId, input };
+  return submitTrainingStep(
+    {
+      requestId: mintRequestId(ctx.now),
+      tenant: ctx.tenant,
+      modelId,
+      seqId,
+      requestType: type,
+      tokens,
+      payload: serializePayload(payload),
+      counter,
+      now: ctx.now,
+    },
+    ctx.clients,
+  );
+}
+
+export async function forwardBackward(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
+  const request = parseRequest(schemas.forwardBackwardRequest, body);
+  return submitPass(
+    ctx,
+    'forward_backward',
+    request.model_id,
+    request.seq_id,
+    request.forward_backward_input,
+    'forward_backward_input',
+  );
+}
+
+export async function forward(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
+  const request = parseRequest(schemas.forwardRequest, body);
+  return submitPass(ctx, 'forward', request.model_id, request.seq_id, request.forward_input, 'forward_input');
+}
+
+export async function optimStep(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
+  const request = parseRequest(schemas.optimStepRequest, body);
+  const counter = await requireSeqCounter(request.model_id, ctx.tenant, ctx.clients.doc);
+  const payload: OptimStepPayload = {
+    request_type: 'optim_step',
+    seq_id: request.seq_id,
+    adam_params: request.adam_params,
+  };
+  return submitTrainingStep(
+    {
+      requestId: mintRequestId(ctx.now),
+      tenant: ctx.tenant,
+      modelId: request.model_id,
+      seqId: request.seq_id,
+      requestType: 'optim_step',
+      tokens: 0,
+      payload: serializePayload(payload),
+      counter,
+      now: ctx.now,
+    },
+    ctx.clients,
+  );
+}
+
+function checkpointRef(modelId: string, kind: CheckpointKind, name: string): CheckpointRef {
+  return {
+    pk: registryKey.checkpointName(modelId, kind, name),
+    model_id: modelId,
+    kind,
+    name,
+    path: formatCheckpointPath({ modelId, kind, name }),
+  };
+}
+
+function reservation(ref: CheckpointRef, tenant: string, requestId: string): CheckpointNameRecord {
+  return {
+    pk: ref.pk,
+    tenant,
+    model_id: ref.model_id,
+    kind: ref.kind,
+    name: ref.name,
+    path: ref.path,
+    request_id: requestId,
+    status: 'pending',
+    content_id: checkpointContentId(requestId),
+  };
+}
+
+export async function saveWeights(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
+  const request = parseRequest(schemas.saveWeightsRequest, body);
+  const counter = await requireSeqCounter(request.model_id, ctx.tenant, ctx.clients.doc);
+  const requestId = mintRequestId(ctx.now);
+  const ref = checkpointRef(request.model_id, 'weights', request.path);
+  const payload: SaveWeightsPayload = {
+    request_type: 'save_weights',
+    seq_id: request.seq_id,
+    checkpoint: ref,
+  };
+  return submitTrainingStep(
+    {
+      requestId,
+      tenant: ctx.tenant,
+      modelId: request.model_id,
+      seqId: request.seq_id,
+      requestType: 'save_weights',
+      tokens: 0,
+      payload: serializePayload(payload),
+      counter,
+      reservation: reservation(ref, ctx.tenant, requestId),
+      now: ctx.now,
+    },
+    ctx.clients,
+  );
+}
+
+/**
+ * Named: reserves `tinker://<model>/<name>`. Unnamed (`sampling_session_seq_id`): the sampling session
+ * id is derived from (model, seq_id), so a retry names the same one; it also names the anonymous
+ * checkpoint, and the worker writes the sampling session record when the save commits.
+ */
+export async function saveWeightsForSampler(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
+  const request = parseRequest(schemas.saveWeightsForSamplerRequest, body);
+  const counter: SeqCounterRecord = await requireSeqCounter(request.model_id, ctx.tenant, ctx.clients.doc);
+  const requestId = mintRequestId(ctx.now);
+  let payload: SaveWeightsForSamplerPayload;
+  if (request.path != null) {
+    payload = {
+      request_type: 'save_weights_for_sampler',
+      seq_id: request.seq_id,
+      checkpoint: checkpointRef(request.model_id, 'sampler', request.path),
+    };
+  } else {
+    const samplingSessionId = deriveId('sampling', request.model_id, request.seq_id);
+    payload = {
+      request_type: 'save_weights_for_sampler',
+      seq_id: request.seq_id,
+      checkpoint: checkpointRef(request.model_id, 'sampler', samplingSessionId),
+      sampling_session: {
+        sampling_session_id: samplingSessionId,
+        session_id: counter.session_id,
+        sampling_session_seq_id: request.sampling_session_seq_id ?? 0,
+        base_model: counter.base_model,
+      },
+    };
+  }
+  return submitTrainingStep(
+    {
+      requestId,
+      tenant: ctx.tenant,
+      modelId: request.model_id,
+      seqId: request.seq_id,
+      requestType: 'save_weights_for_sampler',
+      tokens: 0,
+      payload: serializePayload(payload),
+      counter,
+      reservation: reservation(payload.checkpoint, ctx.tenant, requestId),
+      now: ctx.now,
+    },
+    ctx.clients,
+  );
+}
+
+/** The checkpoint may still be pending: an earlier step of a sequence may be the one saving it. */
+export async function loadWeights(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
+  const request = parseRequest(schemas.loadWeightsRequest, body);
+  const counter = await requireSeqCounter(request.model_id, ctx.tenant, ctx.clients.doc);
+  const checkpoint = await resolveCheckpoint(request.path, 'weights', ctx.tenant, 'path', ctx.clients.doc);
+  const payload: LoadWeightsPayload = {
+    request_type: 'load_weights',
+    seq_id: request.seq_id,
+    checkpoint: {
+      ...checkpointRef(checkpoint.model_id, checkpoint.kind, checkpoint.name),
+      content_id: checkpoint.content_id,
+    },
+    optimizer: request.optimizer,
+  };
+  return submitTrainingStep(
+    {
+      requestId: mintRequestId(ctx.now),
+      tenant: ctx.tenant,
+      modelId: request.model_id,
+      seqId: request.seq_id,
+      requestType: 'load_weights',
+      tokens: 0,
+      payload: serializePayload(payload),
+      counter,
+      now: ctx.now,
+    },
+    ctx.clients,
+  );
+}
+
+export async function unloadModel(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
+  const request = parseRequest(schemas.unloadModelRequest, body);
+  const counter = await requireSeqCounter(request.model_id, ctx.tenant, ctx.clients.doc);
+  const payload: UnloadModelPayload = { request_type: 'unload_model' };
+  return submitUnload(
+    {
+      requestId: mintRequestId(ctx.now),
+      tenant: ctx.tenant,
+      modelId: request.model_id,
+      payload: serializePayload(payload),
+      counter,
+      now: ctx.now,
+    },
+    ctx.clients,
+  );
+}
+
+/**
+ * From a sampler checkpoint (`model_path`) or a bare base model. A checkpoint that exists but is not
+ * committed yet answers 408, which the SDK retries.
+ */
+export async function createSamplingSession(ctx: OperationContext, body: unknown) {
+  const request = parseRequest(schemas.createSamplingSessionRequest, body);
+  await requireSession(request.session_id, ctx.tenant, ctx.clients.doc);
+  const samplingSessionId = mintId('sampling', ctx.now);
+  let target: Pick<SamplingSessionRecord, 'model_id' | 'base_model' | 'checkpoint_id' | 'model_path'>;
+  if (request.model_path) {
+    const checkpoint = await resolveCheckpoint(
+      request.model_path,
+      'sampler',
+      ctx.tenant,
+      'model_path',
+      ctx.clients.doc,
+    );
+    if (checkpoint.status !== 'committed') {
+      throw new RetryLaterError(`model_path: checkpoint ${checkpoint.path} is not saved yet; retry shortly`, {
+        context: { field: 'model_path' },
+      });
+    }
+    const owner = await requireSeqCounter(checkpoint.model_id, ctx.tenant, ctx.clients.doc);
+    if (request.base_model && request.base_model !== owner.base_model) {
+      throw new ValidationError(
+        `base_model: ${request.model_path} was trained from ${owner.base_model}, not ${request.base_model}`,
+        { context: { field: 'base_model' } },
+      );
+    }
+    target = {
+      model_id: checkpoint.model_id,
+      base_model: owner.base_model,
+      checkpoint_id: checkpoint.content_id,
+      model_path: checkpoint.path,
+    };
+  } else {
+    const baseModel = request.base_model as string;
+    target = { model_id: baseModelId(baseModel), base_model: baseModel };
+  }
+  return storeSamplingSession(
+    {
+      attemptId: mintRequestId(ctx.now),
+      record: {
+        pk: registryKey.samplingSession(samplingSessionId),
+        sampling_session_id: samplingSessionId,
+        tenant: ctx.tenant,
+        session_id: request.session_id,
+        ...target,
+        created_at: ctx.now,
+      },
+      samplingSessionSeqId: request.sampling_session_seq_id,
+      digest: sha256Hex(canonicalJson({ model_path: request.model_path, base_model: request.base_model })),
+    },
+    ctx.clients,
+  ).then((answer) => ({ type: 'create_sampling_session' as const, ...answer }));
+}
+
+export async function asample(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
+  const request = parseRequest(schemas.sampleRequest, body);
+  const tokens = checkSample(request, ctx.tunables);
+  const session = await requireSamplingSession(request.sampling_session_id, ctx.tenant, ctx.clients.doc);
+  const payload: SamplePayload = {
+    request_type: 'sample',
+    sampling_session_id: session.sampling_session_id,
+    seq_id: request.seq_id,
+    base_model: session.base_model,
+    ...(session.checkpoint_id === undefined
+      ? {}
+      : {
+          checkpoint: {
+            model_id: session.model_id,
+            content_id: session.checkpoint_id,
+            ...(session.model_path === undefined ? {} : { path: session.model_path }),
+          },
+        }),
+    num_samples: request.num_samples,
+    prompt: request.prompt,
+    sampling_params: {
+      ...request.sampling_params,
+      seed: request.sampling_params.seed ?? deriveSeed(session.sampling_session_id, request.seq_id),
+    },
+    prompt_logprobs: request.prompt_logprobs ?? false,
+    topk_prompt_logprobs: request.topk_prompt_logprobs,
+  };
+  return submitSample(
+    {
+      requestId: mintRequestId(ctx.now),
+      tenant: ctx.tenant,
+      samplingSession: session,
+      seqId: request.seq_id,
+      tokens,
+      payload: serializePayload(payload),
+      now: ctx.now,
+    },
+    ctx.clients,
+  );
+}

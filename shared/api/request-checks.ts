@@ -1,0 +1,143 @@
+import type { z } from 'zod';
+import type { Tunables } from '../config.js';
+import { ValidationError } from '../errors.js';
+import { LOSS_FN_INPUTS } from './capabilities.js';
+import type {
+  ForwardBackwardInputBody,
+  ModelInputBody,
+  SampleRequestBody,
+  TensorDataBody,
+} from './schemas.js';
+
+/**
+ * Validation beyond shapes: limits (413), features this deployment does not offer (422) and rules
+ * across fields (400). Every rejection names the field and the problem, and all of it runs before
+ * anything is written.
+ */
+
+type Limits = Pick<Tunables, 'maxBodyBytes' | 'maxDatums' | 'maxTokensPerRequest'>;
+
+function invalid(field: string, problem: string, status: 400 | 413 | 422 = 400): ValidationError {
+  return new ValidationError(`${field}: ${problem}`, { status, context: { field } });
+}
+
+/** Decodes and parses a JSON body; an empty body counts as `{}` (GET-like calls send none). */
+export function parseJsonBody(raw: string | undefined, limits: Pick<Limits, 'maxBodyBytes'>): unknown {
+  if (raw === undefined || raw === '') return {};
+  const bytes = Buffer.byteLength(raw);
+  if (bytes > limits.maxBodyBytes) {
+    throw invalid('body', `${bytes} bytes exceeds the limit of ${limits.maxBodyBytes} bytes`, 413);
+  }
+  try {
+    return JSON.parse(raw) as unknown;
+  } catch (error) {
+    throw invalid('body', `not valid JSON (${error instanceof Error ? error.message : 'parse error'})`);
+  }
+}
+
+function fieldOf(path: readonly PropertyKey[]): string {
+  return path.length === 0 ? 'body' : path.map(String).join('.');
+}
+
+/** Parses with a zod schema; the first issues become one 400 naming the first field. */
+export function parseRequest<S extends z.ZodType>(schema: S, body: unknown): z.output<S> {
+  const parsed = schema.safeParse(body);
+  if (parsed.success) return parsed.data;
+  const issues = parsed.error.issues.slice(0, 3);
+  const first = issues[0];
+  const field = first ? fieldOf(first.path) : 'body';
+  const message = issues.map((issue) => `${fieldOf(issue.path)}: ${issue.message}`).join('; ');
+  throw new ValidationError(message, { context: { field } });
+}
+
+/** Counts the tokens of a model input; every chunk must be an encoded_text chunk with tokens. */
+export function checkModelInput(input: ModelInputBody, field: string): number {
+  let tokens = 0;
+  input.chunks.forEach((chunk, index) => {
+    const chunkField = `${field}.chunks.${index}`;
+    if (chunk.type !== undefined && chunk.type !== 'encoded_text') {
+      throw invalid(`${chunkField}.type`, `only encoded_text chunks are supported, got "${chunk.type}"`, 422);
+    }
+    if (chunk.tokens === undefined)
+      throw invalid(`${chunkField}.tokens`, 'required for an encoded_text chunk');
+    tokens += chunk.tokens.length;
+  });
+  if (tokens === 0) throw invalid(field, 'has no tokens');
+  return tokens;
+}
+
+function checkTensor(tensor: TensorDataBody, field: string, positions: number): void {
+  if (tensor.sparse_crow_indices != null || tensor.sparse_col_indices != null) {
+    throw invalid(field, 'sparse tensors are not supported; send dense data', 422);
+  }
+  if (tensor.dtype === 'int64' && !tensor.data.every(Number.isInteger)) {
+    throw invalid(`${field}.data`, 'dtype int64 needs integer values');
+  }
+  if (tensor.shape != null) {
+    const size = tensor.shape.reduce((product, dimension) => product * dimension, 1);
+    if (size !== tensor.data.length) {
+      throw invalid(
+        `${field}.shape`,
+        `shape [${tensor.shape.join(', ')}] holds ${size} values, data has ${tensor.data.length}`,
+      );
+    }
+  }
+  const leading = tensor.shape?.[0] ?? tensor.data.length;
+  if (leading !== positions) {
+    throw invalid(field, `has ${leading} positions but the datum's model_input has ${positions} tokens`);
+  }
+}
+
+/**
+ * Checks a forward / forward_backward input against the limits and the loss function's needs;
+ * returns its token count (recorded on the row for planning).
+ */
+export function checkForwardInput(input: ForwardBackwardInputBody, field: string, limits: Limits): number {
+  if (input.data.length > limits.maxDatums) {
+    throw invalid(
+      `${field}.data`,
+      `${input.data.length} datums exceeds the limit of ${limits.maxDatums}`,
+      413,
+    );
+  }
+  const required = LOSS_FN_INPUTS[input.loss_fn];
+  let total = 0;
+  input.data.forEach((datum, index) => {
+    const datumField = `${field}.data.${index}`;
+    const positions = checkModelInput(datum.model_input, `${datumField}.model_input`);
+    total += positions;
+    for (const name of required) {
+      if (datum.loss_fn_inputs[name] === undefined) {
+        throw invalid(`${datumField}.loss_fn_inputs.${name}`, `required by loss_fn ${input.loss_fn}`);
+      }
+    }
+    const targets = datum.loss_fn_inputs.target_tokens;
+    if (targets && targets.dtype !== 'int64') {
+      throw invalid(`${datumField}.loss_fn_inputs.target_tokens.dtype`, 'must be int64 (token ids)');
+    }
+    if (targets?.data.some((token) => token < 0)) {
+      throw invalid(`${datumField}.loss_fn_inputs.target_tokens.data`, 'token ids must not be negative');
+    }
+    for (const [name, tensor] of Object.entries(datum.loss_fn_inputs)) {
+      checkTensor(tensor, `${datumField}.loss_fn_inputs.${name}`, positions);
+    }
+  });
+  if (total > limits.maxTokensPerRequest) {
+    throw invalid(`${field}.data`, `${total} tokens exceeds the limit of ${limits.maxTokensPerRequest}`, 413);
+  }
+  return total;
+}
+
+/** Checks a sample's prompt and token budget; returns prompt tokens plus the tokens it may generate. */
+export function checkSample(request: SampleRequestBody, limits: Limits): number {
+  const promptTokens = checkModelInput(request.prompt, 'prompt');
+  const budget = promptTokens + request.num_samples * request.sampling_params.max_tokens;
+  if (budget > limits.maxTokensPerRequest) {
+    throw invalid(
+      'sampling_params.max_tokens',
+      `prompt (${promptTokens}) plus num_samples x max_tokens comes to ${budget} tokens, over the limit of ${limits.maxTokensPerRequest}`,
+      413,
+    );
+  }
+  return budget;
+}

@@ -1,0 +1,62 @@
+import type { FutureRow } from '../domain/records.js';
+import { NotFoundError } from '../errors.js';
+import { isRequestId } from '../ids.js';
+import { realSleep } from '../prefix/backoff.js';
+import { readFuture, readFutureResult } from '../repositories/futures.js';
+import type { OperationContext } from './operations.js';
+import { parseRequest } from './request-checks.js';
+import { retrieveFutureRequest } from './schemas.js';
+
+/** First poll delay; doubles up to the cap, so a long poll costs about 30 reads, not thousands. */
+const FIRST_POLL_MS = 50;
+const MAX_POLL_MS = 1_000;
+
+export interface TryAgain {
+  readonly type: 'try_again';
+  readonly request_id: string;
+  readonly queue_state: 'active';
+}
+
+export interface FailedAnswer {
+  readonly error: string;
+  readonly category: 'user' | 'server';
+}
+
+function notFound(requestId: string): NotFoundError {
+  return new NotFoundError(`future ${requestId} not found`, { context: { field: 'request_id' } });
+}
+
+/**
+ * retrieve_future: holds the poll open until the row turns terminal or `deadline` (ms since the epoch)
+ * passes, reading the row with a doubling backoff. Completed: the stored result; failed: `{error,
+ * category}` with status 200 (the SDK raises RequestFailedError); still pending: try_again.
+ * Unknown ids and other tenants' ids are the same 404.
+ */
+export async function retrieveFuture(
+  ctx: OperationContext & { readonly deadline: number },
+  body: unknown,
+  sleep: (ms: number) => Promise<void> = realSleep,
+): Promise<unknown> {
+  const { request_id: requestId } = parseRequest(retrieveFutureRequest, body);
+  if (!isRequestId(requestId)) throw notFound(requestId);
+  // The first read is strong: the client may ask the moment its submit returned.
+  let row: FutureRow | undefined = await readFuture(requestId, ctx.clients.doc, true);
+  if (row === undefined || row.tenant !== ctx.tenant) throw notFound(requestId);
+  let delay = FIRST_POLL_MS;
+  while (row.status === 'pending') {
+    const left = ctx.deadline - Date.now();
+    if (left <= 0)
+      return { type: 'try_again', request_id: requestId, queue_state: 'active' } satisfies TryAgain;
+    await sleep(Math.min(delay, left));
+    delay = Math.min(delay * 2, MAX_POLL_MS);
+    // Later reads may be eventually consistent: a stale one only delays the answer.
+    row = (await readFuture(requestId, ctx.clients.doc)) ?? row;
+  }
+  if (row.status === 'failed') {
+    return {
+      error: row.error?.message ?? 'request failed',
+      category: row.error?.category ?? 'server',
+    } satisfies FailedAnswer;
+  }
+  return readFutureResult(row, ctx.clients);
+}

@@ -1,0 +1,150 @@
+import { type AwsClients, awsClients } from '../aws/clients.js';
+import { config } from '../config.js';
+import { AuthError, isAwsError, TinkerError } from '../errors.js';
+import { logger } from '../logger.js';
+import { RETRYABLE_ERROR_NAMES } from '../prefix/backoff.js';
+import { tenantForApiKey } from '../repositories/api-keys.js';
+import * as ops from './operations.js';
+import { parseJsonBody } from './request-checks.js';
+import { retrieveFuture } from './retrieve.js';
+
+/** An HTTP request as the edge sees it, independent of API Gateway's event shape. */
+export interface ApiRequest {
+  readonly method: string;
+  readonly path: string;
+  /** Header names in any case. */
+  readonly headers: Readonly<Record<string, string | undefined>>;
+  /** The body as text (already base64-decoded). */
+  readonly body?: string;
+  /** Time the invocation has left, when the runtime knows it (Lambda); bounds long polls. */
+  readonly remainingMs?: number;
+}
+
+export interface ApiResponse {
+  readonly status: number;
+  readonly body: unknown;
+}
+
+export interface ErrorBody {
+  readonly error: string;
+  readonly field?: string;
+}
+
+type Handler = (ctx: ops.OperationContext & { readonly deadline: number }, body: unknown) => unknown;
+
+interface Route {
+  readonly methods: readonly string[];
+  readonly run: Handler;
+}
+
+const POST = ['POST'] as const;
+
+/** Everything under `/api/v1/`, as the Tinker SDK calls it. */
+const ROUTES: Readonly<Record<string, Route>> = {
+  'client/config': { methods: POST, run: (_ctx, body) => ops.clientConfig(body) },
+  'client/dynamic_config': { methods: ['GET', 'POST'], run: () => ops.clientDynamicConfig() },
+  get_server_capabilities: { methods: ['GET', 'POST'], run: () => ops.serverCapabilities() },
+  create_session: { methods: POST, run: ops.createSession },
+  session_heartbeat: { methods: POST, run: ops.sessionHeartbeat },
+  telemetry: { methods: POST, run: (_ctx, body) => ops.telemetry(body) },
+  create_model: { methods: POST, run: ops.createModel },
+  forward_backward: { methods: POST, run: ops.forwardBackward },
+  forward: { methods: POST, run: ops.forward },
+  optim_step: { methods: POST, run: ops.optimStep },
+  save_weights: { methods: POST, run: ops.saveWeights },
+  save_weights_for_sampler: { methods: POST, run: ops.saveWeightsForSampler },
+  load_weights: { methods: POST, run: ops.loadWeights },
+  create_sampling_session: { methods: POST, run: ops.createSamplingSession },
+  asample: { methods: POST, run: ops.asample },
+  unload_model: { methods: POST, run: ops.unloadModel },
+  retrieve_future: { methods: POST, run: retrieveFuture },
+};
+
+const API_PREFIX = '/api/v1/';
+/** Margin left to a Lambda invocation after a long poll, to answer before the timeout. */
+const DEADLINE_MARGIN_MS = 2_000;
+
+function header(request: ApiRequest, name: string): string | undefined {
+  const wanted = name.toLowerCase();
+  for (const [key, value] of Object.entries(request.headers)) if (key.toLowerCase() === wanted) return value;
+  return undefined;
+}
+
+function answer(status: number, error: string, field?: string): ApiResponse {
+  const body: ErrorBody = field === undefined ? { error } : { error, field };
+  return { status, body };
+}
+
+/** Typed errors become their status and `{error, field?}`; anything else is logged and answered 5xx. */
+export function errorResponse(error: unknown): ApiResponse {
+  if (error instanceof TinkerError) {
+    if (error.status >= 500) logger.error('request failed', { error: error.name, message: error.message });
+    const field = error.context.field;
+    return answer(error.status, error.message, typeof field === 'string' ? field : undefined);
+  }
+  if (isAwsError(error, ...RETRYABLE_ERROR_NAMES)) {
+    logger.warn('request throttled', { error: error.name });
+    return answer(503, 'the service is busy; retry the request');
+  }
+  logger.error('unexpected error', {
+    error: error instanceof Error ? error.name : typeof error,
+    message: error instanceof Error ? error.message : undefined,
+  });
+  return answer(500, 'internal error');
+}
+
+export interface ApiDependencies {
+  readonly clients?: AwsClients;
+  readonly now?: () => number;
+}
+
+export async function handleApiRequest(
+  request: ApiRequest,
+  deps: ApiDependencies = {},
+): Promise<ApiResponse> {
+  const method = request.method.toUpperCase();
+  if (request.path === '/healthz' || request.path === '/api/v1/healthz') {
+    return method === 'GET'
+      ? { status: 200, body: { status: 'ok' } }
+      : answer(405, `use GET on ${request.path}`);
+  }
+  const route = request.path.startsWith(API_PREFIX)
+    ? ROUTES[request.path.slice(API_PREFIX.length)]
+    : undefined;
+  if (route === undefined) return answer(404, `no route for ${method} ${request.path}`);
+  if (!route.methods.includes(method)) {
+    return answer(
+      405,
+      `method ${method} is not allowed on ${request.path}; use ${route.methods.join(' or ')}`,
+    );
+  }
+  try {
+    const clients = deps.clients ?? awsClients();
+    const { tunables } = config();
+    const apiKey = header(request, 'x-api-key');
+    if (apiKey === undefined || apiKey === '') throw new AuthError('missing X-API-Key header');
+    const tenant = await tenantForApiKey(apiKey, clients.doc);
+    if (tenant === undefined) throw new AuthError('invalid or revoked API key');
+    const contentType = header(request, 'content-type') ?? 'application/json';
+    if (request.body && !/json|text\/plain/i.test(contentType)) {
+      return answer(
+        415,
+        `body: content-type ${contentType} is not supported; send JSON (Tinker SDK <= 0.24.1)`,
+        'body',
+      );
+    }
+    const body = parseJsonBody(request.body, tunables);
+    const now = deps.now?.() ?? Date.now();
+    const pollMs = Math.min(
+      tunables.longPollSeconds * 1000,
+      request.remainingMs === undefined ? Number.POSITIVE_INFINITY : request.remainingMs - DEADLINE_MARGIN_MS,
+    );
+    const result = await route.run(
+      { tenant, now, clients, tunables, deadline: now + Math.max(0, pollMs) },
+      body,
+    );
+    return { status: 200, body: result };
+  } catch (error) {
+    return errorResponse(error);
+  }
+}

@@ -1,0 +1,223 @@
+import { z } from 'zod';
+import { LOSS_FNS, MAX_LORA_RANK } from './capabilities.js';
+
+/**
+ * Request bodies of the Tinker REST API as the Python SDK (<= 0.24.1) sends them. Shapes only: limits
+ * and cross-field rules that answer 413/422 live in `request-checks.ts`. Unknown members (the SDK's
+ * `type` and fields of newer versions) are accepted and dropped, so they never reach a stored payload.
+ */
+
+/** Ids travel inside `#`-separated registry keys and S3 keys: a conservative alphabet. */
+export const idString = z
+  .string()
+  .regex(/^[A-Za-z0-9_.:-]{1,128}$/, { error: 'must be an id (1-128 letters, digits, _ . : -)' });
+
+/** Client sequence numbers (seq_id, model_seq_id, ...). */
+const sequenceNumber = (min: number) => z.int().min(min).max(Number.MAX_SAFE_INTEGER);
+
+export const tokenId = z
+  .int()
+  .min(0)
+  .max(2 ** 31 - 1);
+
+/**
+ * A long array of numbers checked in one loop and kept as the same array (no per-element schema,
+ * no copy): request bodies carry tens of thousands of token ids and tensor values, and per-element
+ * parsing dominated the cost of a submit. The first bad element is reported with its index.
+ */
+function numberArray(accepts: (value: unknown) => boolean, expected: string) {
+  return z
+    .custom<number[]>((value) => Array.isArray(value), { error: 'Invalid input: expected array' })
+    .superRefine((values, ctx) => {
+      const index = values.findIndex((value) => !accepts(value));
+      if (index >= 0) {
+        ctx.addIssue({
+          code: 'custom',
+          path: [index],
+          message: `${expected}, got ${JSON.stringify(values[index])}`,
+        });
+      }
+    });
+}
+
+const isTokenId = (value: unknown) =>
+  Number.isInteger(value) && (value as number) >= 0 && (value as number) < 2 ** 31;
+export const tokenIds = numberArray(isTokenId, 'expected a token id (an integer >=0 and <2^31)');
+const finiteNumbers = numberArray(Number.isFinite, 'expected a finite number');
+
+/** Checkpoint names end up in `tinker://` paths and registry keys. */
+export const RESERVED_CHECKPOINT_NAME = /^samp-[0-9a-f]{32}$/;
+export const checkpointName = z
+  .string()
+  .regex(/^[A-Za-z0-9_.-]{1,255}$/, { error: 'must be 1-255 letters, digits, _ . -' })
+  .refine((name) => name !== '.' && name !== '..', { error: 'must not be . or ..' })
+  .refine((name) => !RESERVED_CHECKPOINT_NAME.test(name), {
+    error: 'names shaped like a sampling session id are reserved for unnamed sampler checkpoints',
+  });
+
+export const baseModelName = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/, { error: 'must be a model name (letters, digits, . _ / -)' });
+
+const metadata = z.record(z.string(), z.unknown());
+
+export const tensorData = z.object({
+  data: finiteNumbers,
+  dtype: z.enum(['int64', 'float32']),
+  shape: z.array(z.int().min(0)).nullish(),
+  sparse_crow_indices: z.array(z.int()).nullish(),
+  sparse_col_indices: z.array(z.int()).nullish(),
+});
+
+export const modelInputChunk = z.object({
+  type: z.string().optional(),
+  tokens: tokenIds.optional(),
+});
+
+export const modelInput = z.object({ chunks: z.array(modelInputChunk).min(1) });
+
+export const datum = z.object({
+  model_input: modelInput,
+  loss_fn_inputs: z.record(z.string(), tensorData),
+});
+
+export const forwardBackwardInput = z.object({
+  data: z.array(datum).min(1),
+  loss_fn: z.enum(LOSS_FNS),
+  loss_fn_config: z.record(z.string(), z.union([z.number(), z.string()])).nullish(),
+});
+
+export const loraConfig = z.object({
+  rank: z.int().min(1).max(MAX_LORA_RANK),
+  seed: z.int().nullish(),
+  train_unembed: z.boolean().default(true),
+  train_mlp: z.boolean().default(true),
+  train_attn: z.boolean().default(true),
+});
+
+/** Tinker's AdamParams with its defaults filled in, so the stored payload is complete. */
+export const adamParams = z.object({
+  learning_rate: z.number().min(0).default(1e-4),
+  beta1: z.number().min(0).lt(1).default(0.9),
+  beta2: z.number().min(0).lt(1).default(0.95),
+  eps: z.number().gt(0).default(1e-12),
+  weight_decay: z.number().min(0).default(0),
+  grad_clip_norm: z.number().min(0).default(0),
+});
+
+export const samplingParams = z.object({
+  max_tokens: z.int().min(1),
+  temperature: z.number().min(0).default(1),
+  top_k: z
+    .int()
+    .min(-1)
+    .refine((k) => k !== 0, { error: 'must be -1 (no limit) or a positive integer' })
+    .default(-1),
+  top_p: z.number().gt(0).max(1).default(1),
+  seed: z.int().nullish(),
+  stop: z.union([z.string(), z.array(z.string()), tokenIds, z.array(tokenIds)]).nullish(),
+});
+
+export const clientConfigRequest = z.object({ sdk_version: z.string().max(64).optional() });
+
+export const createSessionRequest = z.object({
+  tags: z.array(z.string().max(256)).max(64).default([]),
+  user_metadata: metadata.nullish(),
+  sdk_version: z.string().max(64).optional(),
+});
+
+export const sessionHeartbeatRequest = z.object({ session_id: idString });
+
+/** Telemetry is accepted and dropped; only its shape (a JSON object) is checked. */
+export const telemetryRequest = z.record(z.string(), z.unknown());
+
+export const createModelRequest = z.object({
+  session_id: idString,
+  model_seq_id: sequenceNumber(0),
+  base_model: baseModelName,
+  lora_config: loraConfig,
+  user_metadata: metadata.nullish(),
+});
+
+const modelRequest = { model_id: idString, seq_id: sequenceNumber(1) };
+
+export const forwardBackwardRequest = z.object({
+  ...modelRequest,
+  forward_backward_input: forwardBackwardInput,
+});
+export const forwardRequest = z.object({ ...modelRequest, forward_input: forwardBackwardInput });
+export const optimStepRequest = z.object({ ...modelRequest, adam_params: adamParams });
+export const saveWeightsRequest = z.object({ ...modelRequest, path: checkpointName });
+
+export const saveWeightsForSamplerRequest = z
+  .object({
+    ...modelRequest,
+    path: checkpointName.nullish(),
+    sampling_session_seq_id: sequenceNumber(0).nullish(),
+  })
+  .superRefine((request, ctx) => {
+    const named = request.path !== undefined && request.path !== null;
+    const unnamed = request.sampling_session_seq_id !== undefined && request.sampling_session_seq_id !== null;
+    if (named === unnamed) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['path'],
+        message: 'give exactly one of path (a named checkpoint) or sampling_session_seq_id (an unnamed one)',
+      });
+    }
+  });
+
+export const loadWeightsRequest = z.object({
+  ...modelRequest,
+  path: z.string().max(512),
+  optimizer: z.boolean().default(false),
+});
+
+export const unloadModelRequest = z.object({ model_id: idString });
+
+export const createSamplingSessionRequest = z
+  .object({
+    session_id: idString,
+    sampling_session_seq_id: sequenceNumber(0),
+    base_model: baseModelName.nullish(),
+    model_path: z.string().max(512).nullish(),
+  })
+  .superRefine((request, ctx) => {
+    if (!request.model_path && !request.base_model) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['model_path'],
+        message: 'give model_path (tinker://...) or base_model',
+      });
+    }
+  });
+
+export const sampleRequest = z.object({
+  sampling_session_id: idString,
+  seq_id: sequenceNumber(0),
+  num_samples: z.int().min(1).max(1024).default(1),
+  prompt: modelInput,
+  sampling_params: samplingParams,
+  prompt_logprobs: z.boolean().nullish(),
+  topk_prompt_logprobs: z.int().min(0).max(1024).default(0),
+});
+
+export const retrieveFutureRequest = z.object({
+  request_id: z.string().min(1).max(128),
+  allow_metadata_only: z.boolean().optional(),
+});
+
+export type CreateSessionRequest = z.infer<typeof createSessionRequest>;
+export type CreateModelRequest = z.infer<typeof createModelRequest>;
+export type ForwardBackwardRequest = z.infer<typeof forwardBackwardRequest>;
+export type ForwardRequest = z.infer<typeof forwardRequest>;
+export type ForwardBackwardInputBody = z.infer<typeof forwardBackwardInput>;
+export type OptimStepRequest = z.infer<typeof optimStepRequest>;
+export type SaveWeightsRequest = z.infer<typeof saveWeightsRequest>;
+export type SaveWeightsForSamplerRequest = z.infer<typeof saveWeightsForSamplerRequest>;
+export type LoadWeightsRequest = z.infer<typeof loadWeightsRequest>;
+export type UnloadModelRequest = z.infer<typeof unloadModelRequest>;
+export type CreateSamplingSessionRequest = z.infer<typeof createSamplingSessionRequest>;
+export type SampleRequestBody = z.infer<typeof sampleRequest>;
+export type ModelInputBody = z.infer<typeof modelInput>;
+export type TensorDataBody = z.infer<typeof tensorData>;

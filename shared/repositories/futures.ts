@@ -1,0 +1,144 @@
+import { GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { type DynamoDBDocumentClient, GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { type AwsClients, awsClients } from '../aws/clients.js';
+import { config } from '../config.js';
+import type { FutureError, FutureRow, RequestType } from '../domain/records.js';
+import { ConditionLostError, InfrastructureError, isAwsError } from '../errors.js';
+import { liveKey, liveShard } from '../ids.js';
+import { storageKeys } from '../storage-keys.js';
+
+/** Results larger than this go to S3 (`result_key`) instead of the row (items are at most 400 KB). */
+export const INLINE_RESULT_MAX_BYTES = 64 * 1024;
+
+export interface PendingFutureInput {
+  readonly requestId: string;
+  readonly tenant: string;
+  readonly modelId: string;
+  readonly seq?: number;
+  readonly requestType: RequestType;
+  readonly checkpointId?: string;
+  readonly tokens: number;
+  readonly payloadKey: string;
+  readonly payloadDigest: string;
+  readonly now: number;
+}
+
+/** A new pending row: in the `live` index on its model's shard until it turns terminal. */
+export function pendingFutureRow(input: PendingFutureInput): FutureRow {
+  const { pool, liveShards } = config();
+  return {
+    request_id: input.requestId,
+    tenant: input.tenant,
+    model_id: input.modelId,
+    ...(input.seq === undefined ? {} : { seq: input.seq }),
+    request_type: input.requestType,
+    ...(input.checkpointId === undefined ? {} : { checkpoint_id: input.checkpointId }),
+    status: 'pending',
+    live: liveKey(pool, liveShard(input.modelId, liveShards)),
+    tokens: input.tokens,
+    payload_key: input.payloadKey,
+    payload_digest: input.payloadDigest,
+    created_at: input.now,
+    updated_at: input.now,
+  };
+}
+
+export async function readFuture(
+  requestId: string,
+  doc: DynamoDBDocumentClient = awsClients().doc,
+  consistent = false,
+): Promise<FutureRow | undefined> {
+  const answer = await doc.send(
+    new GetCommand({
+      TableName: config().table('futures'),
+      Key: { request_id: requestId },
+      ConsistentRead: consistent,
+    }),
+  );
+  return answer.Item as FutureRow | undefined;
+}
+
+/** The result of a completed row: inline, or the S3 object `result_key` names. */
+export async function readFutureResult(
+  row: FutureRow,
+  clients: Pick<AwsClients, 's3'> = awsClients(),
+): Promise<unknown> {
+  if (row.result_key === undefined) return row.result;
+  try {
+    const answer = await clients.s3.send(
+      new GetObjectCommand({ Bucket: config().bucket, Key: row.result_key }),
+    );
+    const body = await answer.Body?.transformToString('utf8');
+    if (body === undefined) throw new Error('empty body');
+    return JSON.parse(body) as unknown;
+  } catch (error) {
+    throw new InfrastructureError(`result ${row.result_key} of ${row.request_id} is unreadable`, {
+      cause: error,
+      context: { request_id: row.request_id },
+    });
+  }
+}
+
+type Terminal =
+  | { readonly status: 'completed'; readonly result: unknown }
+  | { readonly status: 'completed'; readonly result_key: string }
+  | { readonly status: 'failed'; readonly error: FutureError };
+
+/** Ends a pending row: its terminal fields set, `live` removed so it leaves the index. */
+async function finish(requestId: string, terminal: Terminal, doc: DynamoDBDocumentClient): Promise<void> {
+  const { status, ...fields } = terminal;
+  const [name, value] = Object.entries(fields)[0] as [string, unknown];
+  try {
+    await doc.send(
+      new UpdateCommand({
+        TableName: config().table('futures'),
+        Key: { request_id: requestId },
+        UpdateExpression: 'SET #status = :status, updated_at = :now, #field = :value REMOVE live',
+        ConditionExpression: '#status = :pending',
+        ExpressionAttributeNames: { '#status': 'status', '#field': name },
+        ExpressionAttributeValues: {
+          ':pending': 'pending',
+          ':status': status,
+          ':now': Date.now(),
+          ':value': value,
+        },
+      }),
+    );
+  } catch (error) {
+    if (isAwsError(error, 'ConditionalCheckFailedException')) {
+      throw new ConditionLostError(`future ${requestId} is not pending`, {
+        context: { request_id: requestId },
+      });
+    }
+    throw error;
+  }
+}
+
+/**
+ * Completes a pending row outside the worker's commit protocol (tests, tools): inline when small,
+ * otherwise the result goes to S3 first. The worker commits its own rows transactionally (E4).
+ */
+export async function completeFuture(
+  requestId: string,
+  result: unknown,
+  clients: Pick<AwsClients, 'doc' | 's3'> = awsClients(),
+): Promise<void> {
+  const body = JSON.stringify(result);
+  if (Buffer.byteLength(body) <= INLINE_RESULT_MAX_BYTES) {
+    await finish(requestId, { status: 'completed', result }, clients.doc);
+    return;
+  }
+  const key = storageKeys.result(requestId);
+  await clients.s3.send(
+    new PutObjectCommand({ Bucket: config().bucket, Key: key, Body: body, ContentType: 'application/json' }),
+  );
+  await finish(requestId, { status: 'completed', result_key: key }, clients.doc);
+}
+
+export async function failFuture(
+  requestId: string,
+  error: FutureError,
+  clients: Pick<AwsClients, 'doc'> = awsClients(),
+): Promise<void> {
+  await finish(requestId, { status: 'failed', error }, clients.doc);
+}

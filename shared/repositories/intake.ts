@@ -1,0 +1,102 @@
+import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { type AwsClients, awsClients } from '../aws/clients.js';
+import { config } from '../config.js';
+import { IdempotencyConflictError, InfrastructureError, NotFoundError } from '../errors.js';
+import { logger } from '../logger.js';
+import { deletePayloadQuietly, putPayload, type SerializedPayload } from '../payload-store.js';
+import { backoffDelay, realSleep } from '../prefix/backoff.js';
+import { readRegistryItem } from './registry.js';
+import { type TransactItem, transactWrite } from './transact.js';
+
+export type IntakeClients = Pick<AwsClients, 'doc' | 's3'>;
+
+/**
+ * One attempt's decision, made from fresh reads: either the answer is already known (an idempotent
+ * retry) or a transaction to try, with the answer it gives when it commits.
+ */
+export type IntakePlan<T> =
+  | { readonly answer: T }
+  | { readonly items: readonly TransactItem[]; readonly answer: T };
+
+/** `contended`: the previous attempt lost a condition race, so an idempotency record may exist now. */
+export type Planner<T> = (contended: boolean) => Promise<IntakePlan<T>>;
+
+/** Attempts before giving up with a 503 (the SDK retries it); bounded by the ClientRequestToken length. */
+const MAX_ATTEMPTS = 40;
+const CONTENTION_BACKOFF = { baseMs: 10, capMs: 500, maxRetries: MAX_ATTEMPTS };
+
+/**
+ * Runs an intake: plan, write the payload (once, on the first attempt that needs it), then one
+ * transaction; a lost race or a TransactionConflict plans again from fresh reads, after a jittered
+ * backoff, and is never reported (E5). When nothing will reference the payload (an idempotent retry,
+ * a 4xx) it is deleted; when the transaction's outcome is unknown it is kept, because a committed
+ * row may point at it (the sweeper collects true orphans).
+ */
+export async function runIntake<T>(
+  options: { readonly requestId: string; readonly payload?: SerializedPayload; readonly plan: Planner<T> },
+  clients: IntakeClients = awsClients(),
+): Promise<T> {
+  let payloadKey: string | undefined;
+  let committed = false;
+  let outcomeUnknown = false;
+  let contended = false;
+  try {
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      const plan = await options.plan(contended);
+      if (!('items' in plan)) return plan.answer;
+      if (options.payload !== undefined && payloadKey === undefined) {
+        payloadKey = await putPayload(options.requestId, options.payload, clients.s3);
+      }
+      outcomeUnknown = true;
+      const outcome = await transactWrite(plan.items, `${options.requestId}.${attempt}`, clients.doc);
+      outcomeUnknown = false;
+      if (outcome.ok) {
+        committed = true;
+        return plan.answer;
+      }
+      contended ||= outcome.conditionFailed;
+      await realSleep(backoffDelay(attempt, CONTENTION_BACKOFF, Math.random));
+    }
+    logger.warn('intake gave up under contention', { request_id: options.requestId, attempts: MAX_ATTEMPTS });
+    throw new InfrastructureError('too much contention on this model; retry the request', {
+      context: { request_id: options.requestId },
+    });
+  } finally {
+    if (payloadKey !== undefined && !committed && !outcomeUnknown)
+      await deletePayloadQuietly(payloadKey, clients.s3);
+  }
+}
+
+/**
+ * The idempotency record a retry names, checked against the retry: another tenant's record is a 404,
+ * a different payload digest a non-retryable 400 (R7). Undefined when there is none.
+ */
+export async function findOriginal<R extends { readonly tenant: string; readonly payload_digest: string }>(
+  pk: string,
+  tenant: string,
+  digest: string,
+  describeKey: string,
+  field: string,
+  doc: DynamoDBDocumentClient,
+): Promise<R | undefined> {
+  const record = await readRegistryItem<R>(pk, doc);
+  if (record === undefined) return undefined;
+  if (record.tenant !== tenant) throw new NotFoundError(`${describeKey} not found`, { context: { field } });
+  if (record.payload_digest !== digest) {
+    throw new IdempotencyConflictError(`${describeKey} was already used with a different payload`, {
+      context: { field },
+    });
+  }
+  return record;
+}
+
+/** Put of a registry item that may exist at most once (idempotency records, counters, names). */
+export function putOnce(item: { readonly pk: string }): TransactItem {
+  return {
+    Put: {
+      TableName: config().table('registry'),
+      Item: { ...item },
+      ConditionExpression: 'attribute_not_exists(pk)',
+    },
+  };
+}

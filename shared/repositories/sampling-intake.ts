@@ -1,0 +1,132 @@
+import { awsClients } from '../aws/clients.js';
+import { config } from '../config.js';
+import {
+  type IdempotencyRecord,
+  registryKey,
+  type SamplingSessionIdemRecord,
+  type SamplingSessionRecord,
+} from '../domain/records.js';
+import type { SerializedPayload } from '../payload-store.js';
+import { storageKeys } from '../storage-keys.js';
+import { pendingFutureRow } from './futures.js';
+import { findOriginal, type IntakeClients, putOnce, runIntake } from './intake.js';
+import type { FutureAnswer } from './training-intake.js';
+
+export interface SampleIntake {
+  readonly requestId: string;
+  readonly tenant: string;
+  readonly samplingSession: SamplingSessionRecord;
+  readonly seqId: number;
+  readonly tokens: number;
+  readonly payload: SerializedPayload;
+  readonly now: number;
+}
+
+/**
+ * asample: outside the training sequence (R4), so no seq; the future and the idempotency record of
+ * `(sampling session, seq_id)` in one transaction.
+ */
+export async function submitSample(
+  input: SampleIntake,
+  clients: IntakeClients = awsClients(),
+): Promise<FutureAnswer> {
+  const session = input.samplingSession;
+  const idemPk = registryKey.sampleIdem(session.sampling_session_id, input.seqId);
+  return runIntake<FutureAnswer>(
+    {
+      requestId: input.requestId,
+      payload: input.payload,
+      plan: async (contended) => {
+        if (contended) {
+          const original = await findOriginal<IdempotencyRecord>(
+            idemPk,
+            input.tenant,
+            input.payload.digest,
+            `seq_id ${input.seqId} of sampling session ${session.sampling_session_id}`,
+            'seq_id',
+            clients.doc,
+          );
+          if (original) return { answer: { request_id: original.request_id } };
+        }
+        const row = pendingFutureRow({
+          requestId: input.requestId,
+          tenant: input.tenant,
+          modelId: session.model_id,
+          requestType: 'sample',
+          ...(session.checkpoint_id === undefined ? {} : { checkpointId: session.checkpoint_id }),
+          tokens: input.tokens,
+          payloadKey: storageKeys.payload(input.requestId),
+          payloadDigest: input.payload.digest,
+          now: input.now,
+        });
+        const idem: IdempotencyRecord = {
+          pk: idemPk,
+          tenant: input.tenant,
+          request_id: input.requestId,
+          payload_digest: input.payload.digest,
+          created_at: input.now,
+        };
+        return {
+          answer: { request_id: input.requestId },
+          items: [
+            {
+              Put: {
+                TableName: config().table('futures'),
+                Item: row,
+                ConditionExpression: 'attribute_not_exists(request_id)',
+              },
+            },
+            putOnce(idem),
+          ],
+        };
+      },
+    },
+    clients,
+  );
+}
+
+export interface SamplingSessionIntake {
+  /** Unique per attempt; also names the transaction. */
+  readonly attemptId: string;
+  readonly record: SamplingSessionRecord;
+  readonly samplingSessionSeqId: number;
+  readonly digest: string;
+}
+
+/** create_sampling_session: the record and the idempotency record of `(session, seq id)`, once. */
+export async function createSamplingSession(
+  input: SamplingSessionIntake,
+  clients: IntakeClients = awsClients(),
+): Promise<{ readonly sampling_session_id: string }> {
+  const { record } = input;
+  const idemPk = registryKey.samplingSessionIdem(record.session_id, input.samplingSessionSeqId);
+  return runIntake(
+    {
+      requestId: input.attemptId,
+      plan: async (contended) => {
+        if (contended) {
+          const original = await findOriginal<SamplingSessionIdemRecord>(
+            idemPk,
+            record.tenant,
+            input.digest,
+            `sampling_session_seq_id ${input.samplingSessionSeqId} of session ${record.session_id}`,
+            'sampling_session_seq_id',
+            clients.doc,
+          );
+          if (original) return { answer: { sampling_session_id: original.sampling_session_id } };
+        }
+        const idem: SamplingSessionIdemRecord = {
+          pk: idemPk,
+          tenant: record.tenant,
+          sampling_session_id: record.sampling_session_id,
+          payload_digest: input.digest,
+        };
+        return {
+          answer: { sampling_session_id: record.sampling_session_id },
+          items: [putOnce(record), putOnce(idem)],
+        };
+      },
+    },
+    clients,
+  );
+}

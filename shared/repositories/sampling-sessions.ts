@@ -1,0 +1,23 @@
+import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { awsClients } from '../aws/clients.js';
+import { registryKey, type SamplingSessionRecord } from '../domain/records.js';
+import { NotFoundError } from '../errors.js';
+import { readRegistryItem } from './registry.js';
+
+/** The tenant's sampling session, or 404 (unknown and other tenants' look the same). */
+export async function requireSamplingSession(
+  samplingSessionId: string,
+  tenant: string,
+  doc: DynamoDBDocumentClient = awsClients().doc,
+): Promise<SamplingSessionRecord> {
+  const record = await readRegistryItem<SamplingSessionRecord>(
+    registryKey.samplingSession(samplingSessionId),
+    doc,
+  );
+  if (record === undefined || record.tenant !== tenant) {
+    throw new NotFoundError(`sampling session ${samplingSessionId} not found`, {
+      context: { field: 'sampling_session_id' },
+    });
+  }
+  return record;
+}

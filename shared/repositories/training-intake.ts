@@ -1,0 +1,325 @@
+import { awsClients } from '../aws/clients.js';
+import { config } from '../config.js';
+import {
+  type CheckpointNameRecord,
+  type IdempotencyRecord,
+  type ModelRow,
+  registryKey,
+  type SeqCounterRecord,
+  type TrainingRequestType,
+} from '../domain/records.js';
+import { IdempotencyConflictError, ValidationError } from '../errors.js';
+import type { SerializedPayload } from '../payload-store.js';
+import { storageKeys } from '../storage-keys.js';
+import { readCheckpointName } from './checkpoints.js';
+import { pendingFutureRow } from './futures.js';
+import { findOriginal, type IntakeClients, putOnce, runIntake } from './intake.js';
+import { modelNotFound, requireSeqCounter } from './seq-counters.js';
+import type { TransactItem } from './transact.js';
+
+/** What a submit answers: the SDK's UntypedAPIFuture. */
+export interface FutureAnswer {
+  readonly request_id: string;
+  readonly model_id?: string;
+}
+
+function futurePut(row: ReturnType<typeof pendingFutureRow>): TransactItem {
+  return {
+    Put: {
+      TableName: config().table('futures'),
+      Item: row,
+      ConditionExpression: 'attribute_not_exists(request_id)',
+    },
+  };
+}
+
+export interface CreateModelIntake {
+  readonly requestId: string;
+  readonly modelId: string;
+  readonly tenant: string;
+  readonly sessionId: string;
+  readonly modelSeqId: number;
+  readonly baseModel: string;
+  readonly loraConfig: ModelRow['lora_config'];
+  readonly payload: SerializedPayload;
+  readonly now: number;
+}
+
+/**
+ * create_model: the model row, its seq counter (create_model is seq 1), the future and the
+ * idempotency record of `(session, model_seq_id)` in one transaction.
+ */
+export async function submitCreateModel(
+  input: CreateModelIntake,
+  clients: IntakeClients = awsClients(),
+): Promise<FutureAnswer> {
+  const idemPk = registryKey.createModelIdem(input.sessionId, input.modelSeqId);
+  return runIntake<FutureAnswer>(
+    {
+      requestId: input.requestId,
+      payload: input.payload,
+      plan: async (contended) => {
+        if (contended) {
+          const original = await findOriginal<IdempotencyRecord>(
+            idemPk,
+            input.tenant,
+            input.payload.digest,
+            `model_seq_id ${input.modelSeqId} of session ${input.sessionId}`,
+            'model_seq_id',
+            clients.doc,
+          );
+          if (original) return { answer: { request_id: original.request_id, model_id: original.model_id } };
+        }
+        const model: ModelRow = {
+          model_id: input.modelId,
+          tenant: input.tenant,
+          session_id: input.sessionId,
+          base_model: input.baseModel,
+          lora_config: input.loraConfig,
+          status: 'active',
+          epoch: 0,
+          planned_through: 0,
+          applied_through: 0,
+          attempts: 0,
+          created_at: input.now,
+        };
+        const counter: SeqCounterRecord = {
+          pk: registryKey.seqCounter(input.modelId),
+          model_id: input.modelId,
+          tenant: input.tenant,
+          session_id: input.sessionId,
+          base_model: input.baseModel,
+          seq: 1,
+          last_seq_id: 0,
+          updated_at: input.now,
+        };
+        const idem: IdempotencyRecord = {
+          pk: idemPk,
+          tenant: input.tenant,
+          request_id: input.requestId,
+          payload_digest: input.payload.digest,
+          model_id: input.modelId,
+          created_at: input.now,
+        };
+        return {
+          answer: { request_id: input.requestId, model_id: input.modelId },
+          items: [
+            {
+              Put: {
+                TableName: config().table('models'),
+                Item: model,
+                ConditionExpression: 'attribute_not_exists(model_id)',
+              },
+            },
+            putOnce(counter),
+            futurePut(
+              pendingFutureRow({
+                requestId: input.requestId,
+                tenant: input.tenant,
+                modelId: input.modelId,
+                seq: 1,
+                requestType: 'create_model',
+                tokens: 0,
+                payloadKey: storageKeys.payload(input.requestId),
+                payloadDigest: input.payload.digest,
+                now: input.now,
+              }),
+            ),
+            putOnce(idem),
+          ],
+        };
+      },
+    },
+    clients,
+  );
+}
+
+export interface TrainingStepIntake {
+  readonly requestId: string;
+  readonly tenant: string;
+  readonly modelId: string;
+  readonly seqId: number;
+  readonly requestType: Exclude<TrainingRequestType, 'create_model' | 'unload_model'>;
+  readonly tokens: number;
+  readonly payload: SerializedPayload;
+  /** The counter the caller already read (used for the first attempt only). */
+  readonly counter: SeqCounterRecord;
+  /** save_weights / save_weights_for_sampler: the write-once name reserved in the same transaction. */
+  readonly reservation?: CheckpointNameRecord;
+  readonly now: number;
+}
+
+/**
+ * A step of a model's training sequence: the next seq from the counter item, conditioned on the
+ * values read, so per-model seqs stay contiguous; the client's seq_id must grow (R7).
+ */
+export async function submitTrainingStep(
+  input: TrainingStepIntake,
+  clients: IntakeClients = awsClients(),
+): Promise<FutureAnswer> {
+  const idemPk = registryKey.trainingIdem(input.modelId, input.seqId);
+  const answer: FutureAnswer = { request_id: input.requestId, model_id: input.modelId };
+  let first: SeqCounterRecord | undefined = input.counter;
+  return runIntake<FutureAnswer>(
+    {
+      requestId: input.requestId,
+      payload: input.payload,
+      plan: async () => {
+        const counter = first ?? (await requireSeqCounter(input.modelId, input.tenant, clients.doc));
+        first = undefined;
+        if (input.seqId <= counter.last_seq_id) {
+          const original = await findOriginal<IdempotencyRecord>(
+            idemPk,
+            input.tenant,
+            input.payload.digest,
+            `seq_id ${input.seqId} of model ${input.modelId}`,
+            'seq_id',
+            clients.doc,
+          );
+          if (original === undefined) {
+            throw new IdempotencyConflictError(
+              `seq_id ${input.seqId} is out of order: model ${input.modelId} already accepted seq_id ${counter.last_seq_id}`,
+              { context: { field: 'seq_id' } },
+            );
+          }
+          return { answer: { request_id: original.request_id, model_id: input.modelId } };
+        }
+        if (counter.unloaded) throw modelNotFound(input.modelId, 'is unloaded');
+        if (input.reservation && (await readCheckpointName(input.reservation.pk, clients.doc))) {
+          throw new ValidationError(
+            `path: checkpoint name "${input.reservation.name}" is already used for model ${input.modelId} (names are write-once)`,
+            { context: { field: 'path' } },
+          );
+        }
+        const seq = counter.seq + 1;
+        const idem: IdempotencyRecord = {
+          pk: idemPk,
+          tenant: input.tenant,
+          request_id: input.requestId,
+          payload_digest: input.payload.digest,
+          created_at: input.now,
+        };
+        const items: TransactItem[] = [
+          futurePut(
+            pendingFutureRow({
+              requestId: input.requestId,
+              tenant: input.tenant,
+              modelId: input.modelId,
+              seq,
+              requestType: input.requestType,
+              tokens: input.tokens,
+              payloadKey: storageKeys.payload(input.requestId),
+              payloadDigest: input.payload.digest,
+              now: input.now,
+            }),
+          ),
+          {
+            Update: {
+              TableName: config().table('registry'),
+              Key: { pk: registryKey.seqCounter(input.modelId) },
+              UpdateExpression: 'SET #seq = :next, last_seq_id = :seq_id, updated_at = :now',
+              ConditionExpression:
+                '#seq = :prev AND last_seq_id < :seq_id AND tenant = :tenant AND attribute_not_exists(unloaded)',
+              ExpressionAttributeNames: { '#seq': 'seq' },
+              ExpressionAttributeValues: {
+                ':next': seq,
+                ':prev': counter.seq,
+                ':seq_id': input.seqId,
+                ':tenant': input.tenant,
+                ':now': input.now,
+              },
+            },
+          },
+          putOnce(idem),
+        ];
+        if (input.reservation) items.push(putOnce(input.reservation));
+        return { answer, items };
+      },
+    },
+    clients,
+  );
+}
+
+export interface UnloadIntake {
+  readonly requestId: string;
+  readonly tenant: string;
+  readonly modelId: string;
+  readonly payload: SerializedPayload;
+  readonly counter: SeqCounterRecord;
+  readonly now: number;
+}
+
+/** unload_model: once per model; the last seq of its sequence. A repeat answers the original future. */
+export async function submitUnload(
+  input: UnloadIntake,
+  clients: IntakeClients = awsClients(),
+): Promise<FutureAnswer> {
+  const idemPk = registryKey.unloadIdem(input.modelId);
+  let first: SeqCounterRecord | undefined = input.counter;
+  return runIntake<FutureAnswer>(
+    {
+      requestId: input.requestId,
+      payload: input.payload,
+      plan: async () => {
+        const counter = first ?? (await requireSeqCounter(input.modelId, input.tenant, clients.doc));
+        first = undefined;
+        if (counter.unloaded) {
+          const original = await findOriginal<IdempotencyRecord>(
+            idemPk,
+            input.tenant,
+            input.payload.digest,
+            `unload of model ${input.modelId}`,
+            'model_id',
+            clients.doc,
+          );
+          if (original === undefined) throw modelNotFound(input.modelId, 'is unloaded');
+          return { answer: { request_id: original.request_id, model_id: input.modelId } };
+        }
+        const seq = counter.seq + 1;
+        const idem: IdempotencyRecord = {
+          pk: idemPk,
+          tenant: input.tenant,
+          request_id: input.requestId,
+          payload_digest: input.payload.digest,
+          created_at: input.now,
+        };
+        return {
+          answer: { request_id: input.requestId, model_id: input.modelId },
+          items: [
+            futurePut(
+              pendingFutureRow({
+                requestId: input.requestId,
+                tenant: input.tenant,
+                modelId: input.modelId,
+                seq,
+                requestType: 'unload_model',
+                tokens: 0,
+                payloadKey: storageKeys.payload(input.requestId),
+                payloadDigest: input.payload.digest,
+                now: input.now,
+              }),
+            ),
+            {
+              Update: {
+                TableName: config().table('registry'),
+                Key: { pk: registryKey.seqCounter(input.modelId) },
+                UpdateExpression: 'SET #seq = :next, unloaded = :true, updated_at = :now',
+                ConditionExpression: '#seq = :prev AND tenant = :tenant AND attribute_not_exists(unloaded)',
+                ExpressionAttributeNames: { '#seq': 'seq' },
+                ExpressionAttributeValues: {
+                  ':next': seq,
+                  ':prev': counter.seq,
+                  ':tenant': input.tenant,
+                  ':true': true,
+                  ':now': input.now,
+                },
+              },
+            },
+            putOnce(idem),
+          ],
+        };
+      },
+    },
+    clients,
+  );
+}

@@ -1,0 +1,222 @@
+import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { TinkerClient } from '../../shared/client/tinker-client.js';
+import { registryKey } from '../../shared/domain/records.js';
+import { type ApiHarness, startApiHarness } from './api-harness.js';
+
+/**
+ * A tenant never sees or touches another tenant's sessions, models, futures, sampling sessions or
+ * checkpoints: every such id answers exactly what an unknown id answers (404), and nothing is stored.
+ */
+let api: ApiHarness;
+let owner: TinkerClient;
+let rival: TinkerClient;
+
+const owned = {
+  session: '',
+  model: '',
+  future: '',
+  samplingSession: '',
+  samplerPath: '',
+  weightsPath: '',
+};
+let rivalSession = '';
+let rivalModel = '';
+
+const datum = {
+  model_input: { chunks: [{ type: 'encoded_text', tokens: [1, 2] }] },
+  loss_fn_inputs: { target_tokens: { data: [2, 3], dtype: 'int64' as const, shape: [2] } },
+};
+
+beforeAll(async () => {
+  api = await startApiHarness();
+  ({ client: owner } = await api.tenant('owner'));
+  ({ client: rival } = await api.tenant('rival'));
+  owned.session = (await owner.createSession()).session_id;
+  const model = await owner.createModel({
+    session_id: owned.session,
+    model_seq_id: 0,
+    base_model: 'reference/byte-lm',
+    lora_config: { rank: 4 },
+  });
+  owned.model = model.model_id;
+  owned.future = (
+    await owner.forwardBackward({
+      model_id: owned.model,
+      seq_id: 1,
+      forward_backward_input: { data: [datum], loss_fn: 'cross_entropy' },
+    })
+  ).request_id;
+  await owner.saveWeightsForSampler({ model_id: owned.model, seq_id: 2, path: 'shared-name' });
+  await owner.saveWeights({ model_id: owned.model, seq_id: 3, path: 'shared-name' });
+  owned.samplerPath = `tinker://${owned.model}/shared-name`;
+  owned.weightsPath = `tinker://${owned.model}/weights/shared-name`;
+  await api.cloud.clients.doc.send(
+    new UpdateCommand({
+      TableName: api.cloud.names.tables.registry,
+      Key: { pk: registryKey.checkpointName(owned.model, 'sampler', 'shared-name') },
+      UpdateExpression: 'SET #status = :committed',
+      ExpressionAttributeNames: { '#status': 'status' },
+      ExpressionAttributeValues: { ':committed': 'committed' },
+    }),
+  );
+  owned.samplingSession = (
+    await owner.createSamplingSession({
+      session_id: owned.session,
+      sampling_session_seq_id: 0,
+      model_path: owned.samplerPath,
+    })
+  ).sampling_session_id;
+  rivalSession = (await rival.createSession()).session_id;
+  rivalModel = (
+    await rival.createModel({
+      session_id: rivalSession,
+      model_seq_id: 0,
+      base_model: 'reference/byte-lm',
+      lora_config: { rank: 4 },
+    })
+  ).model_id;
+});
+
+afterAll(async () => {
+  await api?.stop();
+});
+
+interface Probe {
+  readonly endpoint: string;
+  /** The body naming the owner's id, and the same body with an id nobody has. */
+  readonly body: (ids: typeof owned) => Record<string, unknown>;
+  readonly field: string;
+}
+
+const UNKNOWN = {
+  session: 'sess-0000',
+  model: 'model-0000',
+  future: '0'.repeat(32),
+  samplingSession: 'samp-0000',
+  samplerPath: 'tinker://model-0000/shared-name',
+  weightsPath: 'tinker://model-0000/weights/shared-name',
+};
+
+const probes: Probe[] = [
+  { endpoint: 'session_heartbeat', body: (ids) => ({ session_id: ids.session }), field: 'session_id' },
+  {
+    endpoint: 'create_model',
+    body: (ids) => ({
+      session_id: ids.session,
+      model_seq_id: 5,
+      base_model: 'reference/byte-lm',
+      lora_config: { rank: 4 },
+    }),
+    field: 'session_id',
+  },
+  {
+    endpoint: 'forward_backward',
+    body: (ids) => ({
+      model_id: ids.model,
+      seq_id: 10,
+      forward_backward_input: { data: [datum], loss_fn: 'cross_entropy' },
+    }),
+    field: 'model_id',
+  },
+  {
+    endpoint: 'forward',
+    body: (ids) => ({
+      model_id: ids.model,
+      seq_id: 10,
+      forward_input: { data: [datum], loss_fn: 'cross_entropy' },
+    }),
+    field: 'model_id',
+  },
+  {
+    endpoint: 'optim_step',
+    body: (ids) => ({ model_id: ids.model, seq_id: 10, adam_params: {} }),
+    field: 'model_id',
+  },
+  {
+    endpoint: 'save_weights',
+    body: (ids) => ({ model_id: ids.model, seq_id: 10, path: 'x' }),
+    field: 'model_id',
+  },
+  {
+    endpoint: 'save_weights_for_sampler',
+    body: (ids) => ({ model_id: ids.model, seq_id: 10, path: 'x' }),
+    field: 'model_id',
+  },
+  {
+    endpoint: 'save_weights_for_sampler',
+    body: (ids) => ({ model_id: ids.model, seq_id: 10, sampling_session_seq_id: 4 }),
+    field: 'model_id',
+  },
+  {
+    endpoint: 'load_weights',
+    body: (ids) => ({ model_id: ids.model, seq_id: 10, path: `tinker://${rivalModel}/weights/x` }),
+    field: 'model_id',
+  },
+  {
+    endpoint: 'load_weights',
+    body: (ids) => ({ model_id: rivalModel, seq_id: 10, path: ids.weightsPath }),
+    field: 'path',
+  },
+  { endpoint: 'unload_model', body: (ids) => ({ model_id: ids.model }), field: 'model_id' },
+  {
+    endpoint: 'create_sampling_session',
+    body: (ids) => ({ session_id: ids.session, sampling_session_seq_id: 9, base_model: 'reference/byte-lm' }),
+    field: 'session_id',
+  },
+  {
+    endpoint: 'create_sampling_session',
+    body: (ids) => ({ session_id: rivalSession, sampling_session_seq_id: 9, model_path: ids.samplerPath }),
+    field: 'model_path',
+  },
+  {
+    endpoint: 'asample',
+    body: (ids) => ({
+      sampling_session_id: ids.samplingSession,
+      seq_id: 0,
+      prompt: { chunks: [{ tokens: [1] }] },
+      sampling_params: { max_tokens: 2 },
+    }),
+    field: 'sampling_session_id',
+  },
+  { endpoint: 'retrieve_future', body: (ids) => ({ request_id: ids.future }), field: 'request_id' },
+];
+
+function withIds(text: string, from: typeof owned, to: typeof owned): string {
+  let result = text;
+  for (const key of Object.keys(from) as (keyof typeof owned)[])
+    result = result.split(from[key]).join(to[key]);
+  return result;
+}
+
+describe('tenant isolation on every endpoint', () => {
+  it.each(probes)(
+    '$endpoint naming another tenant’s $field answers what an unknown id answers',
+    async (probe) => {
+      const before = await api.counts();
+      const theirs = await rival.raw('POST', `/api/v1/${probe.endpoint}`, probe.body(owned));
+      const unknown = await rival.raw('POST', `/api/v1/${probe.endpoint}`, probe.body(UNKNOWN));
+      expect(theirs.status).toBe(404);
+      expect(theirs.body).toMatchObject({ field: probe.field });
+      expect(unknown.status).toBe(404);
+      // Indistinguishable: the same message with the ids swapped.
+      expect(withIds(JSON.stringify(theirs.body), owned, UNKNOWN)).toBe(JSON.stringify(unknown.body));
+      expect(await api.counts()).toEqual(before);
+    },
+  );
+
+  it('the owner still sees and uses everything', async () => {
+    expect(await owner.heartbeat(owned.session)).toEqual({ type: 'session_heartbeat' });
+    const poll = await owner.raw('POST', '/api/v1/retrieve_future', { request_id: owned.future });
+    expect(poll.body).toMatchObject({ type: 'try_again', request_id: owned.future });
+    const sample = await owner.asample({
+      sampling_session_id: owned.samplingSession,
+      seq_id: 0,
+      prompt: { chunks: [{ tokens: [1] }] },
+      sampling_params: { max_tokens: 2 },
+    });
+    expect(typeof sample.request_id).toBe('string');
+    const next = await owner.optimStep({ model_id: owned.model, seq_id: 4, adam_params: {} });
+    expect(next.model_id).toBe(owned.model);
+  });
+});
