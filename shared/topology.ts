@@ -210,7 +210,9 @@ export const topology: Topology = {
           registry: ['read', 'write', 'transact'],
         },
         bucket: [
-          { prefix: 'payloads/', actions: ['put', 'get'] },
+          // delete: only a payload whose intake transaction definitively failed (a 4xx must store
+          // nothing); blobs a committed row may reference are deleted by the sweeper alone (E5).
+          { prefix: 'payloads/', actions: ['put', 'get', 'delete'] },
           { prefix: 'results/', actions: ['get'] },
         ],
         queues: {},

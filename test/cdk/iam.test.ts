@@ -165,12 +165,14 @@ describe('IAM', () => {
       's3:PutObject bucket.Arn/work/*',
     ]);
     expect(sorted(permissions('api')).filter((p) => p.startsWith('s3:'))).toEqual([
+      's3:DeleteObject bucket.Arn/payloads/*',
       's3:GetObject bucket.Arn/payloads/*',
       's3:GetObject bucket.Arn/results/*',
       's3:PutObject bucket.Arn/payloads/*',
     ]);
-    // Only the sweeper deletes blobs (E5) or lists the bucket.
-    for (const functionId of FUNCTION_IDS.filter((id) => id !== 'sweeper')) {
+    // Only the sweeper deletes blobs (E5) or lists the bucket; the API may delete only under payloads/
+    // (the payload of an intake transaction that definitively failed).
+    for (const functionId of FUNCTION_IDS.filter((id) => id !== 'sweeper' && id !== 'api')) {
       const s3 = sorted(permissions(functionId)).filter((p) => p.startsWith('s3:'));
       expect(s3.filter((p) => /^s3:(DeleteObject|ListBucket) /.test(p))).toEqual([]);
       expect(s3.filter((p) => p.endsWith('bucket.Arn/*'))).toEqual([]);
