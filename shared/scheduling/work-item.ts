@@ -1,0 +1,139 @@
+import { z } from 'zod';
+import { TRAINING_REQUEST_TYPES } from '../domain/records.js';
+import { storageKeys } from '../storage-keys.js';
+import { inflightToken } from './claim.js';
+
+/**
+ * The work item: what one tick dispatched, written to S3 under `work/<id>.json`; SQS carries only
+ * the small manifest naming it (ARCHITECTURE "Limits": queues hold manifests, S3 holds batches).
+ *
+ * Fail steps. A model's step may carry `fail`: the worker then records that error as the step's
+ * outcome in the model's commit, reads no payload for it and changes no model state. The scheduler
+ * or sweeper dispatches fail steps where a training row must end without running (R5: only
+ * planned work ends a training row, so the model's index never shows a gap that stalls it):
+ * requests after a model was unloaded (user error), a request whose payload is missing (server
+ * error), and a model's next step after K failed attempts (E2, server error, dispatched alone).
+ */
+
+const futureErrorSchema = z.object({
+  message: z.string().min(1),
+  category: z.enum(['user', 'server']),
+});
+
+export const workItemStepSchema = z
+  .object({
+    request_id: z.string().min(1),
+    seq: z.number().int().positive(),
+    request_type: z.enum(TRAINING_REQUEST_TYPES),
+    /** The parsed request JSON; absent only on a fail step. */
+    payload: z.unknown().optional(),
+    fail: futureErrorSchema.optional(),
+  })
+  .refine((step) => step.fail !== undefined || step.payload !== undefined, {
+    message: 'A step that is not a fail step needs its payload',
+    path: ['payload'],
+  });
+
+export const workItemModelSchema = z
+  .object({
+    model_id: z.string().min(1),
+    tenant: z.string().min(1),
+    /** The epoch of the claim (the new one). */
+    epoch: z.number().int().nonnegative(),
+    /** `<model_id>@<epoch>`: the commit is conditional on it (E4). */
+    inflight: z.string().min(1),
+    base_applied_through: z.number().int().nonnegative(),
+    /** The committed state to load (E3); absent before create_model commits. */
+    base_state_ref: z.string().min(1).optional(),
+    steps: z.array(workItemStepSchema).min(1),
+  })
+  .superRefine((model, ctx) => {
+    if (model.inflight !== inflightToken(model.model_id, model.epoch)) {
+      ctx.addIssue({ code: 'custom', message: 'inflight must be <model_id>@<epoch>', path: ['inflight'] });
+    }
+    // A worker must never run a gapped or reordered run (R1, R5).
+    model.steps.forEach((step, index) => {
+      if (step.seq !== model.base_applied_through + 1 + index) {
+        ctx.addIssue({
+          code: 'custom',
+          message: 'steps must be contiguous seqs from base_applied_through + 1',
+          path: ['steps', index, 'seq'],
+        });
+      }
+    });
+  });
+
+export const workItemSampleSchema = z.object({
+  request_id: z.string().min(1),
+  tenant: z.string().min(1),
+  /** The checkpoint's model, or `base:<base_model>`. */
+  model_id: z.string().min(1),
+  checkpoint_id: z.string().min(1).optional(),
+  /** The per-request claim this work item holds (R4). */
+  claim_token: z.string().min(1),
+  payload: z.unknown().refine((payload) => payload !== undefined, { message: 'A sample needs its payload' }),
+});
+
+export const workItemSchema = z
+  .object({
+    work_item_id: z.string().min(1),
+    pool: z.string().min(1),
+    created_at: z.number().int().nonnegative(),
+    models: z.array(workItemModelSchema),
+    samples: z.array(workItemSampleSchema),
+  })
+  .superRefine((item, ctx) => {
+    if (item.models.length === 0 && item.samples.length === 0) {
+      ctx.addIssue({ code: 'custom', message: 'A work item holds at least one step or sample', path: [] });
+    }
+    const modelIds = new Set<string>();
+    item.models.forEach((model, index) => {
+      if (modelIds.has(model.model_id)) {
+        ctx.addIssue({
+          code: 'custom',
+          message: 'A model appears once per work item',
+          path: ['models', index],
+        });
+      }
+      modelIds.add(model.model_id);
+    });
+    const requestIds = new Set<string>();
+    const ids = [
+      ...item.models.flatMap((model) => model.steps.map((step) => step.request_id)),
+      ...item.samples.map((sample) => sample.request_id),
+    ];
+    for (const id of ids) {
+      if (requestIds.has(id))
+        ctx.addIssue({ code: 'custom', message: `Request ${id} appears twice`, path: [] });
+      requestIds.add(id);
+    }
+    const checkpointOf = new Map<string, string>();
+    item.samples.forEach((sample, index) => {
+      if (sample.checkpoint_id === undefined) return;
+      const chosen = checkpointOf.get(sample.model_id);
+      if (chosen !== undefined && chosen !== sample.checkpoint_id) {
+        ctx.addIssue({
+          code: 'custom',
+          message: 'A work item samples at most one checkpoint per model (R4)',
+          path: ['samples', index, 'checkpoint_id'],
+        });
+      }
+      checkpointOf.set(sample.model_id, chosen ?? sample.checkpoint_id);
+    });
+  });
+
+export type WorkItemStep = z.infer<typeof workItemStepSchema>;
+export type WorkItemModel = z.infer<typeof workItemModelSchema>;
+export type WorkItemSample = z.infer<typeof workItemSampleSchema>;
+export type WorkItem = z.infer<typeof workItemSchema>;
+
+/** The SQS message: names the work item, nothing more. */
+export const workManifestSchema = z.object({
+  work_item_id: z.string().min(1),
+  key: z.string().min(1),
+});
+export type WorkManifest = z.infer<typeof workManifestSchema>;
+
+export function manifestFor(workItemId: string): WorkManifest {
+  return { work_item_id: workItemId, key: storageKeys.workItem(workItemId) };
+}
