@@ -1,0 +1,229 @@
+import {
+  type AttributeDefinition,
+  CreateTableCommand,
+  type CreateTableCommandInput,
+  type DynamoDBClient,
+  type KeySchemaElement,
+  UpdateTimeToLiveCommand,
+} from '@aws-sdk/client-dynamodb';
+import { CreateBucketCommand, type S3Client } from '@aws-sdk/client-s3';
+import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import {
+  type KeyAttribute,
+  type Projection,
+  physicalName,
+  type QueueId,
+  type TableDecl,
+  type TableId,
+  type Topology,
+} from '../shared/topology.js';
+import type { CloudEndpoints } from './cloud.js';
+
+/** Physical names of everything the topology declares, under one prefix. */
+export interface ResourceNames {
+  readonly tables: Readonly<Record<TableId, string>>;
+  readonly bucket: string;
+  readonly queues: Readonly<Record<QueueId, string>>;
+}
+
+/** What provisioning learned from the cloud: queue URLs and ARNs, table stream ARNs. */
+export interface ProvisionedResources extends ResourceNames {
+  readonly queueUrls: Readonly<Record<QueueId, string>>;
+  readonly queueArns: Readonly<Record<QueueId, string>>;
+  readonly streamArns: Readonly<Partial<Record<TableId, string>>>;
+}
+
+export interface ProvisioningClients {
+  readonly dynamo: DynamoDBClient;
+  readonly s3: S3Client;
+  readonly sqs: SQSClient;
+}
+
+function mapRecord<K extends string, V, R>(
+  record: Readonly<Record<K, V>>,
+  map: (value: V) => R,
+): Record<K, R> {
+  return Object.fromEntries(Object.entries(record).map(([key, value]) => [key, map(value as V)])) as Record<
+    K,
+    R
+  >;
+}
+
+export function resourceNames(topology: Topology, prefix: string): ResourceNames {
+  return {
+    tables: mapRecord(topology.tables, (table) => physicalName(prefix, table.name)),
+    bucket: physicalName(prefix, topology.bucket.name),
+    queues: mapRecord(topology.queues, (queue) => physicalName(prefix, queue.name)),
+  };
+}
+
+function keySchema(partitionKey: KeyAttribute, sortKey: KeyAttribute | undefined): KeySchemaElement[] {
+  const schema: KeySchemaElement[] = [{ AttributeName: partitionKey.name, KeyType: 'HASH' }];
+  if (sortKey !== undefined) schema.push({ AttributeName: sortKey.name, KeyType: 'RANGE' });
+  return schema;
+}
+
+/** Every key attribute of the table and its indexes, once each (DynamoDB rejects duplicates). */
+function attributeDefinitions(table: TableDecl): AttributeDefinition[] {
+  const keys = [
+    table.partitionKey,
+    table.sortKey,
+    ...table.indexes.flatMap((i) => [i.partitionKey, i.sortKey]),
+  ];
+  const byName = new Map<string, AttributeDefinition>();
+  for (const key of keys) {
+    if (key === undefined || byName.has(key.name)) continue;
+    byName.set(key.name, { AttributeName: key.name, AttributeType: key.type });
+  }
+  return [...byName.values()];
+}
+
+function projection(decl: Projection): { ProjectionType: Projection['type']; NonKeyAttributes?: string[] } {
+  if (decl.type === 'INCLUDE')
+    return { ProjectionType: 'INCLUDE', NonKeyAttributes: [...decl.nonKeyAttributes] };
+  return { ProjectionType: decl.type };
+}
+
+/** The CreateTable requests for the topology's tables, in declaration order. Pure. */
+export function createTableInputs(topology: Topology, prefix: string): CreateTableCommandInput[] {
+  return Object.values<TableDecl>(topology.tables).map((table) => {
+    const input: CreateTableCommandInput = {
+      TableName: physicalName(prefix, table.name),
+      BillingMode: 'PAY_PER_REQUEST',
+      KeySchema: keySchema(table.partitionKey, table.sortKey),
+      AttributeDefinitions: attributeDefinitions(table),
+    };
+    if (table.indexes.length > 0) {
+      input.GlobalSecondaryIndexes = table.indexes.map((index) => ({
+        IndexName: index.name,
+        KeySchema: keySchema(index.partitionKey, index.sortKey),
+        Projection: projection(index.projection),
+      }));
+    }
+    if (table.stream !== undefined) {
+      input.StreamSpecification = { StreamEnabled: true, StreamViewType: table.stream };
+    }
+    return input;
+  });
+}
+
+async function createTables(
+  topology: Topology,
+  prefix: string,
+  dynamo: DynamoDBClient,
+): Promise<Partial<Record<TableId, string>>> {
+  const ids = Object.keys(topology.tables) as TableId[];
+  const inputs = createTableInputs(topology, prefix);
+  const streamArns: Partial<Record<TableId, string>> = {};
+  await Promise.all(
+    inputs.map(async (input, position) => {
+      const id = ids[position] as TableId;
+      const created = await dynamo.send(new CreateTableCommand(input));
+      const streamArn = created.TableDescription?.LatestStreamArn;
+      if (streamArn !== undefined) streamArns[id] = streamArn;
+      const ttlAttribute = topology.tables[id].timeToLiveAttribute;
+      if (ttlAttribute !== undefined) {
+        await dynamo.send(
+          new UpdateTimeToLiveCommand({
+            TableName: input.TableName,
+            TimeToLiveSpecification: { Enabled: true, AttributeName: ttlAttribute },
+          }),
+        );
+      }
+    }),
+  );
+  return streamArns;
+}
+
+/** Creates queues so that every dead-letter target exists (and has an ARN) before its source. */
+async function createQueues(
+  topology: Topology,
+  names: ResourceNames,
+  sqs: SQSClient,
+): Promise<{ urls: Record<QueueId, string>; arns: Record<QueueId, string> }> {
+  const ids = Object.keys(topology.queues) as QueueId[];
+  const ordered = [
+    ...ids.filter((id) => topology.queues[id].deadLetter === undefined),
+    ...ids.filter((id) => topology.queues[id].deadLetter !== undefined),
+  ];
+  const urls: Partial<Record<QueueId, string>> = {};
+  const arns: Partial<Record<QueueId, string>> = {};
+  for (const id of ordered) {
+    const decl = topology.queues[id];
+    const attributes: Record<string, string> = {
+      VisibilityTimeout: String(decl.visibilityTimeoutSeconds),
+      MessageRetentionPeriod: String(decl.retentionSeconds),
+    };
+    if (decl.deadLetter !== undefined) {
+      const targetArn = arns[decl.deadLetter.queue];
+      if (targetArn === undefined)
+        throw new Error(`dead-letter queue ${decl.deadLetter.queue} of ${id} is undeclared`);
+      attributes.RedrivePolicy = JSON.stringify({
+        deadLetterTargetArn: targetArn,
+        maxReceiveCount: decl.deadLetter.maxReceiveCount,
+      });
+    }
+    const created = await sqs.send(
+      new CreateQueueCommand({ QueueName: names.queues[id], Attributes: attributes }),
+    );
+    if (created.QueueUrl === undefined)
+      throw new Error(`CreateQueue returned no URL for ${names.queues[id]}`);
+    const described = await sqs.send(
+      new GetQueueAttributesCommand({ QueueUrl: created.QueueUrl, AttributeNames: ['QueueArn'] }),
+    );
+    const arn = described.Attributes?.QueueArn;
+    if (arn === undefined) throw new Error(`GetQueueAttributes returned no ARN for ${names.queues[id]}`);
+    urls[id] = created.QueueUrl;
+    arns[id] = arn;
+  }
+  return { urls: urls as Record<QueueId, string>, arns: arns as Record<QueueId, string> };
+}
+
+/** Creates the topology's tables (with TTL), bucket and queues (with redrive) under `prefix`. */
+export async function provisionResources(
+  topology: Topology,
+  prefix: string,
+  clients: ProvisioningClients,
+): Promise<ProvisionedResources> {
+  const names = resourceNames(topology, prefix);
+  const [streamArns, queues] = await Promise.all([
+    createTables(topology, prefix, clients.dynamo),
+    createQueues(topology, names, clients.sqs),
+    clients.s3.send(new CreateBucketCommand({ Bucket: names.bucket })),
+  ]);
+  return { ...names, queueUrls: queues.urls, queueArns: queues.arns, streamArns };
+}
+
+export const LOCAL_REGION = 'us-east-1';
+export const LOCAL_CREDENTIALS = { accessKeyId: 'local', secretAccessKey: 'local' } as const;
+
+/**
+ * The environment a function gets on the local cloud: resource variables named in the topology,
+ * the topology's settings, and the SDK's standard endpoint variables (so no code names a host).
+ */
+export function envFor(
+  topology: Topology,
+  resources: ResourceNames & { readonly queueUrls: Readonly<Record<QueueId, string>> },
+  endpoints: CloudEndpoints,
+): Record<string, string> {
+  const env: Record<string, string> = { ...topology.settings };
+  for (const id of Object.keys(topology.tables) as TableId[]) {
+    env[topology.tables[id].envVar] = resources.tables[id];
+  }
+  env[topology.bucket.envVar] = resources.bucket;
+  for (const id of Object.keys(topology.queues) as QueueId[]) {
+    const envVar = topology.queues[id].envVar;
+    if (envVar !== undefined) env[envVar] = resources.queueUrls[id];
+  }
+  return {
+    ...env,
+    S3_FORCE_PATH_STYLE: 'true',
+    AWS_ENDPOINT_URL_DYNAMODB: endpoints.dynamodb,
+    AWS_ENDPOINT_URL_DYNAMODB_STREAMS: endpoints.dynamodb,
+    AWS_ENDPOINT_URL_S3: endpoints.s3,
+    AWS_ENDPOINT_URL_SQS: endpoints.sqs,
+    AWS_REGION: LOCAL_REGION,
+    AWS_ACCESS_KEY_ID: LOCAL_CREDENTIALS.accessKeyId,
+    AWS_SECRET_ACCESS_KEY: LOCAL_CREDENTIALS.secretAccessKey,
+  };
+}

@@ -1,0 +1,158 @@
+import type { LogLevel } from '@aws-lambda-powertools/logger/types';
+import { DescribeTableCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { DynamoDBStreamsClient } from '@aws-sdk/client-dynamodb-streams';
+import { GetQueueAttributesCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { resetAwsClients } from '../shared/aws/clients.js';
+import { resetConfig } from '../shared/config.js';
+import { logger } from '../shared/logger.js';
+import { FUNCTION_IDS, type FunctionId, type Topology } from '../shared/topology.js';
+import { LOCAL_REGION } from './resources.js';
+import { type HttpTrigger, startHttpTrigger } from './triggers/http-trigger.js';
+import { type HandlerOverrides, Invoker } from './triggers/invoker.js';
+import { startQueueTrigger } from './triggers/queue-trigger.js';
+import { type ScheduleTrigger, startScheduleTrigger } from './triggers/schedule-trigger.js';
+import { type RunningTrigger, startStreamTrigger } from './triggers/stream-trigger.js';
+
+export type { HandlerOverrides, LocalHandler } from './triggers/invoker.js';
+
+export interface LocalRuntimeOptions {
+  readonly topology: Topology;
+  /** The functions' environment (see `envFor`); written into process.env before handlers load. */
+  readonly env: Readonly<Record<string, string>>;
+  /** Handlers to use instead of importing `topology.functions[id].entry`. */
+  readonly handlers?: HandlerOverrides;
+  /** Wire the triggers of these functions only (default: every function). */
+  readonly functions?: readonly FunctionId[];
+  /** Port of the HTTP API (default: a free one). */
+  readonly httpPort?: number;
+  /** Pause between empty stream reads, in ms (default 250). */
+  readonly streamPollIntervalMs?: number;
+}
+
+export interface LocalRuntime {
+  /** Base URL of the HTTP API, when a wired function has an `http` trigger. */
+  readonly apiUrl: string | undefined;
+  /** Fires a function's schedule now, resolving with the handler's result. */
+  runSchedule(functionId: FunctionId): Promise<unknown>;
+  /** Stops every poller, the schedule timers and the HTTP server; waits briefly for running handlers. */
+  stop(): Promise<void>;
+}
+
+const STOP_GRACE_MS = 5_000;
+
+/**
+ * Runs the topology's Lambda handlers in this process, driven by the triggers the topology declares:
+ * an HTTP API (payload format 2.0), DynamoDB stream and SQS pollers behaving like Lambda's event
+ * source mappings, and schedules. Handler errors are logged and handled as Lambda would; they never
+ * stop the runtime.
+ */
+export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<LocalRuntime> {
+  const { topology, env } = options;
+  applyEnvironment(env);
+  const region = env.AWS_REGION ?? LOCAL_REGION;
+  const wired = options.functions ?? FUNCTION_IDS;
+  const invoker = new Invoker(topology, options.handlers);
+
+  const dynamo = new DynamoDBClient({});
+  const sqs = new SQSClient({});
+  const streamsEndpoint = env.AWS_ENDPOINT_URL_DYNAMODB_STREAMS ?? env.AWS_ENDPOINT_URL_DYNAMODB;
+  const streams = new DynamoDBStreamsClient(
+    streamsEndpoint === undefined ? {} : { endpoint: streamsEndpoint },
+  );
+
+  const pollers: RunningTrigger[] = [];
+  const schedules = new Map<FunctionId, ScheduleTrigger>();
+  let http: HttpTrigger | undefined;
+
+  const stop = async (): Promise<void> => {
+    for (const schedule of schedules.values()) schedule.stop();
+    const stopping = Promise.allSettled([http?.stop(), ...pollers.map((poller) => poller.stop())]);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([stopping, new Promise((resolve) => (timer = setTimeout(resolve, STOP_GRACE_MS)))]);
+    clearTimeout(timer);
+    await invoker.drain(STOP_GRACE_MS);
+    for (const client of [dynamo, sqs, streams]) client.destroy();
+  };
+
+  try {
+    // Load every wired handler first: a broken entry fails start-up, not the first event.
+    await Promise.all(wired.map((functionId) => invoker.load(functionId)));
+    const httpRoutes: { basePath: string; functionId: FunctionId }[] = [];
+    for (const functionId of wired) {
+      for (const trigger of topology.functions[functionId].triggers) {
+        switch (trigger.kind) {
+          case 'http':
+            httpRoutes.push({ basePath: trigger.basePath, functionId });
+            break;
+          case 'stream': {
+            const table = requiredEnv(env, topology.tables[trigger.table].envVar);
+            const described = await dynamo.send(new DescribeTableCommand({ TableName: table }));
+            const streamArn = described.Table?.LatestStreamArn;
+            if (streamArn === undefined) throw new Error(`table ${table} has no stream for ${functionId}`);
+            pollers.push(
+              await startStreamTrigger({
+                functionId,
+                trigger,
+                streamArn,
+                client: streams,
+                invoker,
+                region,
+                pollIntervalMs: options.streamPollIntervalMs,
+              }),
+            );
+            break;
+          }
+          case 'queue': {
+            const envVar = topology.queues[trigger.queue].envVar;
+            if (envVar === undefined)
+              throw new Error(`queue ${trigger.queue} has no envVar to find its URL by`);
+            const queueUrl = requiredEnv(env, envVar);
+            const attributes = await sqs.send(
+              new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['QueueArn'] }),
+            );
+            const queueArn = attributes.Attributes?.QueueArn;
+            if (queueArn === undefined) throw new Error(`queue ${queueUrl} reported no ARN`);
+            pollers.push(
+              startQueueTrigger({ functionId, trigger, queueUrl, queueArn, client: sqs, invoker, region }),
+            );
+            break;
+          }
+          case 'schedule':
+            schedules.set(functionId, startScheduleTrigger(functionId, trigger.rateMinutes, invoker, region));
+            break;
+        }
+      }
+    }
+    if (httpRoutes.length > 0) http = await startHttpTrigger(httpRoutes, invoker, options.httpPort);
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+
+  return {
+    apiUrl: http?.url,
+    runSchedule: (functionId) => {
+      const schedule = schedules.get(functionId);
+      if (schedule === undefined) {
+        return Promise.reject(new Error(`${functionId} has no schedule trigger in this runtime`));
+      }
+      return schedule.fire();
+    },
+    stop,
+  };
+}
+
+/** Points this process (config, SDK clients, log level) at the local cloud before handlers load. */
+function applyEnvironment(env: Readonly<Record<string, string>>): void {
+  const level = env.POWERTOOLS_LOG_LEVEL ?? process.env.POWERTOOLS_LOG_LEVEL ?? 'WARN';
+  Object.assign(process.env, env, { POWERTOOLS_LOG_LEVEL: level });
+  logger.setLogLevel(level as LogLevel);
+  resetConfig();
+  resetAwsClients();
+}
+
+function requiredEnv(env: Readonly<Record<string, string>>, name: string): string {
+  const value = env[name];
+  if (value === undefined || value === '') throw new Error(`the local runtime needs ${name} in its env`);
+  return value;
+}

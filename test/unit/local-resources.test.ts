@@ -1,0 +1,103 @@
+import { describe, expect, it } from 'vitest';
+import { createTableInputs, envFor, resourceNames } from '../../local/resources.js';
+import { failedItems } from '../../local/triggers/batch-response.js';
+import { LIVE_INDEX, LIVE_PROJECTION, type Topology, topology } from '../../shared/topology.js';
+
+describe('createTableInputs', () => {
+  const inputs = createTableInputs(topology, 'px');
+
+  it('declares every table on demand, under the prefix, with its stream', () => {
+    expect(inputs.map((input) => input.TableName)).toEqual([
+      'px-futures',
+      'px-models',
+      'px-registry',
+      'px-prefixes',
+    ]);
+    expect(inputs.every((input) => input.BillingMode === 'PAY_PER_REQUEST')).toBe(true);
+    const futures = inputs[0];
+    expect(futures?.StreamSpecification).toEqual({ StreamEnabled: true, StreamViewType: 'NEW_IMAGE' });
+    expect(inputs[2]?.StreamSpecification).toBeUndefined();
+  });
+
+  it('defines each key attribute once and projects the live index as declared', () => {
+    const futures = inputs[0];
+    expect(futures?.AttributeDefinitions).toEqual([
+      { AttributeName: 'request_id', AttributeType: 'S' },
+      { AttributeName: 'live', AttributeType: 'S' },
+    ]);
+    expect(futures?.GlobalSecondaryIndexes).toEqual([
+      {
+        IndexName: LIVE_INDEX,
+        KeySchema: [
+          { AttributeName: 'live', KeyType: 'HASH' },
+          { AttributeName: 'request_id', KeyType: 'RANGE' },
+        ],
+        Projection: { ProjectionType: 'INCLUDE', NonKeyAttributes: [...LIVE_PROJECTION] },
+      },
+    ]);
+  });
+
+  it('follows a changed topology (what the CDK drift test relies on)', () => {
+    const changed: Topology = {
+      ...topology,
+      tables: {
+        ...topology.tables,
+        models: { ...topology.tables.models, sortKey: { name: 'v', type: 'N' } },
+      },
+    };
+    const models = createTableInputs(changed, 'px')[1];
+    expect(models?.KeySchema).toEqual([
+      { AttributeName: 'model_id', KeyType: 'HASH' },
+      { AttributeName: 'v', KeyType: 'RANGE' },
+    ]);
+    expect(models?.AttributeDefinitions).toContainEqual({ AttributeName: 'v', AttributeType: 'N' });
+  });
+});
+
+describe('envFor', () => {
+  it('names every resource through the topology variables, with settings and endpoints', () => {
+    const names = resourceNames(topology, 'px');
+    const queueUrls = { work: 'http://q/work', workDlq: 'http://q/dlq' };
+    const env = envFor(
+      topology,
+      { ...names, queueUrls },
+      { dynamodb: 'http://d', s3: 'http://s', sqs: 'http://s' },
+    );
+    expect(env).toMatchObject({
+      FUTURES_TABLE: 'px-futures',
+      MODELS_TABLE: 'px-models',
+      REGISTRY_TABLE: 'px-registry',
+      PREFIXES_TABLE: 'px-prefixes',
+      DATA_BUCKET: 'px-data',
+      WORK_QUEUE_URL: 'http://q/work',
+      POOL: topology.settings.POOL,
+      LIVE_SHARDS: topology.settings.LIVE_SHARDS,
+      S3_FORCE_PATH_STYLE: 'true',
+      AWS_ENDPOINT_URL_DYNAMODB: 'http://d',
+      AWS_ENDPOINT_URL_S3: 'http://s',
+      AWS_ENDPOINT_URL_SQS: 'http://s',
+      AWS_REGION: 'us-east-1',
+    });
+    expect(env.AWS_ACCESS_KEY_ID).toBeTruthy();
+    expect(env.AWS_SECRET_ACCESS_KEY).toBeTruthy();
+    expect(Object.values(env)).not.toContain('http://q/dlq');
+  });
+});
+
+describe('failedItems (how Lambda reads batchItemFailures)', () => {
+  const ids = ['a', 'b', 'c'];
+  it('reads success from no answer, an empty list or a null list', () => {
+    for (const answer of [undefined, null, {}, { batchItemFailures: [] }, { batchItemFailures: null }]) {
+      expect(failedItems(answer, ids)).toEqual(new Set());
+    }
+  });
+  it('returns the reported items', () => {
+    expect(failedItems({ batchItemFailures: [{ itemIdentifier: 'b' }] }, ids)).toEqual(new Set(['b']));
+  });
+  it('fails the whole batch on an empty, missing or unknown identifier', () => {
+    expect(failedItems({ batchItemFailures: [{ itemIdentifier: '' }] }, ids)).toBe('all');
+    expect(failedItems({ batchItemFailures: [{ id: 'a' }] }, ids)).toBe('all');
+    expect(failedItems({ batchItemFailures: [{ itemIdentifier: 'z' }] }, ids)).toBe('all');
+    expect(failedItems({ batchItemFailures: 'a' }, ids)).toBe('all');
+  });
+});
