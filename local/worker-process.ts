@@ -1,0 +1,226 @@
+import { realpathSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import {
+  ChangeMessageVisibilityCommand,
+  DeleteMessageCommand,
+  type Message,
+  ReceiveMessageCommand,
+  SQSClient,
+} from '@aws-sdk/client-sqs';
+import type { Backend } from '../shared/backend/backend.js';
+import { ReferenceBackend } from '../shared/backend/reference/reference-backend.js';
+import { config } from '../shared/config.js';
+import { logger } from '../shared/logger.js';
+import { backoffDelay, realSleep } from '../shared/prefix/backoff.js';
+import { topology } from '../shared/topology.js';
+import { describeVerdict, processWorkMessage, type WorkerOptions } from '../shared/worker/index.js';
+
+/**
+ * `npm run worker`: the worker runtime as a long-running process, for GPU hosts (or any host) that
+ * consume the `work` queue instead of the Lambda. Same runtime, same commit protocol; only the driver
+ * differs:
+ * - long polling (ReceiveMessage, WaitTimeSeconds 20), one work item at a time;
+ * - the message's visibility is extended while its work item runs, so a long step is not redelivered;
+ * - the message is deleted when the work item ended (committed, or found to be someone else's);
+ * - SIGTERM / SIGINT: stop polling (the poll in flight ends within `--wait-seconds`; a message it
+ *   brings is made visible again at once), let the current work item finish for up to
+ *   `--grace-seconds`, then abandon it without committing (its message is made visible at once so
+ *   another worker continues it), and exit 0. A second signal abandons at once.
+ *
+ * Options: `--backend <module>` loads a module exporting `createBackend(): Backend | Promise<Backend>`
+ * (default: the reference CPU backend); `--grace-seconds <n>` (default 60); `--wait-seconds <n>` (long
+ * poll, default 20). Resources come from the same environment variables as the functions'
+ * (WORK_QUEUE_URL, MODELS_TABLE, DATA_BUCKET, ...).
+ */
+
+export interface WorkerProcessOptions {
+  readonly queueUrl: string;
+  readonly backend: Backend;
+  readonly sqs: SQSClient;
+  /** Stop polling; the current work item still finishes. */
+  readonly stop: AbortSignal;
+  /** Abandon the current work item without committing. */
+  readonly abandon?: AbortSignal;
+  readonly waitTimeSeconds?: number;
+  readonly visibilityTimeoutSeconds?: number;
+  readonly extendEveryMs?: number;
+  /** Runtime options (clients, lease, hooks); `backend` and `signal` are set by the process. */
+  readonly worker?: Omit<WorkerOptions, 'backend' | 'signal'>;
+  readonly print?: (line: string) => void;
+}
+
+const RECEIVE_BACKOFF = { baseMs: 200, capMs: 10_000, maxRetries: Number.POSITIVE_INFINITY };
+
+/** Polls until `stop` aborts; resolves with the number of work items handled. */
+export async function runWorkerProcess(options: WorkerProcessOptions): Promise<number> {
+  const waitTimeSeconds = options.waitTimeSeconds ?? 20;
+  const visibility = options.visibilityTimeoutSeconds ?? topology.queues.work.visibilityTimeoutSeconds;
+  const print = options.print ?? ((line: string) => process.stdout.write(`${line}\n`));
+  let handled = 0;
+  let errors = 0;
+  while (!options.stop.aborted) {
+    let messages: Message[];
+    try {
+      // A stop lets the poll in flight finish: an aborted long poll may still take a message off the
+      // queue (until its visibility timeout) with nobody left to run it. Abandoning aborts it anyway.
+      const answer = await options.sqs.send(
+        new ReceiveMessageCommand({
+          QueueUrl: options.queueUrl,
+          MaxNumberOfMessages: 1,
+          WaitTimeSeconds: waitTimeSeconds,
+          VisibilityTimeout: visibility,
+        }),
+        options.abandon === undefined ? {} : { abortSignal: options.abandon },
+      );
+      messages = answer.Messages ?? [];
+      errors = 0;
+    } catch (error) {
+      if (options.stop.aborted || options.abandon?.aborted) break;
+      errors += 1;
+      logger.warn('receive failed; retrying', { error: error instanceof Error ? error.name : String(error) });
+      await realSleep(backoffDelay(errors, RECEIVE_BACKOFF, Math.random) + 100, options.stop);
+      continue;
+    }
+    for (const message of messages) {
+      if (options.stop.aborted) {
+        await giveBack(options, message);
+        continue;
+      }
+      await handleMessage(message, options, visibility, print);
+      handled += 1;
+    }
+  }
+  return handled;
+}
+
+/** A message received after the stop: visible again at once for another worker. */
+async function giveBack(options: WorkerProcessOptions, message: Message): Promise<void> {
+  await options.sqs
+    .send(
+      new ChangeMessageVisibilityCommand({
+        QueueUrl: options.queueUrl,
+        ReceiptHandle: message.ReceiptHandle,
+        VisibilityTimeout: 0,
+      }),
+    )
+    .catch(() => undefined);
+}
+
+async function handleMessage(
+  message: Message,
+  options: WorkerProcessOptions,
+  visibility: number,
+  print: (line: string) => void,
+): Promise<void> {
+  const { sqs, queueUrl } = options;
+  const receiptHandle = message.ReceiptHandle;
+  const setVisibility = (seconds: number) =>
+    sqs.send(
+      new ChangeMessageVisibilityCommand({
+        QueueUrl: queueUrl,
+        ReceiptHandle: receiptHandle,
+        VisibilityTimeout: seconds,
+      }),
+    );
+  const extender = setInterval(
+    () =>
+      void setVisibility(visibility).catch((error: unknown) =>
+        logger.warn('visibility extension failed', {
+          error: error instanceof Error ? error.name : String(error),
+        }),
+      ),
+    options.extendEveryMs ?? (visibility * 1000) / 3,
+  );
+  let verdict: Awaited<ReturnType<typeof processWorkMessage>>;
+  try {
+    verdict = await processWorkMessage(message.Body ?? '', {
+      ...options.worker,
+      backend: options.backend,
+      ...(options.abandon === undefined ? {} : { signal: options.abandon }),
+    });
+  } finally {
+    clearInterval(extender);
+  }
+  print(`${new Date().toISOString()} ${describeVerdict(verdict)}`);
+  try {
+    if (verdict.done) {
+      await sqs.send(new DeleteMessageCommand({ QueueUrl: queueUrl, ReceiptHandle: receiptHandle }));
+    } else if (options.abandon?.aborted) {
+      // The models are still in flight under this work item: another worker may continue it at once.
+      await setVisibility(0);
+    }
+  } catch (error) {
+    logger.warn('message not settled; it will be delivered again', {
+      error: error instanceof Error ? error.name : String(error),
+    });
+  }
+}
+
+async function loadBackend(modulePath: string | undefined): Promise<Backend> {
+  if (modulePath === undefined) return new ReferenceBackend();
+  const module = (await import(pathToFileURL(resolve(modulePath)).href)) as { createBackend?: unknown };
+  if (typeof module.createBackend !== 'function') {
+    throw new Error(`${modulePath} does not export createBackend()`);
+  }
+  return (await (module.createBackend as () => Backend | Promise<Backend>)()) as Backend;
+}
+
+function flag(args: readonly string[], name: string): string | undefined {
+  const index = args.indexOf(name);
+  return index >= 0 ? args[index + 1] : undefined;
+}
+
+async function main(args: readonly string[]): Promise<number> {
+  const graceSeconds = Number(flag(args, '--grace-seconds') ?? 60);
+  if (!Number.isFinite(graceSeconds) || graceSeconds < 0) throw new Error('--grace-seconds must be >= 0');
+  const waitTimeSeconds = Number(flag(args, '--wait-seconds') ?? 20);
+  if (!Number.isInteger(waitTimeSeconds) || waitTimeSeconds < 0 || waitTimeSeconds > 20) {
+    throw new Error('--wait-seconds must be an integer from 0 to 20');
+  }
+  const backend = await loadBackend(flag(args, '--backend'));
+  const stop = new AbortController();
+  const abandon = new AbortController();
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stop.signal.aborted) {
+      abandon.abort();
+      return;
+    }
+    process.stdout.write(
+      `${signal}: no new work items; finishing the current one (up to ${graceSeconds} s)\n`,
+    );
+    stop.abort();
+    setTimeout(() => abandon.abort(), graceSeconds * 1000).unref();
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  const queueUrl = config().workQueueUrl;
+  const sqs = new SQSClient({});
+  process.stdout.write(`worker (${backend.name} backend) polling ${queueUrl}\n`);
+  const handled = await runWorkerProcess({
+    queueUrl,
+    backend,
+    sqs,
+    stop: stop.signal,
+    abandon: abandon.signal,
+    waitTimeSeconds,
+  });
+  process.stdout.write(`worker stopped after ${handled} work items\n`);
+  sqs.destroy();
+  return 0;
+}
+
+function isEntryPoint(): boolean {
+  const entry = process.argv[1];
+  return entry !== undefined && realpathSync(entry) === realpathSync(fileURLToPath(import.meta.url));
+}
+
+if (isEntryPoint()) {
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (error: unknown) => {
+      process.stderr.write(`worker: ${error instanceof Error ? error.message : String(error)}\n`);
+      process.exit(1);
+    },
+  );
+}

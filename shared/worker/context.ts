@@ -1,0 +1,34 @@
+import type { Backend } from '../backend/backend.js';
+import type { LeaseKeeper } from './lease.js';
+import type { PassBatcher } from './pass-batcher.js';
+import type { SamplerCache } from './sampler-cache.js';
+import type { WorkerClients, WorkerEvent } from './types.js';
+
+/** What the parts of one work item share while it runs. */
+export interface RunContext {
+  readonly backend: Backend;
+  readonly clients: WorkerClients;
+  readonly maxAttempts: number;
+  readonly inlineResultMaxBytes: number;
+  readonly signal: AbortSignal | undefined;
+  readonly now: () => number;
+  readonly emit: (event: WorkerEvent) => Promise<void>;
+  readonly passes: PassBatcher;
+  readonly leases: LeaseKeeper;
+  readonly samplers: SamplerCache;
+}
+
+/** The worker was stopped (`WorkerOptions.signal`): abandon, write and commit nothing more. */
+export class AbandonedError extends Error {
+  constructor() {
+    super('the worker is stopping; the work item is abandoned');
+    this.name = 'AbandonedError';
+  }
+}
+
+/** Throws at a boundary once any of the signals has aborted (the worker stopped, the lease was lost). */
+export function stopIfAborted(...signals: readonly (AbortSignal | undefined)[]): void {
+  for (const signal of signals) {
+    if (signal?.aborted) throw signal.reason instanceof Error ? signal.reason : new AbandonedError();
+  }
+}

@@ -1,0 +1,48 @@
+import type { S3Client } from '@aws-sdk/client-s3';
+import { InfrastructureError } from '../errors.js';
+import {
+  type WorkItem,
+  type WorkManifest,
+  workItemSchema,
+  workManifestSchema,
+} from '../scheduling/work-item.js';
+import { getBytes } from './blobs.js';
+
+/** A work item by value (tests, a driver that already holds it) or the manifest naming it in S3. */
+export type WorkSource = WorkItem | WorkManifest;
+
+function isManifest(source: WorkSource): source is WorkManifest {
+  return !('models' in source);
+}
+
+/** Parses an SQS message body into a manifest; a malformed one is a poison message (never runnable). */
+export function parseManifest(body: string): WorkManifest {
+  try {
+    return workManifestSchema.parse(JSON.parse(body));
+  } catch (error) {
+    throw new InfrastructureError('the work message is not a work item manifest', { cause: error });
+  }
+}
+
+/** The work item, checked against the scheduler's schema (contiguous seqs, one model once, R4). */
+export async function loadWorkItem(source: WorkSource, s3: S3Client): Promise<WorkItem> {
+  if (!isManifest(source)) return workItemSchema.parse(source);
+  const bytes = await getBytes(s3, source.key);
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(new TextDecoder().decode(bytes));
+  } catch (error) {
+    throw new InfrastructureError(`work item ${source.key} is not JSON`, { cause: error });
+  }
+  const checked = workItemSchema.safeParse(parsed);
+  if (!checked.success) {
+    throw new InfrastructureError(`work item ${source.key} does not match the work item schema`, {
+      cause: checked.error,
+      context: { key: source.key },
+    });
+  }
+  if (checked.data.work_item_id !== source.work_item_id) {
+    throw new InfrastructureError(`work item ${source.key} is not ${source.work_item_id}`);
+  }
+  return checked.data;
+}

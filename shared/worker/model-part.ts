@@ -1,0 +1,125 @@
+import { logger } from '../logger.js';
+import type { WorkItemModel } from '../scheduling/work-item.js';
+import { getBytes, putBytes } from './blobs.js';
+import { commitModel } from './commit.js';
+import type { StepCommit } from './commit-items.js';
+import { AbandonedError, type RunContext, stopIfAborted } from './context.js';
+import { LeaseLostError, readModelRow, releaseForReplan } from './lease.js';
+import { COMMIT_INLINE_BUDGET_BYTES, storeOutcome, storeState } from './outputs.js';
+import { executeStep, type PartState, type StepExecution } from './steps.js';
+import type { ModelOutcome, PartOutcome } from './types.js';
+
+/**
+ * One model's part of a work item, independent of every other part (no tenant waits for another's):
+ * check the work item still holds the model, load exactly `base_state_ref` (E3), run the steps in seq
+ * order, write state, large results and checkpoint blobs under fenced keys, commit in one
+ * transaction (E4), settle an ambiguous commit by re-reading (E5).
+ *
+ * On an infrastructure error the part commits nothing and releases the model for re-plan at once
+ * (`releaseForReplan`), rather than leaving it to lease expiry. A worker that is stopped or loses its
+ * lease abandons the part and releases nothing.
+ */
+export async function runModelPart(model: WorkItemModel, ctx: RunContext): Promise<ModelOutcome> {
+  const { model_id: modelId, inflight } = model;
+  const outcome = await runPart(model, ctx).catch(async (error: unknown): Promise<PartOutcome> => {
+    if (error instanceof LeaseLostError) return { outcome: 'lease_lost' };
+    if (error instanceof AbandonedError || ctx.signal?.aborted) return { outcome: 'abandoned' };
+    const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    logger.error('model part failed; releasing it for re-plan', {
+      model_id: modelId,
+      inflight,
+      error: message,
+    });
+    const released = await releaseForReplan(
+      ctx.clients.doc,
+      modelId,
+      inflight,
+      ctx.now(),
+      ctx.maxAttempts,
+    ).catch(() => false);
+    return { outcome: 'failed', error: message, released };
+  });
+  logger.info('model part finished', { model_id: modelId, inflight, outcome: outcome.outcome });
+  return { model_id: modelId, ...outcome };
+}
+
+async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutcome> {
+  const { clients, backend } = ctx;
+  // A redelivered or re-planned work item stops here, before it runs or writes anything.
+  const row = await readModelRow(clients.doc, model.model_id);
+  if (row?.inflight !== model.inflight) return { outcome: 'not_inflight' };
+
+  const lease = ctx.leases.hold(model.model_id, model.inflight);
+  try {
+    await ctx.emit({ kind: 'model-started', model_id: model.model_id, inflight: model.inflight });
+    stopIfAborted(ctx.signal, lease);
+    const part: PartState = {
+      state:
+        model.base_state_ref === undefined
+          ? undefined
+          : await backend.deserializeState(await getBytes(clients.s3, model.base_state_ref)),
+      stateChanged: false,
+      unloaded: false,
+      saved: new Map(),
+    };
+    const env = { backend, passes: ctx.passes, clients, model, now: ctx.now };
+    const executions: StepExecution[] = [];
+    for (const step of model.steps) {
+      stopIfAborted(ctx.signal, lease);
+      const execution = await executeStep(step, part, env);
+      executions.push(execution);
+      await ctx.emit({
+        kind: 'step-done',
+        model_id: model.model_id,
+        seq: step.seq,
+        failed: execution.outcome.status === 'failed',
+      });
+    }
+
+    // Fence: write nothing unless this work item still holds the model (a zombie stops here).
+    stopIfAborted(ctx.signal, lease);
+    if (!(await ctx.leases.renewNow(model.inflight))) throw new LeaseLostError(model.inflight);
+    const placement = { inlineMaxBytes: ctx.inlineResultMaxBytes, budget: COMMIT_INLINE_BUDGET_BYTES };
+    const [stateRef, steps] = await Promise.all([
+      storeState(backend, clients.s3, model.model_id, model.epoch, part),
+      Promise.all(
+        executions.map(
+          async (execution): Promise<StepCommit> => ({
+            request_id: execution.request_id,
+            outcome: await storeOutcome(execution.request_id, execution.outcome, placement, clients.s3),
+            ...(execution.checkpoint === undefined ? {} : { checkpoint: execution.checkpoint }),
+            ...(execution.sampling_session === undefined
+              ? {}
+              : { sampling_session: execution.sampling_session }),
+          }),
+        ),
+      ),
+      ...[...part.saved.values()].map((blob) => putBytes(clients.s3, blob.key, blob.bytes)),
+    ]);
+    await ctx.emit({ kind: 'model-written', model_id: model.model_id, state_ref: stateRef });
+    stopIfAborted(ctx.signal, lease);
+
+    // Renewals stop here: the commit removes the lease, and a renewal racing it would only fail.
+    ctx.leases.release(model.inflight);
+    const last = model.steps[model.steps.length - 1];
+    const result = await commitModel(
+      {
+        model_id: model.model_id,
+        inflight: model.inflight,
+        base_applied_through: model.base_applied_through,
+        applied_through: last?.seq ?? model.base_applied_through,
+        ...(stateRef === undefined ? {} : { state_ref: stateRef }),
+        unloaded: part.unloaded,
+        now: ctx.now(),
+        steps,
+      },
+      model.epoch,
+      clients.doc,
+    );
+    return result.committed
+      ? { outcome: 'committed', settled_by_reread: result.settledByReread }
+      : { outcome: 'lost' };
+  } finally {
+    ctx.leases.release(model.inflight);
+  }
+}

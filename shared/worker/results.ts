@@ -1,0 +1,56 @@
+import {
+  type ForwardBackwardResult,
+  type OptimStepResult,
+  type SampleRun,
+  toSampleResult,
+} from '../backend/backend.js';
+
+/**
+ * The result JSON of each request type, as the Tinker SDK parses it (REFERENCE.md section 1). Every
+ * result passes through `toJson` so the value stored inline in DynamoDB and the one stored in S3 are
+ * the same JSON (typed arrays become arrays, non-finite numbers null, undefined members dropped).
+ */
+
+export function toJson(value: unknown): unknown {
+  return JSON.parse(JSON.stringify(value)) as unknown;
+}
+
+export function createModelResult(modelId: string) {
+  return { model_id: modelId, type: 'create_model' as const };
+}
+
+export function passResult(result: ForwardBackwardResult) {
+  return {
+    loss_fn_output_type: result.loss_fn_output_type,
+    loss_fn_outputs: result.loss_fn_outputs,
+    metrics: result.metrics,
+  };
+}
+
+export function optimStepResult(result: OptimStepResult) {
+  return { metrics: result.metrics };
+}
+
+export function saveWeightsResult(path: string) {
+  return { path, type: 'save_weights' as const };
+}
+
+/** Named: the checkpoint's path. Unnamed: the sampling session the server created (no path). */
+export function saveWeightsForSamplerResult(
+  target: { readonly path: string } | { readonly sampling_session_id: string },
+) {
+  return { ...target, type: 'save_weights_for_sampler' as const };
+}
+
+export function loadWeightsResult(path: string) {
+  return { path, type: 'load_weights' as const };
+}
+
+export function unloadModelResult(modelId: string) {
+  return { model_id: modelId, type: 'unload_model' as const };
+}
+
+/** `{type: "sample", sequences: [{stop_reason, tokens, logprobs}], prompt_logprobs?}`. */
+export function sampleResult(run: SampleRun) {
+  return toSampleResult(run);
+}

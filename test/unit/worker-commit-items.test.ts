@@ -1,0 +1,188 @@
+import { beforeAll, describe, expect, it } from 'vitest';
+import { resetConfig } from '../../shared/config.js';
+import { TRAINING_REQUEST_TYPES, type TrainingRequestType } from '../../shared/domain/records.js';
+import { commitActionsOf, TRANSACT_WRITE_MAX_ACTIONS } from '../../shared/scheduling/limits.js';
+import {
+  commitToken,
+  type ModelCommit,
+  modelCommitTransaction,
+  type StepCommit,
+  sampleCommitTransaction,
+} from '../../shared/worker/commit-items.js';
+
+beforeAll(() => {
+  Object.assign(process.env, {
+    FUTURES_TABLE: 'p-futures',
+    MODELS_TABLE: 'p-models',
+    REGISTRY_TABLE: 'p-registry',
+  });
+  resetConfig();
+});
+
+const base: ModelCommit = {
+  model_id: 'model-a',
+  inflight: 'model-a@7',
+  base_applied_through: 4,
+  applied_through: 6,
+  unloaded: false,
+  now: 1234,
+  steps: [
+    { request_id: 'r5', outcome: { status: 'completed', result: { metrics: { 'loss:mean': 1 } } } },
+    { request_id: 'r6', outcome: { status: 'failed', error: { message: 'bad', category: 'user' } } },
+  ],
+};
+
+/** The most a step of each type can add to its model's commit. */
+function fullestStep(type: TrainingRequestType, index: number): StepCommit {
+  const step: StepCommit = {
+    request_id: `r${index}`,
+    outcome: { status: 'completed', result_key: `results/r${index}.json` },
+  };
+  if (type === 'save_weights')
+    return { ...step, checkpoint: { action: 'commit', pk: 'ckpt#a', blob_key: 'k' } };
+  if (type === 'save_weights_for_sampler') {
+    return {
+      ...step,
+      checkpoint: { action: 'commit', pk: 'ckpt#b', blob_key: 'k' },
+      sampling_session: {
+        pk: 'ss#s',
+        sampling_session_id: 's',
+        tenant: 't',
+        session_id: 'x',
+        model_id: 'model-a',
+        base_model: 'b',
+        created_at: 1,
+      },
+    };
+  }
+  return step;
+}
+
+describe('the model commit transaction (E4)', () => {
+  it('updates the model row on its in-flight token and base, removes the lease, resets attempts', () => {
+    const { items, targets } = modelCommitTransaction({ ...base, state_ref: 'state/model-a/7.bin' });
+    expect(targets[0]).toEqual({ kind: 'model' });
+    expect(items[0]).toEqual({
+      Update: {
+        TableName: 'p-models',
+        Key: { model_id: 'model-a' },
+        UpdateExpression:
+          'SET applied_through = :applied, last_completed_at = :now, attempts = :zero, state_ref = :state REMOVE inflight, lease_until',
+        ConditionExpression: 'inflight = :token AND applied_through = :base',
+        ExpressionAttributeValues: {
+          ':applied': 6,
+          ':now': 1234,
+          ':zero': 0,
+          ':token': 'model-a@7',
+          ':base': 4,
+          ':state': 'state/model-a/7.bin',
+        },
+      },
+    });
+  });
+
+  it('keeps state_ref when the work item changed no state, and marks an unloaded model', () => {
+    const [row] = modelCommitTransaction({ ...base, unloaded: true }).items;
+    expect(row?.Update?.UpdateExpression).not.toMatch(/state_ref/);
+    expect(row?.Update?.UpdateExpression).toMatch(/#status = :unloaded/);
+    expect(row?.Update?.ExpressionAttributeValues?.[':unloaded']).toBe('unloaded');
+  });
+
+  it('ends each future only if it is still pending, and takes it out of the live index', () => {
+    const { items, targets } = modelCommitTransaction(base);
+    expect(targets.slice(1)).toEqual([
+      { kind: 'future', request_id: 'r5' },
+      { kind: 'future', request_id: 'r6' },
+    ]);
+    const [completed, failed] = [items[1]?.Update, items[2]?.Update];
+    expect(completed).toMatchObject({
+      TableName: 'p-futures',
+      Key: { request_id: 'r5' },
+      UpdateExpression: 'SET #status = :status, #field = :value, updated_at = :now REMOVE live',
+      ConditionExpression: '#status = :pending',
+      ExpressionAttributeNames: { '#status': 'status', '#field': 'result' },
+      ExpressionAttributeValues: {
+        ':status': 'completed',
+        ':value': { metrics: { 'loss:mean': 1 } },
+        ':pending': 'pending',
+      },
+    });
+    expect(failed?.ExpressionAttributeNames?.['#field']).toBe('error');
+    expect(failed?.ExpressionAttributeValues?.[':status']).toBe('failed');
+  });
+
+  it('fills a checkpoint name only for the request that reserved it; a failed save deletes its pending reservation', () => {
+    const { items } = modelCommitTransaction({
+      ...base,
+      steps: [
+        { ...fullestStep('save_weights', 5) },
+        {
+          request_id: 'r6',
+          outcome: { status: 'failed', error: { message: 'x', category: 'user' } },
+          checkpoint: { action: 'release', pk: 'ckpt#c' },
+        },
+      ],
+    });
+    expect(items[2]?.Update).toMatchObject({
+      TableName: 'p-registry',
+      Key: { pk: 'ckpt#a' },
+      UpdateExpression: 'SET #status = :committed, blob_key = :blob',
+      ConditionExpression: 'request_id = :mine',
+      ExpressionAttributeValues: { ':committed': 'committed', ':blob': 'k', ':mine': 'r5' },
+    });
+    expect(items[4]?.Delete).toMatchObject({
+      Key: { pk: 'ckpt#c' },
+      ConditionExpression: 'request_id = :mine AND #status = :pending',
+      ExpressionAttributeValues: { ':mine': 'r6', ':pending': 'pending' },
+    });
+  });
+
+  it("never adds more actions per step than the planner's commitActionsOf budgets", () => {
+    for (const type of TRAINING_REQUEST_TYPES) {
+      const { items } = modelCommitTransaction({ ...base, steps: [fullestStep(type, 1)] });
+      expect(items.length - 1, type).toBeLessThanOrEqual(commitActionsOf(type));
+    }
+    // A run the planner may dispatch (90 steps, budgeted to 100 actions) fits one transaction.
+    const steps: StepCommit[] = [];
+    let budget = TRANSACT_WRITE_MAX_ACTIONS - 1;
+    for (let i = 0; budget > 0; i++) {
+      const type = TRAINING_REQUEST_TYPES[i % TRAINING_REQUEST_TYPES.length] as TrainingRequestType;
+      if (commitActionsOf(type) > budget) break;
+      budget -= commitActionsOf(type);
+      steps.push(fullestStep(type, i));
+    }
+    expect(modelCommitTransaction({ ...base, steps }).items.length).toBeLessThanOrEqual(
+      TRANSACT_WRITE_MAX_ACTIONS,
+    );
+  });
+});
+
+describe('the sample commit transaction (R4)', () => {
+  it('ends the future and deletes the claim only while it is this work item’s', () => {
+    const { items } = sampleCommitTransaction(
+      's1',
+      'wi-9',
+      { status: 'completed', result_key: 'results/s1.json' },
+      5,
+    );
+    expect(items[0]?.Update?.ConditionExpression).toBe('#status = :pending');
+    expect(items[0]?.Update?.ExpressionAttributeNames?.['#field']).toBe('result_key');
+    expect(items[1]).toEqual({
+      Delete: {
+        TableName: 'p-registry',
+        Key: { pk: 'claim#s1' },
+        ConditionExpression: 'claim_token = :token',
+        ExpressionAttributeValues: { ':token': 'wi-9' },
+      },
+    });
+  });
+});
+
+describe('commitToken (E5)', () => {
+  it('is deterministic, at most 36 characters, and differs per work item and variant', () => {
+    expect(commitToken('model-a@7', 0)).toBe(commitToken('model-a@7', 0));
+    expect(commitToken('model-a@7', 0)).toHaveLength(36);
+    expect(commitToken('model-a@7', 0)).not.toBe(commitToken('model-a@8', 0));
+    expect(commitToken('model-a@7', 0)).not.toBe(commitToken('model-a@7', 1));
+  });
+});

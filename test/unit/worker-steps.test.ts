@@ -1,0 +1,326 @@
+import { describe, expect, it } from 'vitest';
+import type { Backend, BackendState, ForwardBackwardInput } from '../../shared/backend/backend.js';
+import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
+import { InfrastructureError } from '../../shared/errors.js';
+import type { WorkItemModel, WorkItemStep } from '../../shared/scheduling/work-item.js';
+import { checkpointContentId, storageKeys } from '../../shared/storage-keys.js';
+import { PassBatcher } from '../../shared/worker/pass-batcher.js';
+import { executeStep, type PartState, type StepEnv } from '../../shared/worker/steps.js';
+
+const backend = new ReferenceBackend();
+const MODEL = 'model-1';
+const BASE = 'reference/byte-lm';
+
+const text = (s: string) => [...Buffer.from(s, 'utf8')];
+function input(s: string): ForwardBackwardInput {
+  const all = text(s);
+  return {
+    data: [
+      {
+        model_input: { chunks: [{ type: 'encoded_text', tokens: all.slice(0, -1) }] },
+        loss_fn_inputs: { target_tokens: { data: all.slice(1), dtype: 'int64', shape: [all.length - 1] } },
+      },
+    ],
+    loss_fn: 'cross_entropy',
+  };
+}
+const badInput: ForwardBackwardInput = {
+  data: [
+    {
+      model_input: { chunks: [{ type: 'encoded_text', tokens: [1, 999] }] },
+      loss_fn_inputs: { target_tokens: { data: [2, 3], dtype: 'int64', shape: [2] } },
+    },
+  ],
+  loss_fn: 'cross_entropy',
+};
+
+const ref = (kind: 'weights' | 'sampler', name: string) => ({
+  pk: `ckpt#${MODEL}#${kind}#${name}`,
+  model_id: MODEL,
+  kind,
+  name,
+  path: kind === 'weights' ? `tinker://${MODEL}/weights/${name}` : `tinker://${MODEL}/${name}`,
+});
+
+let seq = 0;
+const step = (request_type: WorkItemStep['request_type'], payload?: unknown, fail?: WorkItemStep['fail']) => {
+  seq += 1;
+  const id = `req-${seq}`;
+  return {
+    request_id: id,
+    seq,
+    request_type,
+    ...(payload === undefined ? {} : { payload }),
+    ...(fail ? { fail } : {}),
+  };
+};
+
+/** Clients that fail the test if a step touches the cloud. */
+const noCloud = new Proxy(
+  {},
+  {
+    get: () => {
+      throw new Error('this step must not touch the cloud');
+    },
+  },
+) as never;
+
+function setup(b: Backend = backend): { part: PartState; env: StepEnv } {
+  const model: WorkItemModel = {
+    model_id: MODEL,
+    tenant: 'acme',
+    epoch: 1,
+    inflight: `${MODEL}@1`,
+    base_applied_through: 0,
+    steps: [{ request_id: 'x', seq: 1, request_type: 'create_model', payload: {} }],
+  };
+  return {
+    part: { state: undefined, stateChanged: false, unloaded: false, saved: new Map() },
+    env: {
+      backend: b,
+      passes: new PassBatcher(b),
+      clients: { doc: noCloud, s3: noCloud },
+      model,
+      now: () => 1000,
+    },
+  };
+}
+
+const createPayload = { request_type: 'create_model', base_model: BASE, lora_config: { rank: 4, seed: 2 } };
+const json = (value: unknown) => JSON.parse(JSON.stringify(value)) as unknown;
+
+describe('executeStep: each request type against the backend, with Tinker result shapes', () => {
+  it('a whole sequence gives what direct backend calls give', async () => {
+    const { part, env } = setup();
+    const run = (s: WorkItemStep) => executeStep(s, part, env);
+
+    let direct: BackendState = await backend.createModel({
+      base_model: BASE,
+      lora_config: { rank: 4, seed: 2 },
+    });
+    expect((await run(step('create_model', createPayload))).outcome).toEqual({
+      status: 'completed',
+      result: { model_id: MODEL, type: 'create_model' },
+    });
+
+    const fb = await backend.forwardBackward(direct, input('hello world'));
+    direct = fb.state;
+    const fbStep = await run(
+      step('forward_backward', { request_type: 'forward_backward', seq_id: 1, input: input('hello world') }),
+    );
+    expect(json(fbStep.outcome)).toEqual({ status: 'completed', result: json(fb.result) });
+    expect(
+      Object.keys(fbStep.outcome.status === 'completed' ? (fbStep.outcome.result as object) : {}).sort(),
+    ).toEqual(['loss_fn_output_type', 'loss_fn_outputs', 'metrics']);
+
+    const adam = {
+      learning_rate: 0.1,
+      beta1: 0.9,
+      beta2: 0.95,
+      eps: 1e-12,
+      weight_decay: 0,
+      grad_clip_norm: 0,
+    };
+    const optim = await backend.optimStep(direct, adam);
+    direct = optim.state;
+    expect(
+      (await run(step('optim_step', { request_type: 'optim_step', seq_id: 2, adam_params: adam }))).outcome,
+    ).toEqual({
+      status: 'completed',
+      result: { metrics: optim.result.metrics },
+    });
+
+    const save = step('save_weights', {
+      request_type: 'save_weights',
+      seq_id: 3,
+      checkpoint: ref('weights', 'w1'),
+    });
+    const saved = await run(save);
+    const saveKey = storageKeys.checkpoint(MODEL, checkpointContentId(save.request_id));
+    expect(saved).toMatchObject({
+      outcome: {
+        status: 'completed',
+        result: { path: `tinker://${MODEL}/weights/w1`, type: 'save_weights' },
+      },
+      checkpoint: { action: 'commit', pk: ref('weights', 'w1').pk, blob_key: saveKey },
+    });
+    expect(part.saved.get(checkpointContentId(save.request_id))?.bytes).toEqual(
+      await backend.exportWeights(direct, 'training'),
+    );
+
+    const named = await run(
+      step('save_weights_for_sampler', {
+        request_type: 'save_weights_for_sampler',
+        seq_id: 4,
+        checkpoint: ref('sampler', 's1'),
+      }),
+    );
+    expect(named.outcome).toEqual({
+      status: 'completed',
+      result: { path: `tinker://${MODEL}/s1`, type: 'save_weights_for_sampler' },
+    });
+    expect(named.sampling_session).toBeUndefined();
+
+    const unnamedStep = step('save_weights_for_sampler', {
+      request_type: 'save_weights_for_sampler',
+      seq_id: 5,
+      checkpoint: ref('sampler', 'samp-1'),
+      sampling_session: {
+        sampling_session_id: 'samp-1',
+        session_id: 'sess-1',
+        sampling_session_seq_id: 0,
+        base_model: BASE,
+      },
+    });
+    const unnamed = await run(unnamedStep);
+    expect(unnamed.outcome).toEqual({
+      status: 'completed',
+      result: { sampling_session_id: 'samp-1', type: 'save_weights_for_sampler' },
+    });
+    expect(unnamed.sampling_session).toEqual({
+      pk: 'ss#samp-1',
+      sampling_session_id: 'samp-1',
+      tenant: 'acme',
+      session_id: 'sess-1',
+      model_id: MODEL,
+      base_model: BASE,
+      checkpoint_id: checkpointContentId(unnamedStep.request_id),
+      model_path: `tinker://${MODEL}/samp-1`,
+      created_at: 1000,
+    });
+
+    // Train on, then load the checkpoint saved earlier in this part (from memory, no cloud).
+    direct = (await backend.forwardBackward(direct, input('more'))).state;
+    await run(
+      step('forward_backward', { request_type: 'forward_backward', seq_id: 6, input: input('more') }),
+    );
+    direct = await backend.importWeights(direct, await backend.exportWeights(optim.state, 'training'), {
+      optimizer: true,
+    });
+    const load = await run(
+      step('load_weights', {
+        request_type: 'load_weights',
+        seq_id: 7,
+        checkpoint: { ...ref('weights', 'w1'), content_id: checkpointContentId(save.request_id) },
+        optimizer: true,
+      }),
+    );
+    expect(load.outcome).toEqual({
+      status: 'completed',
+      result: { path: `tinker://${MODEL}/weights/w1`, type: 'load_weights' },
+    });
+
+    const forward = await backend.forward(direct, input('hello world'));
+    expect(
+      json(
+        (await run(step('forward', { request_type: 'forward', seq_id: 8, input: input('hello world') })))
+          .outcome,
+      ),
+    ).toEqual({
+      status: 'completed',
+      result: json(forward),
+    });
+    expect(await backend.serializeState(part.state as BackendState)).toEqual(
+      await backend.serializeState(direct),
+    );
+
+    expect((await run(step('unload_model', { request_type: 'unload_model' }))).outcome).toEqual({
+      status: 'completed',
+      result: { model_id: MODEL, type: 'unload_model' },
+    });
+    expect(part.unloaded).toBe(true);
+    const late = await run(step('forward', { request_type: 'forward', seq_id: 9, input: input('x y') }));
+    expect(late.outcome).toEqual({
+      status: 'failed',
+      error: { message: `Model ${MODEL} is unloaded`, category: 'user' },
+    });
+  });
+});
+
+describe('executeStep: failures (E6)', () => {
+  it('a fail step records its error, reads no payload and leaves the state alone', async () => {
+    const { part, env } = setup();
+    await executeStep(step('create_model', createPayload), part, env);
+    const before = part.state;
+    part.stateChanged = false;
+    const error = { message: 'Request failed after 3 attempts', category: 'server' as const };
+    const failed = await executeStep(step('optim_step', undefined, error), part, env);
+    expect(failed).toEqual({ request_id: expect.any(String), outcome: { status: 'failed', error } });
+    expect(part.state).toBe(before);
+    expect(part.stateChanged).toBe(false);
+  });
+
+  it('a user error fails only its step: no partial effect, and the next step runs on the unchanged state', async () => {
+    const { part, env } = setup();
+    await executeStep(step('create_model', createPayload), part, env);
+    const before = part.state as BackendState;
+    const bad = await executeStep(
+      step('forward_backward', { request_type: 'forward_backward', input: badInput }),
+      part,
+      env,
+    );
+    expect(bad.outcome).toMatchObject({ status: 'failed', error: { category: 'user' } });
+    expect(bad.outcome.status === 'failed' && bad.outcome.error.message).toMatch(/tokens\[1\]: token id 999/);
+    expect(part.state).toBe(before);
+    const good = await executeStep(
+      step('forward_backward', { request_type: 'forward_backward', input: input('ok now') }),
+      part,
+      env,
+    );
+    expect(json(good.outcome)).toEqual({
+      status: 'completed',
+      result: json((await backend.forwardBackward(before, input('ok now'))).result),
+    });
+  });
+
+  it('steps before a successful create_model fail as user errors', async () => {
+    const { part, env } = setup();
+    const failed = await executeStep(
+      step('optim_step', { request_type: 'optim_step', adam_params: {} }),
+      part,
+      env,
+    );
+    expect(failed.outcome).toMatchObject({
+      status: 'failed',
+      error: { category: 'user', message: expect.stringMatching(/no weights/) },
+    });
+  });
+
+  it('a failed save releases the name it reserved', async () => {
+    const { part, env } = setup();
+    const save = await executeStep(
+      step('save_weights', { request_type: 'save_weights', checkpoint: ref('weights', 'w9') }),
+      part,
+      env,
+    );
+    expect(save).toMatchObject({
+      outcome: { status: 'failed', error: { category: 'user' } },
+      checkpoint: { action: 'release', pk: ref('weights', 'w9').pk },
+    });
+  });
+
+  it('a malformed stored payload fails its step as a server error', async () => {
+    const { part, env } = setup();
+    const failed = await executeStep(
+      step('create_model', { request_type: 'create_model', base_model: 7 }),
+      part,
+      env,
+    );
+    expect(failed.outcome).toMatchObject({
+      status: 'failed',
+      error: { category: 'server', message: expect.stringMatching(/malformed/) },
+    });
+  });
+
+  it('an infrastructure error from the backend is thrown, not recorded', async () => {
+    const broken = Object.create(backend) as Backend;
+    broken.optimStep = async () => {
+      throw new InfrastructureError('device lost');
+    };
+    const { part, env } = setup(broken);
+    await executeStep(step('create_model', createPayload), part, env);
+    await expect(
+      executeStep(step('optim_step', { request_type: 'optim_step', adam_params: {} }), part, env),
+    ).rejects.toThrow('device lost');
+  });
+});
