@@ -107,7 +107,8 @@ const resultsDir = join(dirname(fileURLToPath(import.meta.url)), 'results');
 
 export function writeResult(result: BenchResult): string {
   mkdirSync(resultsDir, { recursive: true });
-  const path = join(resultsDir, `${result.name}.json`);
+  // A --quick run never overwrites the full results the README quotes.
+  const path = join(resultsDir, `${result.name}${result.quick ? '.quick' : ''}.json`);
   writeFileSync(path, `${JSON.stringify(result, null, 2)}\n`);
   return path;
 }

@@ -29,6 +29,9 @@ export function assertTokenIds(ids: ArrayLike<number>): void {
   }
 }
 
+/** 2^0 .. 2^40: every shift the bit-packing loops use (carried bits < 8, width <= 32). */
+const POWERS_OF_TWO = Float64Array.from({ length: 41 }, (_, exponent) => 2 ** exponent);
+
 function bitWidth(max: number): number {
   let width = 0;
   let rest = max;
@@ -90,15 +93,18 @@ export function packTokens(
   const width = bitWidth(max);
   out.byte(width);
   // Bits accumulate little-endian in a float-safe integer: width <= 32 and fewer than 8 bits are
-  // carried between ids, so the accumulator stays below 2^40.
+  // carried between ids, so the accumulator stays below 2^40. Powers come from a table and the
+  // remainder from floor-and-subtract: `2 ** n` and `%` on doubles are library calls, and this
+  // loop runs once per token.
   let accumulator = 0;
   let bits = 0;
   for (let i = 0; i < ids.length; i++) {
-    accumulator += (ids[i] as number) * 2 ** bits;
+    accumulator += (ids[i] as number) * (POWERS_OF_TWO[bits] as number);
     bits += width;
     while (bits >= 8) {
-      out.byte(accumulator % 256);
-      accumulator = Math.floor(accumulator / 256);
+      const high = Math.floor(accumulator / 256);
+      out.byte(accumulator - high * 256);
+      accumulator = high;
       bits -= 8;
     }
   }
@@ -131,14 +137,15 @@ export function unpackTokens(input: ByteReader, count: number): Uint32Array {
     if (width > 32) throw new TruncatedInputError(`bit width ${width} exceeds 32`);
     let accumulator = 0;
     let bits = 0;
-    const modulus = 2 ** width;
+    const modulus = POWERS_OF_TWO[width] as number;
     for (let i = 0; i < count; i++) {
       while (bits < width) {
-        accumulator += input.byte() * 2 ** bits;
+        accumulator += input.byte() * (POWERS_OF_TWO[bits] as number);
         bits += 8;
       }
-      ids[i] = accumulator % modulus;
-      accumulator = Math.floor(accumulator / modulus);
+      const high = Math.floor(accumulator / modulus);
+      ids[i] = accumulator - high * modulus;
+      accumulator = high;
       bits -= width;
     }
     return ids;
