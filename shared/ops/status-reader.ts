@@ -1,0 +1,63 @@
+import { GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { type AwsClients, awsClients } from '../aws/clients.js';
+import { type Config, config } from '../config.js';
+import { scanLiveIndex } from '../scheduler/live-index.js';
+import { readModels } from '../scheduler/models.js';
+import { planLimitsFrom } from '../scheduling/limits.js';
+import { readCutRequest, readDrain } from './control-store.js';
+import { type PoolQueueStatus, type QueueDepth, queueStatus } from './queue-status.js';
+
+export interface ReadPoolStatusOptions {
+  /** Default: the configured pool (`POOL`). */
+  readonly pool?: string;
+  readonly now?: () => number;
+  readonly clients?: Pick<AwsClients, 'doc' | 'sqs'>;
+  readonly config?: Config;
+}
+
+/**
+ * Reads a pool's queue picture the way a tick reads its snapshot (R5): one scan of the `live` index
+ * (every shard), the named model rows strongly consistent, plus the pool's controls and the work
+ * queue's depth. Reads no payload and writes nothing, so it is safe to poll.
+ */
+export async function readPoolStatus(options: ReadPoolStatusOptions = {}): Promise<PoolQueueStatus> {
+  const settings = options.config ?? config();
+  const clients = options.clients ?? awsClients();
+  const pool = options.pool ?? settings.pool;
+  const { doc } = clients;
+  const [scan, drain, cut, workQueue] = await Promise.all([
+    scanLiveIndex(doc, settings.table('futures'), pool, settings.liveShards),
+    readDrain(pool, doc),
+    readCutRequest(pool, doc, true),
+    readQueueDepth(clients.sqs, settings.workQueueUrl),
+  ]);
+  // Base-model samples (`base:<name>`) have no model row to read.
+  const modelIds = new Set(scan.rows.map((row) => row.model_id).filter((id) => !id.startsWith('base:')));
+  const models = await readModels(doc, settings.table('models'), modelIds);
+  const now = (options.now ?? Date.now)();
+  return queueStatus({
+    pool,
+    now,
+    live: scan.rows,
+    models,
+    leaseMs: settings.tunables.leaseSeconds * 1000,
+    limits: planLimitsFrom(settings.tunables),
+    ...(drain === undefined ? {} : { drain }),
+    ...(cut === undefined ? {} : { cut }),
+    workQueue,
+  });
+}
+
+export async function readQueueDepth(sqs: SQSClient, queueUrl: string): Promise<QueueDepth> {
+  const answer = await sqs.send(
+    new GetQueueAttributesCommand({
+      QueueUrl: queueUrl,
+      AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+    }),
+  );
+  const attributes = answer.Attributes ?? {};
+  return {
+    visible: Number(attributes.ApproximateNumberOfMessages ?? 0),
+    in_flight: Number(attributes.ApproximateNumberOfMessagesNotVisible ?? 0),
+  };
+}

@@ -1,0 +1,150 @@
+import { existsSync, mkdirSync } from 'node:fs';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { type Browser, chromium, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type StatusPageServer, startStatusPage } from '../../local/status-page/server.js';
+import { startDrain } from '../../shared/ops/control-store.js';
+import { readPoolStatus } from '../../shared/ops/status-reader.js';
+import { putModel, putPending } from '../integration/ops-fixtures.js';
+import { setupTestCloud, type TestCloud } from '../support/cloud.js';
+
+const CHROMIUM = '/usr/bin/chromium';
+const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--no-first-run',
+];
+const SCREENSHOT = path.join(
+  fileURLToPath(new URL('../../', import.meta.url)),
+  'test-output',
+  'status-page.png',
+);
+const haveChromium = existsSync(CHROMIUM);
+if (!haveChromium)
+  console.warn(`status page browser test skipped: ${CHROMIUM} is missing (apt-get install chromium)`);
+
+/** The text of each cell of a model's row, keyed by the column headers. */
+async function rowOf(page: Page, modelId: string): Promise<Record<string, string>> {
+  const headers = await page.locator('#models thead th').allTextContents();
+  const cells = await page.locator(`#models tbody tr[data-model-id="${modelId}"] > *`).allTextContents();
+  return Object.fromEntries(cells.map((cell, index) => [headers[index] ?? `column ${index}`, cell]));
+}
+
+describe.skipIf(!haveChromium)('status page in headless Chromium', () => {
+  let cloud: TestCloud;
+  let server: StatusPageServer;
+  let browser: Browser;
+  let page: Page;
+  const problems: string[] = [];
+  const foreignRequests: string[] = [];
+  const now = Date.now();
+
+  beforeAll(async () => {
+    cloud = await setupTestCloud();
+    cloud.applyEnv();
+    await putModel(cloud, 'm-train', {
+      epoch: 3,
+      applied_through: 1,
+      planned_through: 2,
+      inflight: 'm-train@3',
+      lease_until: now + 50_000,
+      last_completed_at: now - 30_000,
+    });
+    await putPending(cloud, 'm-train', 'forward_backward', 2, now - 60_000);
+    await putPending(cloud, 'm-train', 'optim_step', 3, now - 59_000);
+    await putPending(cloud, 'm-train', 'forward_backward', 4, now - 58_000);
+    await putModel(cloud, 'm-fresh', { tenant: 'zeta' });
+    await putPending(cloud, 'm-fresh', 'forward_backward', 1, now - 10_000);
+    await putPending(cloud, 'm-fresh', 'load_weights', 2, now - 9_000);
+
+    server = await startStatusPage({ readStatus: () => readPoolStatus({ clients: cloud.clients }) });
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+    page = await browser.newPage({ viewport: { width: 1400, height: 720 } });
+    page.on('console', (message) => {
+      if (message.type() === 'error') problems.push(message.text());
+    });
+    page.on('pageerror', (error) => problems.push(error.message));
+    const origin = new URL(server.url).origin;
+    page.on('request', (request) => {
+      if (!request.url().startsWith(origin)) foreignRequests.push(request.url());
+    });
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+    await server?.stop();
+  });
+
+  it('shows the per-model queue picture', async () => {
+    await page.goto(server.url);
+    await page.waitForSelector('#models tbody tr[data-model-id="m-fresh"]');
+    expect(await page.locator('#models tbody tr').count()).toBe(2);
+
+    const train = await rowOf(page, 'm-train');
+    expect(train).toMatchObject({
+      Model: 'm-train',
+      Tenant: 'acme',
+      State: 'active',
+      Pending: '3',
+      'First barrier': 'seq 3 optim_step',
+      'Next tick': 'waits: inflight',
+    });
+    expect(train['In flight (lease age)']).toMatch(
+      /^m-train@3 \(1 step; lease \d+\.\d s old, \d+\.\d s left\)$/,
+    );
+    expect(train['Last completion']).toMatch(/s ago$/);
+    expect(train['Oldest pending']).toMatch(/^1 m \d\d s$/);
+
+    const fresh = await rowOf(page, 'm-fresh');
+    expect(fresh).toMatchObject({
+      Tenant: 'zeta',
+      Pending: '2',
+      'First barrier': 'seq 2 load_weights',
+      'Next tick': 'seqs 1-2 (stops: end_of_run)',
+      'In flight (lease age)': '-',
+    });
+    expect(await page.locator('#totals').textContent()).toContain('Pending requests5 (0 samples)');
+    expect(await page.locator('#drain-banner').isHidden()).toBe(true);
+  });
+
+  it('is built to be read by everyone: labelled table, headers with scope, a language', async () => {
+    expect(await page.getAttribute('html', 'lang')).toBe('en');
+    expect(await page.locator('#models caption').textContent()).toContain('Pending work per model');
+    expect(await page.locator('#models thead th[scope="col"]').count()).toBe(9);
+    expect(await page.locator('#models tbody th[scope="row"]').count()).toBe(2);
+    expect(await page.locator('h1').textContent()).toBe('Queue status');
+  });
+
+  it('refreshes by itself when the queues change', async () => {
+    await putPending(cloud, 'm-fresh', 'forward_backward', 3, Date.now());
+    await putModel(cloud, 'm-late', { tenant: 'late' });
+    await putPending(cloud, 'm-late', 'optim_step', 1, Date.now());
+    await startDrain(cloud.env.POOL!, 'ops@test', { reason: 'maintenance', doc: cloud.clients.doc });
+
+    await page.waitForSelector('#models tbody tr[data-model-id="m-late"]', { timeout: 10_000 });
+    expect((await rowOf(page, 'm-fresh')).Pending).toBe('3');
+    expect(await rowOf(page, 'm-late')).toMatchObject({
+      Tenant: 'late',
+      'First barrier': 'seq 1 optim_step',
+    });
+    await page.waitForSelector('#drain-banner:not([hidden])', { timeout: 10_000 });
+    expect(await page.locator('#drain-banner').textContent()).toMatch(
+      /^Draining since .* \(by ops@test: maintenance\)/,
+    );
+
+    mkdirSync(path.dirname(SCREENSHOT), { recursive: true });
+    await page.screenshot({ path: SCREENSHOT, fullPage: true });
+    console.log(`status page screenshot: ${SCREENSHOT}`);
+  });
+
+  it('loads nothing from elsewhere and logs no errors (CSP violations included)', () => {
+    expect(foreignRequests).toEqual([]);
+    expect(problems).toEqual([]);
+    expect(foreignRequests.length + problems.length).toBe(0);
+  });
+});

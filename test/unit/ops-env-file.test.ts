@@ -1,0 +1,67 @@
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { resolveEnvironment } from '../../local/cli.js';
+import {
+  parseEnvFile,
+  removeLocalEnvFile,
+  WRITER_PID_VARIABLE,
+  writeLocalEnvFile,
+} from '../../local/env-file.js';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'tinker-env-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('env files for the operator CLI', () => {
+  it('reads a flat JSON map, NAME=value lines, and CDK outputs with a WorkerEnv output', () => {
+    expect(parseEnvFile('{"POOL":"gpu","LIVE_SHARDS":"4"}')).toEqual({ POOL: 'gpu', LIVE_SHARDS: '4' });
+    expect(parseEnvFile('# comment\nexport POOL="gpu"\n\nREGISTRY_TABLE=t-registry\n')).toEqual({
+      POOL: 'gpu',
+      REGISTRY_TABLE: 't-registry',
+    });
+    const outputs = {
+      'tinker-serverless': {
+        ApiUrl: 'https://x.execute-api',
+        WorkerEnv: JSON.stringify({ POOL: 'default', REGISTRY_TABLE: 'p-registry' }),
+      },
+    };
+    expect(parseEnvFile(JSON.stringify(outputs))).toEqual({ POOL: 'default', REGISTRY_TABLE: 'p-registry' });
+  });
+
+  it('names what is wrong with a file it cannot use', () => {
+    expect(() => parseEnvFile('POOL gpu', 'x.env')).toThrow('x.env:1: expected NAME=value');
+    expect(() => parseEnvFile('{"stack":{"ApiUrl":"u"}}', 'out.json')).toThrow(/WorkerEnv/);
+  });
+
+  it('is written privately with its writer pid, and removed only by its writer', () => {
+    const file = path.join(dir, 'env.json');
+    writeLocalEnvFile({ POOL: 'default' }, file);
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    const written = parseEnvFile(readFileSync(file, 'utf8'));
+    expect(written).toEqual({ POOL: 'default', [WRITER_PID_VARIABLE]: String(process.pid) });
+    writeLocalEnvFile({ POOL: 'other', [WRITER_PID_VARIABLE]: '1' }, file, false);
+    removeLocalEnvFile(file);
+    expect(parseEnvFile(readFileSync(file, 'utf8')).POOL).toBe('other');
+    writeLocalEnvFile({ POOL: 'default' }, file);
+    removeLocalEnvFile(file);
+    expect(() => statSync(file)).toThrow();
+  });
+
+  it('picks --env-file, else a configured environment, else a live npm start, and says what to do otherwise', () => {
+    const file = path.join(dir, 'picked.json');
+    writeLocalEnvFile({ POOL: 'from-file' }, file, false);
+    expect(resolveEnvironment(file, {}, path.join(dir, 'absent.json')).variables.POOL).toBe('from-file');
+    expect(resolveEnvironment(undefined, { REGISTRY_TABLE: 'r' }, file)).toEqual({
+      source: 'environment',
+      variables: {},
+    });
+    const live = path.join(dir, 'live.json');
+    writeLocalEnvFile({ POOL: 'local' }, live);
+    expect(resolveEnvironment(undefined, {}, live).variables.POOL).toBe('local');
+    // A pid that cannot be alive: the file is stale.
+    writeLocalEnvFile({ POOL: 'local', [WRITER_PID_VARIABLE]: '2147483646' }, live, false);
+    expect(() => resolveEnvironment(undefined, {}, live)).toThrow(/no longer running \(pid 2147483646\)/);
+    expect(() => resolveEnvironment(undefined, {}, path.join(dir, 'absent.json'))).toThrow(/run 'npm start'/);
+  });
+});
