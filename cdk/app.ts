@@ -1,4 +1,5 @@
 import { App, RemovalPolicy } from 'aws-cdk-lib';
+import { addNagChecks } from './nag.js';
 import { TinkerServerlessStack } from './stack.js';
 
 /**
@@ -6,7 +7,8 @@ import { TinkerServerlessStack } from './stack.js';
  * - `stackName` (default `tinker-serverless`), `namePrefix` (default: the stack name)
  * - `referenceWorker` (default true): deploy the reference CPU worker Lambda
  * - `removalPolicy`: `retain` (default) or `destroy`, for the tables, bucket and log groups
- * The stack is environment-agnostic, so synth needs no account, region or lookup.
+ * The stack is environment-agnostic, so synth needs no account, region or lookup. Synthesis runs
+ * cdk-nag's AwsSolutions checks and stops on any finding not acknowledged in `nag.ts`.
  */
 const app = new App();
 
@@ -21,7 +23,7 @@ if (removalPolicyName !== 'retain' && removalPolicyName !== 'destroy') {
   throw new Error(`Context removalPolicy must be retain or destroy, got "${removalPolicyName}"`);
 }
 
-new TinkerServerlessStack(app, 'TinkerServerless', {
+const stack = new TinkerServerlessStack(app, 'TinkerServerless', {
   stackName: context('stackName') ?? 'tinker-serverless',
   namePrefix: context('namePrefix'),
   referenceWorker: context('referenceWorker') !== 'false',
@@ -29,4 +31,5 @@ new TinkerServerlessStack(app, 'TinkerServerless', {
   description: 'tinker-serverless: Tinker-compatible control plane for multi-LoRA training and sampling',
 });
 
+addNagChecks(app, [stack]);
 app.synth();

@@ -1,6 +1,6 @@
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
+import { Aws, CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
 import type { NodejsFunction } from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import type { Construct } from 'constructs';
@@ -10,7 +10,10 @@ import {
   physicalName,
   type Topology,
 } from '../shared/topology.js';
+import { OperationsAlarms } from './constructs/alarms.js';
 import { DataBucket } from './constructs/bucket.js';
+import { OperationsDashboard } from './constructs/dashboard.js';
+import { ExternalWorkerAccess } from './constructs/external-worker.js';
 import { TopologyFunction } from './constructs/functions.js';
 import { bindBucket, bindQueue, bindTable } from './constructs/grants.js';
 import { HttpEntry } from './constructs/http-api.js';
@@ -86,7 +89,11 @@ export class TinkerServerlessStack extends Stack {
       for (const [index, trigger] of decl.triggers.entries()) {
         switch (trigger.kind) {
           case 'http':
-            this.http ??= new HttpEntry(this, 'Http', { apiName: physicalName(namePrefix, 'api') });
+            this.http ??= new HttpEntry(this, 'Http', {
+              apiName: physicalName(namePrefix, 'api'),
+              logRetention: props.logRetention ?? logs.RetentionDays.ONE_MONTH,
+              removalPolicy,
+            });
             this.http.route(functionId, fn, trigger.basePath, decl.timeoutSeconds);
             break;
           case 'stream':
@@ -109,6 +116,43 @@ export class TinkerServerlessStack extends Stack {
     }
 
     this.addOutputs(topology);
+    this.addOperations(topology, namePrefix, props.referenceWorker !== false);
+  }
+
+  /** Alarms, the dashboard, and what external (GPU) workers need (`cdk/constructs/alarms.ts` and siblings). */
+  private addOperations(topology: Topology, namePrefix: string, referenceWorker: boolean): void {
+    const scheduler = this.functions.scheduler;
+    const pool = topology.settings.POOL;
+    const deadLetter = topology.queues.work.deadLetter;
+    if (scheduler === undefined || pool === undefined || deadLetter === undefined) {
+      throw new Error('Operations need the scheduler function, the POOL setting and the work queue DLQ');
+    }
+    const deadLetterQueue = this.queues.byId[deadLetter.queue];
+    const alarms = new OperationsAlarms(this, 'Alarms', { namePrefix, pool, deadLetterQueue, scheduler });
+    const { dashboard } = new OperationsDashboard(this, 'Operations', {
+      namePrefix,
+      pool,
+      workQueue: this.queues.byId.work,
+      deadLetterQueue,
+      functions: this.functions,
+      alarms: Object.values(alarms.alarms),
+      oldestPendingAgeThresholdSeconds: alarms.thresholds.oldestPendingAgeSeconds,
+    });
+    new ExternalWorkerAccess(this, 'ExternalWorker', {
+      topology,
+      namePrefix,
+      referenceWorker,
+      tables: this.tables.byId,
+      bucket: this.bucket.bucket,
+      queues: this.queues.byId,
+    });
+    new CfnOutput(this, 'AlarmTopicArn', {
+      description: 'Every alarm publishes here: subscribe an email or a pager',
+      value: alarms.topic.topicArn,
+    });
+    new CfnOutput(this, 'DashboardUrl', {
+      value: `https://${Aws.REGION}.console.aws.amazon.com/cloudwatch/home?region=${Aws.REGION}#dashboards:name=${dashboard.dashboardName}`,
+    });
   }
 
   private addOutputs(topology: Topology): void {

@@ -1,9 +1,8 @@
-import { topology } from '../shared/topology.js';
-import { localAwsClients } from './aws-clients.js';
-import { type LocalCloud, startLocalCloud } from './cloud.js';
+import { removeLocalEnvFile, writeLocalEnvFile } from './env-file.js';
+import { printDevelopmentApiKey } from './keys.js';
 import { readyHooks } from './on-ready.js';
-import { envFor, provisionResources } from './resources.js';
-import { type LocalRuntime, startLocalRuntime } from './runtime.js';
+import { clientExportLines, type LocalStack, startLocalStack } from './stack.js';
+import { type StatusPageServer, startStatusPage } from './status-page/server.js';
 
 /**
  * `npm start`: DynamoDB Local + fauxqs, the topology's resources under the prefix `local`, and every
@@ -11,17 +10,18 @@ import { type LocalRuntime, startLocalRuntime } from './runtime.js';
  */
 const PREFIX = 'local';
 
-let cloud: LocalCloud | undefined;
-let runtime: LocalRuntime | undefined;
+let stack: LocalStack | undefined;
+let statusPage: StatusPageServer | undefined;
 let stopping = false;
 
 async function shutdown(exitCode: number): Promise<never> {
   if (stopping) process.exit(exitCode);
   stopping = true;
   try {
-    await runtime?.stop();
+    removeLocalEnvFile();
+    await statusPage?.stop();
   } finally {
-    await cloud?.stop();
+    await stack?.stop();
   }
   process.exit(exitCode);
 }
@@ -37,23 +37,30 @@ async function main(): Promise<void> {
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   const started = performance.now();
-  cloud = await startLocalCloud();
-  const clients = localAwsClients(cloud.endpoints);
-  const resources = await provisionResources(topology, PREFIX, clients);
-  const env = envFor(topology, resources, cloud.endpoints);
   const port = process.env.PORT === undefined ? undefined : Number(process.env.PORT);
-  runtime = await startLocalRuntime({ topology, env, httpPort: port });
-  if (runtime.apiUrl === undefined) throw new Error('no function has an http trigger');
-  const extraLines: string[] = [];
+  stack = await startLocalStack({ prefix: PREFIX, httpPort: port });
+  const { apiUrl, env, resources, clients } = stack;
+  // The operator's view (own port) and the env file the CLI (`npx tinker-serverless status`) reads.
+  const statusPort = process.env.STATUS_PORT === undefined ? undefined : Number(process.env.STATUS_PORT);
+  statusPage = await startStatusPage({ port: statusPort });
+  writeLocalEnvFile({ ...env, TINKER_BASE_URL: apiUrl, TINKER_STATUS_URL: statusPage.url });
+  const extraLines: string[] = ['Queue status page:', statusPage.url];
+  let developmentKey: string | undefined;
   for (const hook of readyHooks) {
-    extraLines.push(...(await hook({ apiUrl: runtime.apiUrl, env, resources, clients })));
+    const lines = await hook({ apiUrl, env, resources, clients });
+    extraLines.push(...lines);
+    // That hook's last line is the key itself (see local/keys.ts).
+    if (hook === printDevelopmentApiKey) developmentKey = lines.at(-1);
+  }
+  if (developmentKey !== undefined) {
+    extraLines.push('Point any Tinker client at it:', ...clientExportLines(apiUrl, developmentKey));
   }
   const seconds = ((performance.now() - started) / 1000).toFixed(1);
   process.stdout.write(
     [
       `tinker-serverless is running locally (DynamoDB Local + fauxqs + handlers), up in ${seconds} s.`,
       'API base URL:',
-      runtime.apiUrl,
+      apiUrl,
       ...extraLines,
       'Press Ctrl-C to stop.',
       '',

@@ -24,9 +24,11 @@ import { describeVerdict, processWorkMessage, type WorkerOptions } from '../shar
  * - the message's visibility is extended while its work item runs, so a long step is not redelivered;
  * - the message is deleted when the work item ended (committed, or found to be someone else's);
  * - SIGTERM / SIGINT: stop polling (the poll in flight ends within `--wait-seconds`; a message it
- *   brings is made visible again at once), let the current work item finish for up to
- *   `--grace-seconds`, then abandon it without committing (its message is made visible at once so
- *   another worker continues it), and exit 0. A second signal abandons at once.
+ *   brings is made visible again at once) and cut the running samples at once (their prefixes are
+ *   saved within the grace period, and they go back to pending to resume elsewhere, P1-P6); let the
+ *   rest of the current work item finish for up to `--grace-seconds`, then abandon it without
+ *   committing (its message is made visible at once so another worker continues it), and exit 0. A
+ *   second signal abandons at once.
  *
  * Options: `--backend <module>` loads a module exporting `createBackend(): Backend | Promise<Backend>`
  * (default: the reference CPU backend); `--grace-seconds <n>` (default 60); `--wait-seconds <n>` (long
@@ -42,13 +44,19 @@ export interface WorkerProcessOptions {
   readonly stop: AbortSignal;
   /** Abandon the current work item without committing. */
   readonly abandon?: AbortSignal;
+  /** Cut the running samples (save their prefixes, back to pending); epoch ms the save must end by. */
+  readonly cut?: AbortSignal;
+  readonly cutDeadline?: () => number;
   readonly waitTimeSeconds?: number;
   readonly visibilityTimeoutSeconds?: number;
   readonly extendEveryMs?: number;
   /** Runtime options (clients, lease, hooks); `backend` and `signal` are set by the process. */
-  readonly worker?: Omit<WorkerOptions, 'backend' | 'signal'>;
+  readonly worker?: Omit<WorkerOptions, 'backend' | 'signal' | 'cut' | 'cutDeadline'>;
   readonly print?: (line: string) => void;
 }
+
+/** What a cut leaves of the grace period after its prefix save, for putting samples back to pending. */
+const CUT_SAVE_MARGIN_MS = 5_000;
 
 const RECEIVE_BACKOFF = { baseMs: 200, capMs: 10_000, maxRetries: Number.POSITIVE_INFINITY };
 
@@ -138,6 +146,8 @@ async function handleMessage(
       ...options.worker,
       backend: options.backend,
       ...(options.abandon === undefined ? {} : { signal: options.abandon }),
+      ...(options.cut === undefined ? {} : { cut: options.cut }),
+      ...(options.cutDeadline === undefined ? {} : { cutDeadline: options.cutDeadline }),
     });
   } finally {
     clearInterval(extender);
@@ -181,16 +191,24 @@ async function main(args: readonly string[]): Promise<number> {
   const backend = await loadBackend(flag(args, '--backend'));
   const stop = new AbortController();
   const abandon = new AbortController();
+  const cut = new AbortController();
+  const graceMs = graceSeconds * 1000;
+  let cutAt: number | undefined;
+  // The prefix save ends before the grace does, leaving time to put the samples back to pending. A
+  // cut asked by the operator (`cut#<pool>`) gets the same time from when it is saved.
+  const cutDeadline = () => (cutAt ?? Date.now()) + Math.max(graceMs - CUT_SAVE_MARGIN_MS, graceMs / 2);
   const onSignal = (signal: NodeJS.Signals) => {
     if (stop.signal.aborted) {
       abandon.abort();
       return;
     }
     process.stdout.write(
-      `${signal}: no new work items; finishing the current one (up to ${graceSeconds} s)\n`,
+      `${signal}: no new work items; cutting running samples, finishing the rest (up to ${graceSeconds} s)\n`,
     );
     stop.abort();
-    setTimeout(() => abandon.abort(), graceSeconds * 1000).unref();
+    cutAt = Date.now();
+    cut.abort();
+    setTimeout(() => abandon.abort(), graceMs).unref();
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
@@ -203,6 +221,8 @@ async function main(args: readonly string[]): Promise<number> {
     sqs,
     stop: stop.signal,
     abandon: abandon.signal,
+    cut: cut.signal,
+    cutDeadline,
     waitTimeSeconds,
   });
   process.stdout.write(`worker stopped after ${handled} work items\n`);

@@ -1,5 +1,6 @@
 import * as path from 'node:path';
 import { Duration, type RemovalPolicy } from 'aws-cdk-lib';
+import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { LogLevel, NodejsFunction, OutputFormat } from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
@@ -36,9 +37,14 @@ export interface TopologyFunctionProps {
   readonly removalPolicy: RemovalPolicy;
 }
 
-/** A Node.js 22 arm64 Lambda bundled from its handler module, with its own log group. */
+/**
+ * A Node.js 22 arm64 Lambda bundled from its handler module, with its own log group and its own role.
+ * The role starts empty (no AWS managed policy: AWSLambdaBasicExecutionRole would allow writing to
+ * every log group) and may write only to this function's log group; the grants add the rest.
+ */
 export class TopologyFunction extends Construct {
   readonly function: NodejsFunction;
+  readonly role: iam.Role;
 
   constructor(scope: Construct, id: string, props: TopologyFunctionProps) {
     super(scope, id);
@@ -47,6 +53,16 @@ export class TopologyFunction extends Construct {
       retention: props.logRetention,
       removalPolicy: props.removalPolicy,
     });
+    this.role = new iam.Role(this, 'ServiceRole', {
+      assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+      description: `Execution role of the ${props.functionId} function`,
+    });
+    this.role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
+        resources: [logGroup.logGroupArn],
+      }),
+    );
     this.function = new NodejsFunction(this, 'Function', {
       entry: path.join(projectRoot, decl.entry),
       handler: 'handler',
@@ -59,6 +75,7 @@ export class TopologyFunction extends Construct {
       timeout: Duration.seconds(decl.timeoutSeconds),
       reservedConcurrentExecutions: decl.reservedConcurrency,
       logGroup,
+      role: this.role,
       environment: {
         ...props.settings,
         POWERTOOLS_SERVICE_NAME: `tinker-serverless-${props.functionId}`,

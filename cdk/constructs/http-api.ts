@@ -1,23 +1,64 @@
+import { RemovalPolicy } from 'aws-cdk-lib';
+import { AccessLogFormat } from 'aws-cdk-lib/aws-apigateway';
 import * as apigw from 'aws-cdk-lib/aws-apigatewayv2';
 import { HttpLambdaIntegration } from 'aws-cdk-lib/aws-apigatewayv2-integrations';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
 import { pascalCase } from './records.js';
 
 /** API Gateway's HTTP API stops waiting for an integration after 30 seconds. */
 const INTEGRATION_TIMEOUT_SECONDS = 30;
 
+/**
+ * One JSON line per request. Only what identifies and measures a request: no headers (the API key
+ * travels in one), no query string, no body.
+ */
+// HTTP APIs take the REST API module's format type.
+const ACCESS_LOG_FORMAT = AccessLogFormat.custom(
+  JSON.stringify({
+    requestId: '$context.requestId',
+    ip: '$context.identity.sourceIp',
+    requestTime: '$context.requestTimeEpoch',
+    method: '$context.httpMethod',
+    path: '$context.path',
+    status: '$context.status',
+    protocol: '$context.protocol',
+    responseLength: '$context.responseLength',
+    integrationLatency: '$context.integrationLatency',
+    integrationError: '$context.integrationErrorMessage',
+  }),
+);
+
 export interface HttpEntryProps {
   readonly apiName: string;
+  /** Of the access log group (default one month). */
+  readonly logRetention?: logs.RetentionDays;
+  /** Of the access log group (default RETAIN). */
+  readonly removalPolicy?: RemovalPolicy;
 }
 
-/** The HTTP API in front of the functions that declare an `http` trigger. */
+/** The HTTP API in front of the functions that declare an `http` trigger, with access logs. */
 export class HttpEntry extends Construct {
   readonly api: apigw.HttpApi;
+  readonly accessLogs: logs.LogGroup;
 
   constructor(scope: Construct, id: string, props: HttpEntryProps) {
     super(scope, id);
-    this.api = new apigw.HttpApi(this, 'Api', { apiName: props.apiName });
+    this.accessLogs = new logs.LogGroup(this, 'AccessLogs', {
+      retention: props.logRetention ?? logs.RetentionDays.ONE_MONTH,
+      removalPolicy: props.removalPolicy ?? RemovalPolicy.RETAIN,
+    });
+    this.api = new apigw.HttpApi(this, 'Api', { apiName: props.apiName, createDefaultStage: false });
+    // The stage `createDefaultStage` would make, with access logging (it takes no logging options).
+    this.api.addStage('DefaultStage', {
+      stageName: '$default',
+      autoDeploy: true,
+      accessLogSettings: {
+        destination: new apigw.LogGroupLogDestination(this.accessLogs),
+        format: ACCESS_LOG_FORMAT,
+      },
+    });
   }
 
   /** `/` takes every request (`$default`); any other base path takes itself and everything under it. */

@@ -1,8 +1,4 @@
-import type { DynamoDBBatchResponse, DynamoDBStreamEvent } from 'aws-lambda';
+import { createSchedulerHandler } from '../../shared/scheduler/invocation.js';
 
-// Placeholder until the scheduler lands.
-export async function handler(
-  _event: DynamoDBStreamEvent | Record<string, unknown>,
-): Promise<DynamoDBBatchResponse> {
-  return { batchItemFailures: [] };
-}
+/** Futures/models streams and the schedule -> one tick; R5 retries reported per stream record. */
+export const handler = createSchedulerHandler();

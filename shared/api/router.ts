@@ -78,7 +78,8 @@ function answer(status: number, error: string, field?: string): ApiResponse {
 /** Typed errors become their status and `{error, field?}`; anything else is logged and answered 5xx. */
 export function errorResponse(error: unknown): ApiResponse {
   if (error instanceof TinkerError) {
-    if (error.status >= 500) logger.error('request failed', { error: error.name, message: error.message });
+    // `message` is a reserved key of the Powertools logger (it would be dropped): the text goes in `detail`.
+    if (error.status >= 500) logger.error('request failed', { error: error.name, detail: error.message });
     const field = error.context.field;
     return answer(error.status, error.message, typeof field === 'string' ? field : undefined);
   }
@@ -88,7 +89,7 @@ export function errorResponse(error: unknown): ApiResponse {
   }
   logger.error('unexpected error', {
     error: error instanceof Error ? error.name : typeof error,
-    message: error instanceof Error ? error.message : undefined,
+    detail: error instanceof Error ? error.message : undefined,
   });
   return answer(500, 'internal error');
 }
@@ -108,9 +109,9 @@ export async function handleApiRequest(
       ? { status: 200, body: { status: 'ok' } }
       : answer(405, `use GET on ${request.path}`);
   }
-  const route = request.path.startsWith(API_PREFIX)
-    ? ROUTES[request.path.slice(API_PREFIX.length)]
-    : undefined;
+  const name = request.path.startsWith(API_PREFIX) ? request.path.slice(API_PREFIX.length) : undefined;
+  // Own keys only: `/api/v1/constructor` or `/api/v1/__proto__` must not find Object.prototype's members.
+  const route = name !== undefined && Object.hasOwn(ROUTES, name) ? ROUTES[name] : undefined;
   if (route === undefined) return answer(404, `no route for ${method} ${request.path}`);
   if (!route.methods.includes(method)) {
     return answer(

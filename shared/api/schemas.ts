@@ -59,7 +59,54 @@ export const baseModelName = z
   .string()
   .regex(/^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/, { error: 'must be a model name (letters, digits, . _ / -)' });
 
-const metadata = z.record(z.string(), z.unknown());
+/** DynamoDB nests maps and lists at most 32 levels; metadata sits inside a record, so half of that. */
+export const METADATA_MAX_DEPTH = 16;
+
+/** Zero, or a magnitude DynamoDB can store (1e-130 up to, not including, 1e126). */
+function storableNumber(value: number): boolean {
+  const magnitude = Math.abs(value);
+  return magnitude === 0 || (magnitude >= 1e-130 && magnitude < 1e126);
+}
+
+/**
+ * The first part of client metadata that could not be stored as it is (session records keep it in
+ * DynamoDB): too deep, a number out of DynamoDB's range, an empty key, or the key `constructor`, which
+ * the SDK's marshaller takes for a class instance. Walked with an explicit stack, since a body may nest
+ * far deeper than the call stack goes.
+ */
+function metadataProblem(value: unknown): { path: (string | number)[]; message: string } | undefined {
+  const pending: { value: unknown; path: (string | number)[] }[] = [{ value, path: [] }];
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const { value: member, path } = next;
+    if (path.length > METADATA_MAX_DEPTH) {
+      return { path, message: `nests deeper than ${METADATA_MAX_DEPTH} levels` };
+    }
+    if (typeof member === 'number' && !storableNumber(member)) {
+      return {
+        path,
+        message: `${member} is outside the storable range (0, or 1e-130 to 1e126 in magnitude)`,
+      };
+    }
+    if (Array.isArray(member)) {
+      member.forEach((item, index) => {
+        pending.push({ value: item, path: [...path, index] });
+      });
+    } else if (typeof member === 'object' && member !== null) {
+      for (const [key, item] of Object.entries(member)) {
+        if (key === '' || key === 'constructor') {
+          return { path: [...path, key], message: `the key "${key}" is not allowed in metadata` };
+        }
+        pending.push({ value: item, path: [...path, key] });
+      }
+    }
+  }
+  return undefined;
+}
+
+const metadata = z.record(z.string(), z.unknown()).superRefine((value, ctx) => {
+  const problem = metadataProblem(value);
+  if (problem) ctx.addIssue({ code: 'custom', path: problem.path, message: problem.message });
+});
 
 export const tensorData = z.object({
   data: finiteNumbers,

@@ -3,6 +3,8 @@
  * See README "Data model" for the walk-through.
  */
 
+import type { PrefixPointer } from '../prefix/types.js';
+
 /** Requests in a model's training sequence (they take a per-model `seq`, R1). */
 export const TRAINING_REQUEST_TYPES = [
   'create_model',
@@ -52,11 +54,24 @@ export interface FutureRow {
   readonly result?: unknown;
   readonly result_key?: string;
   readonly error?: FutureError;
-  /** Resumable samples: the latest committed prefix (P4a). */
-  readonly prefix_ref?: { readonly group_key: string; readonly attempt: number };
+  /** Resumable samples cut by a worker: per sequence, its latest committed prefix (P4a). */
+  readonly prefix_ref?: SamplePrefixRef;
   readonly created_at: number;
   readonly updated_at: number;
   readonly ttl?: number;
+}
+
+/**
+ * Where a cut sample resumes (P4a, P6). Each sequence of a sample is its own call in the prefix store
+ * (call id `<request_id>#<sample index>`), so each has its own pointer: a multi-cut lineage (one
+ * segment per cut) to its latest committed prefix, or null when it has none and starts over. Written
+ * only by the worker holding the sample's claim, when it returns the sample to pending at a cut.
+ */
+export interface SamplePrefixRef {
+  /** By sample index; shorter than num_samples when the last sequences have no prefix. */
+  readonly sequences: readonly (PrefixPointer | null)[];
+  /** Cuts the sample went through so far (for operators; nothing depends on it). */
+  readonly cuts: number;
 }
 
 /** What GSI `live` projects: ids and model/checkpoint keys, nothing else (R6). */

@@ -107,6 +107,9 @@ class GroupRun {
   }
 }
 
+/** The longest delay setTimeout honours. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 function failed(callId: string, reason: SaveFailureReason, message: string): SaveAck {
   return { status: 'failed', callId, reason, message };
 }
@@ -200,7 +203,8 @@ export function saveCut(
   };
   const watchdog = setTimeout(
     () => failAllWriting('deadline', 'the cut deadline passed before the group committed'),
-    Math.max(0, options.deadline - clock.now()),
+    // setTimeout fires at once for delays past 2^31-1 ms (or infinite): clamp a far deadline.
+    Math.min(MAX_TIMER_MS, Math.max(0, options.deadline - clock.now())),
   );
   const onCutAbort = (): void => failAllWriting('aborted', reasonText(options.signal as AbortSignal));
   options.signal?.addEventListener('abort', onCutAbort, { once: true });

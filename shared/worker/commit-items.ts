@@ -1,5 +1,10 @@
 import { config } from '../config.js';
-import { type FutureError, registryKey, type SamplingSessionRecord } from '../domain/records.js';
+import {
+  type FutureError,
+  registryKey,
+  type SamplePrefixRef,
+  type SamplingSessionRecord,
+} from '../domain/records.js';
 import { sha256Hex } from '../ids.js';
 import type { TransactItem } from '../repositories/transact.js';
 
@@ -179,16 +184,55 @@ export function sampleCommitTransaction(
   now: number,
 ): CommitTransaction {
   return {
+    items: [futureTerminalUpdate(requestId, outcome, now), claimDelete(requestId, claimToken)],
+    targets: [
+      { kind: 'future', request_id: requestId },
+      { kind: 'claim', request_id: requestId },
+    ],
+  };
+}
+
+function claimDelete(requestId: string, claimToken: string): TransactItem {
+  return {
+    Delete: {
+      TableName: config().table('registry'),
+      Key: { pk: registryKey.sampleClaim(requestId) },
+      ConditionExpression: 'claim_token = :token',
+      ExpressionAttributeValues: { ':token': claimToken },
+    },
+  };
+}
+
+/**
+ * A cut sample back to pending: its future keeps every attribute the client sees (status, `live`, so
+ * the scheduler plans it again) and gets the prefix pointers it resumes from, or loses them when it
+ * has none left; `updated_at` changes, so the futures stream wakes the scheduler. The claim goes in
+ * the same transaction, on its token, so only the worker holding the sample can do this.
+ */
+export function sampleCutTransaction(
+  requestId: string,
+  claimToken: string,
+  prefixRef: SamplePrefixRef | undefined,
+  now: number,
+): CommitTransaction {
+  const values: Record<string, unknown> = { ':now': now, ':pending': 'pending' };
+  if (prefixRef !== undefined) values[':ref'] = prefixRef;
+  return {
     items: [
-      futureTerminalUpdate(requestId, outcome, now),
       {
-        Delete: {
-          TableName: config().table('registry'),
-          Key: { pk: registryKey.sampleClaim(requestId) },
-          ConditionExpression: 'claim_token = :token',
-          ExpressionAttributeValues: { ':token': claimToken },
+        Update: {
+          TableName: config().table('futures'),
+          Key: { request_id: requestId },
+          UpdateExpression:
+            prefixRef === undefined
+              ? 'SET updated_at = :now REMOVE prefix_ref'
+              : 'SET prefix_ref = :ref, updated_at = :now',
+          ConditionExpression: '#status = :pending',
+          ExpressionAttributeNames: { '#status': 'status' },
+          ExpressionAttributeValues: values,
         },
       },
+      claimDelete(requestId, claimToken),
     ],
     targets: [
       { kind: 'future', request_id: requestId },

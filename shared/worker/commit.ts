@@ -1,5 +1,5 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { registryKey } from '../domain/records.js';
+import { registryKey, type SamplePrefixRef } from '../domain/records.js';
 import { InfrastructureError, isAwsError } from '../errors.js';
 import { logger } from '../logger.js';
 import { backoffDelay, realSleep } from '../prefix/backoff.js';
@@ -12,6 +12,7 @@ import {
   modelCommitTransaction,
   type StoredOutcome,
   sampleCommitTransaction,
+  sampleCutTransaction,
 } from './commit-items.js';
 import { readModelRow } from './lease.js';
 
@@ -196,6 +197,44 @@ export async function commitSample(
   // The claim is gone or another's. Only an attempt of mine whose answer was lost can have ended the
   // future while leaving no claim behind.
   if (decided.ambiguous && claim === undefined && future !== undefined && future.status !== 'pending') {
+    return { committed: true, settledByReread: true };
+  }
+  return { committed: false };
+}
+
+/**
+ * Returns a cut sample to pending (see `sampleCutTransaction`). `committed: false` when the claim is
+ * no longer this work item's or the future already ended: someone else owns the sample, and nothing
+ * changed. Throws `InfrastructureError` when it did not land while the claim is still ours.
+ */
+export async function returnSampleToPending(
+  requestId: string,
+  claimToken: string,
+  prefixRef: SamplePrefixRef | undefined,
+  now: number,
+  attempt: string,
+  doc: DynamoDBDocumentClient,
+  sleep: Sleep = realSleep,
+): Promise<CommitResult> {
+  const transaction = sampleCutTransaction(requestId, claimToken, prefixRef, now);
+  const decided = await transactUntilDecided(
+    transaction.items,
+    commitToken('cut', requestId, claimToken, attempt),
+    doc,
+    sleep,
+  );
+  if (decided.kind === 'ok') return { committed: true, settledByReread: false };
+  const [claim, future] = await Promise.all([
+    readSampleClaim(doc, requestId),
+    readFuture(requestId, doc, true),
+  ]);
+  if (claim?.claim_token === claimToken && future?.status === 'pending') {
+    throw new InfrastructureError(`sample ${requestId} could not be returned to pending`, {
+      context: { request_id: requestId },
+    });
+  }
+  // Only an attempt of mine whose answer was lost deletes my claim and leaves the future pending.
+  if (decided.ambiguous && claim === undefined && future?.status === 'pending') {
     return { committed: true, settledByReread: true };
   }
   return { committed: false };

@@ -1,6 +1,8 @@
 import type { Backend } from '../backend/backend.js';
+import type { WorkItemCut } from './cut.js';
 import type { LeaseKeeper } from './lease.js';
 import type { PassBatcher } from './pass-batcher.js';
+import type { SampleStart } from './sample-resume.js';
 import type { SamplerCache } from './sampler-cache.js';
 import type { WorkerClients, WorkerEvent } from './types.js';
 
@@ -16,6 +18,17 @@ export interface RunContext {
   readonly passes: PassBatcher;
   readonly leases: LeaseKeeper;
   readonly samplers: SamplerCache;
+  /** Samples only (absent when the work item has none). */
+  readonly sampling?: SamplingContext;
+}
+
+/** What the samples of one work item share: where each resumes, the cut, the slice size. */
+export interface SamplingContext {
+  readonly starts: ReadonlyMap<string, Promise<SampleStart>>;
+  readonly cut: WorkItemCut;
+  readonly sliceTokens: number;
+  /** The prefix writer's attempt: unique to this run of this work item (P2 row keys). */
+  readonly attempt: string;
 }
 
 /** The worker was stopped (`WorkerOptions.signal`): abandon, write and commit nothing more. */

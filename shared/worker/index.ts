@@ -3,7 +3,7 @@
  * drivers share it: `functions/worker/handler.ts` (SQS-triggered Lambda) and `local/worker-process.ts`
  * (a long-running process for GPU hosts, `npm run worker`).
  */
-export { type CommitResult, commitModel, commitSample } from './commit.js';
+export { type CommitResult, commitModel, commitSample, returnSampleToPending } from './commit.js';
 export {
   type CommitTransaction,
   commitToken,
@@ -12,17 +12,22 @@ export {
   type StepCommit,
   type StoredOutcome,
   sampleCommitTransaction,
+  sampleCutTransaction,
 } from './commit-items.js';
+export { DEFAULT_CUT_POLL_MS, WorkItemCut } from './cut.js';
 export { LeaseKeeper, LeaseLostError, releaseForReplan, renewLease } from './lease.js';
 export { loadWorkItem, parseManifest, type WorkSource } from './load-work-item.js';
 export { describeVerdict, type MessageVerdict, processWorkMessage } from './message.js';
 export { PassBatcher } from './pass-batcher.js';
 export * as results from './results.js';
-export { runWorkItem } from './runtime.js';
+export { DEFAULT_CUT_SAVE_MS, DEFAULT_SLICE_TOKENS, runWorkItem } from './runtime.js';
+export { parsePrefixRef, sequenceCallId } from './sample-resume.js';
 export type {
   ModelOutcome,
   PartOutcome,
+  SampleCutReport,
   SampleOutcome,
+  SequenceStartReport,
   WorkerClients,
   WorkerEvent,
   WorkerOptions,

@@ -1,15 +1,61 @@
+import { randomUUID } from 'node:crypto';
 import { awsClients } from '../aws/clients.js';
 import { config } from '../config.js';
 import { logger } from '../logger.js';
+import { createPrefixStore } from '../prefix/store.js';
 import { INLINE_RESULT_MAX_BYTES } from '../repositories/futures.js';
-import type { RunContext } from './context.js';
+import type { WorkItem } from '../scheduling/work-item.js';
+import type { RunContext, SamplingContext } from './context.js';
+import { DEFAULT_CUT_POLL_MS, WorkItemCut } from './cut.js';
 import { LeaseKeeper } from './lease.js';
 import { loadWorkItem, type WorkSource } from './load-work-item.js';
 import { runModelPart } from './model-part.js';
 import { PassBatcher } from './pass-batcher.js';
 import { runSamplePart } from './sample-part.js';
+import { loadSampleStarts } from './sample-resume.js';
 import { SamplerCache } from './sampler-cache.js';
-import type { WorkerOptions, WorkItemOutcome } from './types.js';
+import type { WorkerClients, WorkerOptions, WorkItemOutcome } from './types.js';
+
+/** New tokens per sequence per backend call: how far past a cut request a sample may run. */
+export const DEFAULT_SLICE_TOKENS = 64;
+/** Time a cut's prefix save gets when the driver names no deadline. */
+export const DEFAULT_CUT_SAVE_MS = 10_000;
+
+/** The samples' shared context: their starts are read at once, and the cut watches its triggers. */
+function samplingContext(
+  item: WorkItem,
+  options: WorkerOptions,
+  clients: WorkerClients,
+  now: () => number,
+): SamplingContext | undefined {
+  if (item.samples.length === 0) return undefined;
+  const prefixes = options.prefixes ?? createPrefixStore({ client: clients.doc });
+  // Unique per run: two deliveries of one work item never write each other's prefix rows (P2).
+  const attempt = `${item.work_item_id}.${randomUUID().slice(0, 8)}`;
+  const cutDeadline = options.cutDeadline ?? (() => now() + DEFAULT_CUT_SAVE_MS);
+  const pollMs = options.cutPollMs ?? DEFAULT_CUT_POLL_MS;
+  const cut = new WorkItemCut(
+    {
+      ...(options.cut === undefined ? {} : { signal: options.cut }),
+      ...(options.cutWhen === undefined ? {} : { when: options.cutWhen }),
+      ...(pollMs > 0
+        ? { poll: { pool: item.pool, everyMs: pollMs, startedAt: now(), doc: clients.doc } }
+        : {}),
+    },
+    (rows) =>
+      prefixes.saveCut(rows, {
+        attempt,
+        deadline: cutDeadline(),
+        ...(options.signal === undefined ? {} : { signal: options.signal }),
+      }),
+  );
+  return {
+    starts: loadSampleStarts(item.samples, clients.doc, prefixes),
+    cut,
+    sliceTokens: Math.max(1, options.sampleSliceTokens ?? DEFAULT_SLICE_TOKENS),
+    attempt,
+  };
+}
 
 /**
  * Runs one work item: every model's part and every sample concurrently and independently, each
@@ -25,6 +71,7 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
   const item = await loadWorkItem(source, clients.s3);
   const leases = new LeaseKeeper(clients.doc, leaseMs, options.renewEveryMs ?? Math.max(1, leaseMs / 3), now);
   const onEvent = options.onEvent;
+  const sampling = samplingContext(item, options, clients, now);
   const ctx: RunContext = {
     backend: options.backend,
     clients,
@@ -38,12 +85,15 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
     passes: new PassBatcher(options.backend, options.passWindowMs),
     leases,
     samplers: new SamplerCache(options.backend, clients),
+    ...(sampling === undefined ? {} : { sampling }),
   };
+
   try {
     const [models, samples] = await Promise.all([
       Promise.all(item.models.map((model) => runModelPart(model, ctx))),
       Promise.all(item.samples.map((sample) => runSamplePart(sample, ctx))),
     ]);
+    // A cut sample is back to pending and is dispatched again: its message is done.
     const retry = [...models, ...samples].some(
       (part) => part.outcome === 'failed' || part.outcome === 'abandoned',
     );
@@ -64,5 +114,6 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
     return outcome;
   } finally {
     leases.stop();
+    ctx.sampling?.cut.dispose();
   }
 }

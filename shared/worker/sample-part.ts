@@ -1,44 +1,67 @@
 import { DeleteCommand } from '@aws-sdk/lib-dynamodb';
-import type { SampleRequest } from '../backend/backend.js';
+import type { SampleRequest, SampleRun, SequencePrefix } from '../backend/backend.js';
 import { config } from '../config.js';
-import { registryKey } from '../domain/records.js';
+import { registryKey, type SamplePrefixRef } from '../domain/records.js';
 import { isAwsError, StepUserError } from '../errors.js';
 import { logger } from '../logger.js';
+import type { CutRow, PrefixPointer } from '../prefix/types.js';
 import type { WorkItemSample } from '../scheduling/work-item.js';
-import { commitSample, readSampleClaim } from './commit.js';
-import { AbandonedError, type RunContext, stopIfAborted } from './context.js';
+import { commitSample, readSampleClaim, returnSampleToPending } from './commit.js';
+import { AbandonedError, type RunContext, type SamplingContext, stopIfAborted } from './context.js';
+import type { CutParticipant } from './cut.js';
 import { storeOutcome } from './outputs.js';
 import { sampleResult } from './results.js';
+import { type SampleStart, type SequenceStart, sampleContentId, sequenceCallId } from './sample-resume.js';
 import { MalformedPayloadError, parseSamplePayload } from './step-payloads.js';
 import type { StepResult } from './steps.js';
-import type { PartOutcome, SampleOutcome } from './types.js';
+import type { PartOutcome, SampleCutReport, SampleOutcome, SequenceStartReport } from './types.js';
 
 /**
  * One sample request (R4): it holds a per-request claim (`claim#<request_id>` with `claim_token`), so
  * it runs only while that claim is this work item's, loads the sampler checkpoint (or the base model),
  * samples with the seed the API stored in the payload (P6), and commits its future and the deletion of
  * its claim in one transaction.
+ *
+ * Resumable (P1-P6). Generation runs in slices of `sliceTokens` new tokens per sequence; between
+ * slices the sample checks for a cut. At a cut, each sequence's tokens since its last committed prefix
+ * go to the work item's one `saveCut`, and the sample goes back to pending with, per sequence, the
+ * pointer its save acknowledged, else the pointer it had (a failed save or nothing new), else none
+ * (that sequence starts over). When dispatched again, each sequence continues from its restored prefix
+ * through the backend's `resume`; the sampler is keyed by (seed, sample index, position), and stop
+ * matching and max_tokens count the restored tokens, so the answer is the uninterrupted one.
  */
 export async function runSamplePart(sample: WorkItemSample, ctx: RunContext): Promise<SampleOutcome> {
-  const outcome = await runSample(sample, ctx).catch(async (error: unknown): Promise<PartOutcome> => {
-    if (error instanceof AbandonedError || ctx.signal?.aborted) return { outcome: 'abandoned' };
-    const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-    logger.error('sample failed; releasing its claim', { request_id: sample.request_id, error: message });
-    const released = await releaseClaim(ctx, sample).catch(() => false);
-    return { outcome: 'failed', error: message, released };
-  });
+  // Joined at once, so a cut's save waits for this sample before it goes out.
+  const participant = ctx.sampling?.cut.join();
+  const outcome = await runSample(sample, ctx, participant)
+    .catch(async (error: unknown): Promise<PartOutcome> => {
+      if (error instanceof AbandonedError || ctx.signal?.aborted) return { outcome: 'abandoned' };
+      const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+      logger.error('sample failed; releasing its claim', { request_id: sample.request_id, error: message });
+      const released = await releaseClaim(ctx, sample).catch(() => false);
+      return { outcome: 'failed', error: message, released };
+    })
+    .finally(() => participant?.leave());
   return { request_id: sample.request_id, ...outcome };
 }
 
-async function runSample(sample: WorkItemSample, ctx: RunContext): Promise<PartOutcome> {
+async function runSample(
+  sample: WorkItemSample,
+  ctx: RunContext,
+  participant: CutParticipant | undefined,
+): Promise<PartOutcome> {
   const claim = await readSampleClaim(ctx.clients.doc, sample.request_id);
   if (claim?.claim_token !== sample.claim_token) return { outcome: 'not_inflight' };
   stopIfAborted(ctx.signal);
-  const result = await execute(sample, ctx);
+  const generated = await generate(sample, ctx);
+  if (generated.kind === 'cut') {
+    return cutSample(sample, ctx, participant as CutParticipant, generated);
+  }
+  participant?.leave();
   await ctx.emit({ kind: 'sample-done', request_id: sample.request_id });
   stopIfAborted(ctx.signal);
   const placement = { inlineMaxBytes: ctx.inlineResultMaxBytes, budget: ctx.inlineResultMaxBytes };
-  const stored = await storeOutcome(sample.request_id, result, placement, ctx.clients.s3);
+  const stored = await storeOutcome(sample.request_id, generated.result, placement, ctx.clients.s3);
   stopIfAborted(ctx.signal);
   const committed = await commitSample(
     sample.request_id,
@@ -52,7 +75,54 @@ async function runSample(sample: WorkItemSample, ctx: RunContext): Promise<PartO
     : { outcome: 'lost' };
 }
 
-async function execute(sample: WorkItemSample, ctx: RunContext): Promise<StepResult> {
+/** One sequence as generation left it, and the committed prefix it was restored from. */
+interface Progress {
+  readonly tokens: readonly number[];
+  readonly logprobs: readonly number[];
+  readonly pointer: PrefixPointer | null;
+}
+
+type Generated =
+  | { readonly kind: 'done'; readonly result: StepResult }
+  | {
+      readonly kind: 'cut';
+      readonly numSamples: number;
+      readonly contentId: string;
+      readonly cuts: number;
+      readonly sequences: ReadonlyMap<number, Progress>;
+    };
+
+function startReport(start: SequenceStart | undefined): SequenceStartReport {
+  if (start === undefined || start.from === 'start') return { from: 'start' };
+  if (start.from === 'restored') return { from: 'restored', tokens: start.tokens.length };
+  return { from: 'regenerate', reason: start.reason };
+}
+
+/** Progress before the first slice: the restored prefixes (regenerated sequences start empty). */
+function initialProgress(start: SampleStart): Map<number, Progress> {
+  const progress = new Map<number, Progress>();
+  for (const [index, sequence] of start.sequences) {
+    if (sequence.from === 'restored') {
+      progress.set(index, {
+        tokens: sequence.tokens,
+        logprobs: sequence.logprobs,
+        pointer: sequence.pointer,
+      });
+    }
+  }
+  return progress;
+}
+
+function resumeOf(progress: ReadonlyMap<number, Progress>): (SequencePrefix | null)[] {
+  const resume: (SequencePrefix | null)[] = [];
+  for (const [index, sequence] of progress) {
+    while (resume.length < index) resume.push(null);
+    resume[index] = sequence.tokens.length > 0 ? sequence : null;
+  }
+  return resume;
+}
+
+async function generate(sample: WorkItemSample, ctx: RunContext): Promise<Generated> {
   try {
     const payload = parseSamplePayload(sample.request_id, sample.payload);
     const sampler = await ctx.samplers.get(payload.base_model, payload.checkpoint);
@@ -63,15 +133,153 @@ async function execute(sample: WorkItemSample, ctx: RunContext): Promise<StepRes
       prompt_logprobs: payload.prompt_logprobs ?? false,
       topk_prompt_logprobs: payload.topk_prompt_logprobs ?? 0,
     } as SampleRequest;
-    return { status: 'completed', result: sampleResult(await ctx.backend.sample(sampler, request)) };
+    const sampling = ctx.sampling;
+    if (sampling === undefined) {
+      return { kind: 'done', result: completed(await ctx.backend.sample(sampler, request)) };
+    }
+    const start = (await sampling.starts.get(sample.request_id)) ?? { sequences: new Map(), cuts: 0 };
+    if (start.sequences.size > 0) {
+      const reports = Array.from({ length: Math.max(...start.sequences.keys()) + 1 }, (_, index) =>
+        startReport(start.sequences.get(index)),
+      );
+      await ctx.emit({ kind: 'sample-resumed', request_id: sample.request_id, sequences: reports });
+    }
+    const pointers = new Map<number, PrefixPointer>();
+    let progress: ReadonlyMap<number, Progress> = initialProgress(start);
+    for (const [index, sequence] of progress) if (sequence.pointer) pointers.set(index, sequence.pointer);
+    for (;;) {
+      // Let timers and I/O run between slices (a CPU backend never yields inside one): a SIGTERM,
+      // the cut poll and lease renewals are seen here, and other samples get their turn.
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      stopIfAborted(ctx.signal);
+      if (sampling.cut.requested) {
+        return {
+          kind: 'cut',
+          numSamples: payload.num_samples,
+          contentId: sampleContentId(payload),
+          cuts: start.cuts,
+          sequences: progress,
+        };
+      }
+      const run: SampleRun = await ctx.backend.sample(sampler, request, {
+        resume: resumeOf(progress),
+        maxNewTokens: sampling.sliceTokens,
+      });
+      progress = new Map(
+        run.sequences.map((sequence, index) => [
+          index,
+          { tokens: sequence.tokens, logprobs: sequence.logprobs, pointer: pointers.get(index) ?? null },
+        ]),
+      );
+      await ctx.emit({
+        kind: 'sample-slice',
+        request_id: sample.request_id,
+        tokens: run.sequences.map((sequence) => sequence.tokens.length),
+      });
+      if (run.finished) return { kind: 'done', result: completed(run) };
+    }
   } catch (error) {
     if (error instanceof StepUserError)
-      return { status: 'failed', error: { message: error.message, category: 'user' } };
+      return {
+        kind: 'done',
+        result: { status: 'failed', error: { message: error.message, category: 'user' } },
+      };
     if (error instanceof MalformedPayloadError) {
-      return { status: 'failed', error: { message: error.message, category: 'server' } };
+      return {
+        kind: 'done',
+        result: { status: 'failed', error: { message: error.message, category: 'server' } },
+      };
     }
     throw error;
   }
+}
+
+function completed(run: SampleRun): StepResult {
+  return { status: 'completed', result: sampleResult(run) };
+}
+
+/**
+ * The cut of one sample: save what each sequence generated since its last committed prefix, then
+ * put the sample back to pending with the pointers that hold. A sequence with nothing new (including
+ * one cut at zero tokens) saves nothing: it keeps its pointer, or restarts when it has none.
+ */
+async function cutSample(
+  sample: WorkItemSample,
+  ctx: RunContext,
+  participant: CutParticipant,
+  cut: Extract<Generated, { kind: 'cut' }>,
+): Promise<PartOutcome> {
+  const sampling = ctx.sampling as SamplingContext;
+  const rows: CutRow[] = [];
+  for (const [index, sequence] of cut.sequences) {
+    const from = sequence.pointer?.length ?? 0;
+    if (sequence.tokens.length <= from) continue;
+    rows.push({
+      callId: sequenceCallId(sample.request_id, index),
+      contentId: cut.contentId,
+      // A sampler checkpoint is immutable: its content id pins the weights, so one version suffices.
+      weightVersion: sequence.pointer?.weightVersion ?? 0,
+      tokens: sequence.tokens.slice(from),
+      logprobs: sequence.logprobs.slice(from),
+      ...(sequence.pointer === null ? {} : { previous: sequence.pointer }),
+    });
+  }
+  const acks = new Map((await participant.save(rows)).map((ack) => [ack.callId, ack]));
+  stopIfAborted(ctx.signal);
+
+  const count = Math.max(cut.numSamples, ...[...cut.sequences.keys()].map((index) => index + 1));
+  const previous = Array.from({ length: count }, (_, index) => cut.sequences.get(index)?.pointer ?? null);
+  const acked = previous.map((_, index) => acks.get(sequenceCallId(sample.request_id, index)));
+  for (const [index, ack] of acked.entries()) {
+    if (ack?.status !== 'failed') continue;
+    logger.warn('a sequence prefix was not saved', {
+      request_id: sample.request_id,
+      index,
+      reason: ack.reason,
+    });
+  }
+  let pointers = acked.map((ack, index) =>
+    ack?.status === 'saved' ? ack.pointer : (previous[index] ?? null),
+  );
+  let prefixRef = refOf(pointers, cut.cuts + 1);
+  if (prefixRef !== undefined && JSON.stringify(prefixRef).length > MAX_PREFIX_REF_CHARS) {
+    // Too large for the future row (a lineage of many cuts of many sequences): keep the pointers it had.
+    logger.error('the prefix pointers do not fit the future row; keeping the previous ones', {
+      request_id: sample.request_id,
+    });
+    pointers = previous;
+    prefixRef = refOf(pointers, cut.cuts + 1);
+  }
+  const report: SampleCutReport = {
+    saved: pointers.filter((pointer, index) => pointer !== null && pointer !== previous[index]).length,
+    kept: pointers.filter((pointer, index) => pointer !== null && pointer === previous[index]).length,
+    restart: pointers.filter((pointer) => pointer === null).length,
+    failed: acked.filter((ack) => ack?.status === 'failed').length,
+  };
+  const returned = await returnSampleToPending(
+    sample.request_id,
+    sample.claim_token,
+    prefixRef,
+    ctx.now(),
+    sampling.attempt,
+    ctx.clients.doc,
+  );
+  if (!returned.committed) return { outcome: 'lost' };
+  await ctx.emit({ kind: 'sample-cut', request_id: sample.request_id, report });
+  logger.info('sample cut: back to pending', { request_id: sample.request_id, ...report });
+  return { outcome: 'cut', ...report };
+}
+
+/**
+ * Bound on a stored `prefix_ref` (as JSON): the future row holds it beside its other attributes, and
+ * DynamoDB items are at most 400 KB.
+ */
+const MAX_PREFIX_REF_CHARS = 256 * 1024;
+
+/** The pointers to store: trailing sequences without one are left out; none at all means no ref. */
+function refOf(pointers: readonly (PrefixPointer | null)[], cuts: number): SamplePrefixRef | undefined {
+  const last = pointers.findLastIndex((pointer) => pointer !== null);
+  return last < 0 ? undefined : { sequences: pointers.slice(0, last + 1), cuts };
 }
 
 /** Gives the sample back to the scheduler at once after an infrastructure error. */

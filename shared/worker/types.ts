@@ -1,6 +1,7 @@
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { Backend } from '../backend/backend.js';
+import type { PrefixStore } from '../prefix/store.js';
 
 /** The two clients the runtime uses; tests inject ones with fault-injecting middleware. */
 export interface WorkerClients {
@@ -17,7 +18,34 @@ export type WorkerEvent =
   | { readonly kind: 'step-done'; readonly model_id: string; readonly seq: number; readonly failed: boolean }
   /** State, large results and checkpoint blobs are in S3; the commit comes next. */
   | { readonly kind: 'model-written'; readonly model_id: string; readonly state_ref: string | undefined }
-  | { readonly kind: 'sample-done'; readonly request_id: string };
+  | { readonly kind: 'sample-done'; readonly request_id: string }
+  /** Where each sequence of a sample starts: restored from its prefix, regenerated (P4a), or fresh. */
+  | {
+      readonly kind: 'sample-resumed';
+      readonly request_id: string;
+      readonly sequences: readonly SequenceStartReport[];
+    }
+  /** A slice of generation ended; `tokens` is each sequence's length so far. A cut may follow. */
+  | { readonly kind: 'sample-slice'; readonly request_id: string; readonly tokens: readonly number[] }
+  /** A cut sample is back to pending; see `SampleCutReport`. */
+  | { readonly kind: 'sample-cut'; readonly request_id: string; readonly report: SampleCutReport };
+
+export type SequenceStartReport =
+  | { readonly from: 'start' }
+  | { readonly from: 'restored'; readonly tokens: number }
+  | { readonly from: 'regenerate'; readonly reason: string };
+
+/** What a cut did to one sample, by sequence count. */
+export interface SampleCutReport {
+  /** Sequences whose new tokens were saved and acknowledged: their pointer moved forward. */
+  readonly saved: number;
+  /** Sequences that keep the pointer they had (nothing new to save, or their save failed). */
+  readonly kept: number;
+  /** Sequences with no pointer: they start over when the sample is dispatched again. */
+  readonly restart: number;
+  /** Saves that were attempted and failed (their sequences are counted in `kept` or `restart`). */
+  readonly failed: number;
+}
 
 export interface WorkerOptions {
   readonly backend: Backend;
@@ -39,6 +67,22 @@ export interface WorkerOptions {
   readonly signal?: AbortSignal;
   readonly onEvent?: (event: WorkerEvent) => void | Promise<void>;
   readonly now?: () => number;
+  /**
+   * Cut trigger (the worker process's SIGTERM): when it aborts, every running sample stops at its next
+   * slice boundary, its unfinished sequences are saved in one `saveCut`, and it goes back to pending
+   * with a prefix pointer on its future (P1-P4). Model parts are not affected.
+   */
+  readonly cut?: AbortSignal;
+  /** Also a cut trigger, checked at every slice boundary (the Lambda's remaining time under a margin). */
+  readonly cutWhen?: () => boolean;
+  /** Epoch ms by which a cut's prefix save must be durable (default: the cut + DEFAULT_CUT_SAVE_MS). */
+  readonly cutDeadline?: () => number;
+  /** Period of the `cut#<pool>` poll while samples run (default DEFAULT_CUT_POLL_MS; 0: no polling). */
+  readonly cutPollMs?: number;
+  /** New tokens per sequence per backend call; cuts happen between slices (default DEFAULT_SLICE_TOKENS). */
+  readonly sampleSliceTokens?: number;
+  /** Prefix store for cuts and restores (default: the configured `prefixes` table, the runtime's client). */
+  readonly prefixes?: PrefixStore;
 }
 
 /**
@@ -51,6 +95,8 @@ export interface WorkerOptions {
  * - `failed`: an infrastructure error; nothing committed; `released` says whether the model was handed
  *   back for re-plan at once (otherwise its lease expires and the sweeper re-plans it).
  * - `abandoned`: the worker was stopped (`signal`) before committing.
+ * - `cut` (samples only): a cut stopped it; it is back to pending, with its prefixes saved where they
+ *   could be, and its claim released, so the scheduler dispatches it again.
  */
 export type PartOutcome =
   | { readonly outcome: 'committed'; readonly settled_by_reread: boolean }
@@ -58,7 +104,8 @@ export type PartOutcome =
   | { readonly outcome: 'lost' }
   | { readonly outcome: 'lease_lost' }
   | { readonly outcome: 'failed'; readonly error: string; readonly released: boolean }
-  | { readonly outcome: 'abandoned' };
+  | { readonly outcome: 'abandoned' }
+  | ({ readonly outcome: 'cut' } & SampleCutReport);
 
 export type ModelOutcome = PartOutcome & { readonly model_id: string };
 export type SampleOutcome = PartOutcome & { readonly request_id: string };

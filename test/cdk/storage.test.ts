@@ -116,6 +116,12 @@ describe('outputs', () => {
         'DataBucketName',
         'WorkQueueUrl',
         'WorkDlqQueueUrl',
+        // Operating outputs (test/cdk/operate.test.ts checks what they hold).
+        'AlarmTopicArn',
+        'DashboardUrl',
+        'WorkerEnv',
+        'WorkerMode',
+        'ExternalWorkerPolicyArn',
       ].sort(),
     );
   });

@@ -1,0 +1,308 @@
+import { ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { BatchGetCommand } from '@aws-sdk/lib-dynamodb';
+import { phraseDatum } from '../local/demo/dataset.js';
+import { startLocalStack } from '../local/stack.js';
+import { DEFAULT_BASE_MODEL } from '../shared/api/capabilities.js';
+import type { ForwardBackwardInput, SampleRequest } from '../shared/backend/backend.js';
+import { ReferenceBackend } from '../shared/backend/reference/reference-backend.js';
+import { TinkerClient } from '../shared/client/tinker-client.js';
+import { createApiKey } from '../shared/repositories/api-keys.js';
+import { type BenchResult, type Counts, machine, runCase } from './harness.js';
+
+/**
+ * `npm run bench -- e2e [--quick]`: a mixed workload through the whole local stack, as `npm start`
+ * runs it (HTTP API -> futures/models streams -> scheduler -> S3 work item + SQS manifest -> worker
+ * Lambda on the reference backend -> commit -> retrieve_future). Several models at once, each with
+ * rounds of forward_backward + optim_step and, every other round, a sample from the base model; two
+ * client behaviours: `closed_loop` (the SDK's training loop: submit a round, wait for it) and `burst`
+ * (submit everything, then wait). Measured: requests per second, submit-to-result latency (p50/p99)
+ * as the client sees it, submit-to-commit latency as the futures rows record it (without
+ * retrieve_future's polling backoff), and work items per request (batching).
+ *
+ * Baseline (`backend_direct`): the same requests, in the same per-model order, run directly on the
+ * reference backend in this one process: no API, storage, streams, scheduler or queue. The ratio is
+ * the control plane's overhead, on a backend whose steps take about a millisecond; on a GPU backend
+ * the same overhead sits beside steps that take far longer.
+ */
+
+interface Shape {
+  readonly models: number;
+  readonly rounds: number;
+  readonly sampleEvery: number;
+}
+
+const TEXTS = [
+  'the cat sat on the mat.',
+  'a bird sang in the tree.',
+  'la na la na la.',
+  'it rains, it pours.',
+];
+const ADAM = { learning_rate: 0.02 };
+const SAMPLE_TOKENS = 8;
+
+function batch(model: number, round: number) {
+  const data = [0, 1].map((i) => phraseDatum(TEXTS[(model + round + i) % TEXTS.length] as string));
+  return { data, loss_fn: 'cross_entropy' as const } satisfies ForwardBackwardInput;
+}
+
+function sampleRequest(model: number, round: number) {
+  return {
+    num_samples: 1,
+    prompt: { chunks: [{ type: 'encoded_text' as const, tokens: [...Buffer.from('the ', 'utf8')] }] },
+    sampling_params: {
+      max_tokens: SAMPLE_TOKENS,
+      temperature: 1,
+      top_k: -1,
+      top_p: 1,
+      seed: model * 1000 + round,
+    },
+  } satisfies SampleRequest;
+}
+
+function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return 0;
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] as number;
+}
+
+const round3 = (value: number) => Math.round(value * 1000) / 1000;
+
+/** Latencies (ms) per request type -> the counts a side reports. */
+function summarize(latencies: Map<string, number[]>, wallMs: number): Counts {
+  const all = [...latencies.values()].flat().sort((a, b) => a - b);
+  const counts: Counts = {
+    requests: all.length,
+    requests_per_s: round3(all.length / (wallMs / 1000)),
+    p50_ms: round3(percentile(all, 50)),
+    p99_ms: round3(percentile(all, 99)),
+  };
+  for (const [type, values] of latencies) {
+    counts[`${type}_p50_ms`] = round3(
+      percentile(
+        [...values].sort((a, b) => a - b),
+        50,
+      ),
+    );
+  }
+  return counts;
+}
+
+function record(latencies: Map<string, number[]>, type: string, ms: number): void {
+  latencies.set(type, [...(latencies.get(type) ?? []), ms]);
+}
+
+export async function run(options: { quick: boolean }): Promise<BenchResult> {
+  const shape: Shape = options.quick
+    ? { models: 3, rounds: 4, sampleEvery: 2 }
+    : { models: 6, rounds: 10, sampleEvery: 2 };
+  const repeats = options.quick ? 1 : 3;
+  const stack = await startLocalStack({ prefix: `bench-e2e-${Date.now().toString(36)}` });
+  const onSignal = () => void stack.stop().finally(() => process.exit(130));
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    const { clients, resources } = stack;
+    const apiKey = await createApiKey('bench', clients);
+    const client = new TinkerClient({ baseUrl: stack.apiUrl, apiKey });
+    const { session_id } = await client.createSession({ tags: ['bench'] });
+    let modelSeq = 0;
+    let samplingSeq = 0;
+    const backend = new ReferenceBackend();
+
+    // Fresh models for each measured run of either side (prepared untimed).
+    let remote: { modelId: string; samplingSessionId: string }[] = [];
+    let local: Awaited<ReturnType<ReferenceBackend['createModel']>>[] = [];
+    const prepare = async () => {
+      remote = await Promise.all(
+        Array.from({ length: shape.models }, async (_, m) => {
+          const created = await client.createModel({
+            session_id,
+            model_seq_id: modelSeq++,
+            base_model: DEFAULT_BASE_MODEL,
+            lora_config: { rank: 8, seed: m },
+          });
+          const sampling = await client.createSamplingSession({
+            session_id,
+            sampling_session_seq_id: samplingSeq++,
+            base_model: DEFAULT_BASE_MODEL,
+          });
+          await client.waitFor(created.request_id);
+          return { modelId: created.model_id, samplingSessionId: sampling.sampling_session_id };
+        }),
+      );
+      local = await Promise.all(
+        Array.from({ length: shape.models }, (_, m) =>
+          backend.createModel({ base_model: DEFAULT_BASE_MODEL, lora_config: { rank: 8, seed: m } }),
+        ),
+      );
+    };
+
+    const workItems = async () =>
+      (await clients.s3.send(new ListObjectsV2Command({ Bucket: resources.bucket, Prefix: 'work/' })))
+        .KeyCount ?? 0;
+
+    /**
+     * Submit-to-commit per request as the futures rows record it (created at intake, updated by the
+     * commit): the client's latency minus the time retrieve_future's backoff took to notice.
+     */
+    const serverLatencies = async (ids: readonly string[]): Promise<number[]> => {
+      const latencies: number[] = [];
+      for (let first = 0; first < ids.length; first += 100) {
+        const keys = ids.slice(first, first + 100).map((request_id) => ({ request_id }));
+        let pending: Record<string, { Keys: Record<string, unknown>[] }> = {
+          [resources.tables.futures]: { Keys: keys },
+        };
+        while (Object.keys(pending).length > 0) {
+          const answer = await clients.doc.send(new BatchGetCommand({ RequestItems: pending }));
+          for (const row of answer.Responses?.[resources.tables.futures] ?? []) {
+            latencies.push((row.updated_at as number) - (row.created_at as number));
+          }
+          pending = (answer.UnprocessedKeys ?? {}) as typeof pending;
+        }
+      }
+      return latencies.sort((a, b) => a - b);
+    };
+
+    /** One model's requests in order, as [type, submit] pairs; `submit` answers the request id. */
+    const requestsOf = (m: number, modelId: string, samplingSessionId: string) => {
+      let seqId = 0;
+      const rounds: [string, () => Promise<string>][][] = [];
+      for (let r = 0; r < shape.rounds; r++) {
+        const round: [string, () => Promise<string>][] = [];
+        const passSeq = ++seqId;
+        const stepSeq = ++seqId;
+        round.push([
+          'forward_backward',
+          async () =>
+            (
+              await client.forwardBackward({
+                model_id: modelId,
+                seq_id: passSeq,
+                forward_backward_input: batch(m, r),
+              })
+            ).request_id,
+        ]);
+        round.push([
+          'optim_step',
+          async () =>
+            (await client.optimStep({ model_id: modelId, seq_id: stepSeq, adam_params: ADAM })).request_id,
+        ]);
+        if (r % shape.sampleEvery === 0) {
+          round.push([
+            'sample',
+            async () =>
+              (
+                await client.asample({
+                  sampling_session_id: samplingSessionId,
+                  seq_id: r,
+                  ...sampleRequest(m, r),
+                })
+              ).request_id,
+          ]);
+        }
+        rounds.push(round);
+      }
+      return rounds;
+    };
+
+    /**
+     * `closed_loop`: each model submits a round, waits for all of it, then submits the next (the SDK's
+     * training loop). `burst`: each model submits everything at once, then waits (latency includes
+     * waiting behind the model's earlier requests, as R1 requires).
+     */
+    const ours = (mode: 'closed_loop' | 'burst') => async (): Promise<Counts> => {
+      const latencies = new Map<string, number[]>();
+      const ids: string[] = [];
+      const itemsBefore = await workItems();
+      const started = performance.now();
+      const submitAll = async (round: readonly [string, () => Promise<string>][]) => {
+        const submitted: [string, string, number][] = [];
+        for (const [type, submit] of round) {
+          const at = performance.now();
+          submitted.push([type, await submit(), at]);
+        }
+        return submitted;
+      };
+      const waitAll = (submitted: readonly [string, string, number][]) =>
+        Promise.all(
+          submitted.map(async ([type, id, since]) => {
+            await client.waitFor(id);
+            record(latencies, type, performance.now() - since);
+            ids.push(id);
+          }),
+        );
+      await Promise.all(
+        remote.map(async ({ modelId, samplingSessionId }, m) => {
+          const rounds = requestsOf(m, modelId, samplingSessionId);
+          if (mode === 'burst') {
+            await waitAll(await submitAll(rounds.flat()));
+            return;
+          }
+          for (const round of rounds) await waitAll(await submitAll(round));
+        }),
+      );
+      const wall = performance.now() - started;
+      const counts = summarize(latencies, wall);
+      const items = (await workItems()) - itemsBefore;
+      const server = await serverLatencies(ids);
+      return {
+        ...counts,
+        commit_p50_ms: round3(percentile(server, 50)),
+        commit_p99_ms: round3(percentile(server, 99)),
+        work_items: items,
+        requests_per_work_item: round3((counts.requests ?? 0) / Math.max(items, 1)),
+      };
+    };
+
+    /** The same requests on the backend in this process; in `burst` every request counts from the start. */
+    const baseline = (mode: 'closed_loop' | 'burst') => async (): Promise<Counts> => {
+      const latencies = new Map<string, number[]>();
+      const started = performance.now();
+      await Promise.all(
+        local.map(async (initial, m) => {
+          let state = initial;
+          const since = (t: number) => performance.now() - (mode === 'burst' ? started : t);
+          for (let r = 0; r < shape.rounds; r++) {
+            const roundStart = performance.now();
+            state = (await backend.forwardBackward(state, batch(m, r))).state;
+            record(latencies, 'forward_backward', since(roundStart));
+            state = (await backend.optimStep(state, ADAM)).state;
+            record(latencies, 'optim_step', since(roundStart));
+            if (r % shape.sampleEvery === 0) {
+              const sampler = await backend.loadSampler(DEFAULT_BASE_MODEL, null);
+              await backend.sample(sampler, sampleRequest(m, r));
+              record(latencies, 'sample', since(roundStart));
+            }
+          }
+        }),
+      );
+      return summarize(latencies, performance.now() - started);
+    };
+
+    const cases = [];
+    for (const mode of ['closed_loop', 'burst'] as const) {
+      cases.push(
+        await runCase({
+          name: `mixed_${mode}`,
+          params: {
+            models: shape.models,
+            rounds_per_model: shape.rounds,
+            sample_every_rounds: shape.sampleEvery,
+            measured:
+              'ours: the whole local stack as npm start runs it (HTTP API, streams, scheduler, SQS, worker Lambda)',
+            compared_with:
+              'baseline (backend_direct): the same requests on the reference backend in one process',
+          },
+          ours: ours(mode),
+          baselines: { backend_direct: baseline(mode) },
+          repeats,
+          prepare,
+        }),
+      );
+    }
+    return { name: 'e2e', machine: machine(), quick: options.quick, cases };
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await stack.stop();
+  }
+}

@@ -1,0 +1,501 @@
+import { type ChildProcessByStdio, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createInterface } from 'node:readline';
+import type { Readable, Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { BatchWriteItemCommand, CreateTableCommand, ScanCommand } from '@aws-sdk/client-dynamodb';
+import { DeleteObjectsCommand, GetObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { PurgeQueueCommand } from '@aws-sdk/client-sqs';
+import { BatchWriteCommand } from '@aws-sdk/lib-dynamodb';
+import { marshall, unmarshall } from '@aws-sdk/util-dynamodb';
+import { localAwsClients } from '../local/aws-clients.js';
+import type { CloudEndpoints } from '../local/cloud.js';
+import { envFor, provisionResources } from '../local/resources.js';
+import type { PassPayload } from '../shared/api/payloads.js';
+import { type AwsClients, resetAwsClients } from '../shared/aws/clients.js';
+import { resetConfig } from '../shared/config.js';
+import type { LiveRow, ModelRow } from '../shared/domain/records.js';
+import { mintRequestId, sha256Hex } from '../shared/ids.js';
+import { logger } from '../shared/logger.js';
+import { putPayload, type SerializedPayload } from '../shared/payload-store.js';
+import { Limiter } from '../shared/prefix/limiter.js';
+import { pendingFutureRow } from '../shared/repositories/futures.js';
+import { type SchedulerAdapters, schedulerAdapters } from '../shared/scheduler/adapters.js';
+import { scanLiveIndex } from '../shared/scheduler/live-index.js';
+import { readModels } from '../shared/scheduler/models.js';
+import { type SchedulerSettings, schedulerSettings } from '../shared/scheduler/settings.js';
+import { dispatchSnapshot, runTick, type TickContext } from '../shared/scheduler/tick.js';
+import { storageKeys } from '../shared/storage-keys.js';
+import { type BenchResult, type CaseResult, type Counts, machine, runCase } from './harness.js';
+import { attachMeter, createMeter, type Meter } from './metering.js';
+
+/**
+ * `npm run bench -- scheduler [--quick]`: one scheduler tick over N pending forward_backward requests
+ * with ~76 KiB payloads, in three layouts measured in the same run:
+ *  - ours: the narrow `live` index (ids and keys only), payloads in S3, read only when dispatched (R6);
+ *  - baseline (`inline`): the layout the first seed replaced, each row holding its payload JSON, a
+ *    tick that scans whole rows and decodes every payload before it filters;
+ *  - baseline_eager_s3: our layout, but a tick that GETs and decodes every pending payload first.
+ * All three plan with the same planner and dispatch with the same claim/work-item code. The cloud
+ * (DynamoDB Local, fauxqs) runs in a child process so cpu_ms counts the scheduler's own work only.
+ */
+
+const PAYLOAD_TARGET_BYTES = 76 * 1024;
+const ROWS_PER_MODEL = 64;
+const TOKENS_PER_DATUM = 1000;
+const SEED_CONCURRENCY = 16;
+const GSI_NOTE =
+  'DynamoDB Local serves a GSI query from the base items (no index lag, no separate index storage), ' +
+  'so a narrow index over large rows would not be cheaper there; our futures rows stay small anyway ' +
+  '(payloads live in S3), which is what makes the index read small on AWS and here.';
+
+const THIS_FILE = fileURLToPath(import.meta.url);
+
+if (process.argv.includes('--cloud-child')) await serveCloud();
+
+/** Child mode: run the local cloud, print its endpoints, stop when the parent closes stdin. */
+async function serveCloud(): Promise<never> {
+  const { startLocalCloud } = await import('../local/cloud.js');
+  const cloud = await startLocalCloud();
+  process.stdout.write(`${JSON.stringify(cloud.endpoints)}\n`);
+  await new Promise<void>((resolve) => {
+    process.stdin.on('end', resolve);
+    process.stdin.on('close', resolve);
+    process.stdin.resume();
+  });
+  await cloud.stop();
+  process.exit(0);
+}
+
+type CloudChild = ChildProcessByStdio<Writable, Readable, null>;
+
+async function startCloudChild(): Promise<{ endpoints: CloudEndpoints; child: CloudChild }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', THIS_FILE, '--cloud-child'], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+    env: { ...process.env, AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
+  });
+  const lines = createInterface({ input: child.stdout });
+  const first = await new Promise<string>((resolve, reject) => {
+    lines.once('line', resolve);
+    child.once('exit', (code) => reject(new Error(`the cloud child exited early (code ${code})`)));
+  });
+  lines.close();
+  return { endpoints: JSON.parse(first) as CloudEndpoints, child };
+}
+
+async function stopCloudChild(child: CloudChild): Promise<void> {
+  if (child.exitCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.stdin.end();
+  const timer = setTimeout(() => child.kill('SIGTERM'), 15_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** Datums per payload so that it serializes to about 76 KiB (SkyRL's measured row size). */
+const DATUMS = (() => {
+  for (let count = 1; ; count++) {
+    if (Buffer.byteLength(JSON.stringify(passPayload(1, 0, count).payload)) >= PAYLOAD_TARGET_BYTES)
+      return count;
+  }
+})();
+
+/** A forward_backward payload, distinct per request. */
+function passPayload(seqId: number, salt: number, datums: number): { payload: PassPayload; tokens: number } {
+  const data: PassPayload['input']['data'] = [];
+  for (let datum = 0; datum < datums; datum++) {
+    const ids = Array.from(
+      { length: TOKENS_PER_DATUM },
+      (_, i) => (salt * 7919 + datum * 104729 + i * 31) % 32000,
+    );
+    data.push({
+      model_input: { chunks: [{ type: 'encoded_text', tokens: ids }] },
+      loss_fn_inputs: {
+        target_tokens: { data: ids.map((id) => (id + 1) % 32000), dtype: 'int64', shape: [ids.length] },
+        weights: { data: ids.map((_, i) => (i % 4 === 0 ? 0 : 1)), dtype: 'float32', shape: [ids.length] },
+      },
+    });
+  }
+  const payload: PassPayload = {
+    request_type: 'forward_backward',
+    seq_id: seqId,
+    input: { data, loss_fn: 'cross_entropy' },
+  };
+  return { payload, tokens: datums * TOKENS_PER_DATUM };
+}
+
+/** Plain JSON (the scheduler checks a body against the digest stored with it, whatever its key order). */
+function serialized(payload: PassPayload): SerializedPayload {
+  const body = JSON.stringify(payload);
+  return { body, bytes: Buffer.byteLength(body), digest: sha256Hex(body) };
+}
+
+interface Scene {
+  readonly n: number;
+  readonly models: ModelRow[];
+  readonly payloadBytes: number;
+  readonly settings: SchedulerSettings;
+  readonly inlineTable: string;
+  readonly clients: AwsClients;
+}
+
+interface Metered {
+  readonly clients: AwsClients;
+  readonly dynamo: Meter;
+  readonly s3: Meter;
+}
+
+function meteredClients(endpoints: CloudEndpoints): Metered {
+  const clients = localAwsClients(endpoints);
+  const dynamo = createMeter();
+  const s3 = createMeter();
+  attachMeter(clients.dynamo, dynamo, { dynamo: true });
+  attachMeter(clients.s3, s3);
+  return { clients, dynamo, s3 };
+}
+
+function modelRows(count: number, parked: boolean, now: number): ModelRow[] {
+  return Array.from({ length: count }, (_, index) => {
+    const modelId = `model-bench${String(index).padStart(5, '0')}-${randomBytes(4).toString('hex')}`;
+    const base = {
+      model_id: modelId,
+      tenant: 'tenant-bench',
+      session_id: 'sess-bench',
+      base_model: 'reference/byte-lm',
+      lora_config: { rank: 4 },
+      status: 'active' as const,
+      attempts: 0,
+      created_at: now,
+    };
+    // Parked: create_model (seq 1) is in flight, so every later row waits behind it (R3).
+    return parked
+      ? {
+          ...base,
+          epoch: 1,
+          planned_through: 1,
+          applied_through: 0,
+          inflight: `${modelId}@1`,
+          lease_until: now + 86_400_000,
+        }
+      : { ...base, epoch: 1, planned_through: 1, applied_through: 1, state_ref: `state/${modelId}/1.bin` };
+  });
+}
+
+async function batchPut(
+  doc: AwsClients['doc'],
+  table: string,
+  items: readonly Record<string, unknown>[],
+): Promise<void> {
+  for (let start = 0; start < items.length; start += 25) {
+    let requests = items.slice(start, start + 25).map((Item) => ({ PutRequest: { Item } }));
+    while (requests.length > 0) {
+      const answer = await doc.send(new BatchWriteCommand({ RequestItems: { [table]: requests } }));
+      requests = (answer.UnprocessedItems?.[table] ?? []) as typeof requests;
+    }
+  }
+}
+
+/** Provisions a fresh set of the topology's resources plus the inline table, and writes N rows. */
+async function buildScene(endpoints: CloudEndpoints, n: number, parked: boolean): Promise<Scene> {
+  const prefix = `b${Date.now().toString(36)}${randomBytes(2).toString('hex')}`;
+  const seeding = localAwsClients(endpoints);
+  const { topology } = await import('../shared/topology.js');
+  const names = await provisionResources(topology, prefix, seeding);
+  Object.assign(process.env, envFor(topology, names, endpoints));
+  resetConfig();
+  resetAwsClients();
+  const settings = schedulerSettings();
+  const inlineTable = `${prefix}-inline`;
+  await seeding.dynamo.send(
+    new CreateTableCommand({
+      TableName: inlineTable,
+      BillingMode: 'PAY_PER_REQUEST',
+      KeySchema: [{ AttributeName: 'request_id', KeyType: 'HASH' }],
+      AttributeDefinitions: [{ AttributeName: 'request_id', AttributeType: 'S' }],
+    }),
+  );
+
+  const now = Date.now();
+  const models = modelRows(Math.max(1, Math.round(n / ROWS_PER_MODEL)), parked, now);
+  await batchPut(seeding.doc, settings.tables.models, models as unknown as Record<string, unknown>[]);
+  const limiter = new Limiter(SEED_CONCURRENCY);
+  let payloadBytes = 0;
+  const chunks: Promise<void>[] = [];
+  for (let chunk = 0; chunk < n; chunk += 25) {
+    chunks.push(
+      limiter.run(async () => {
+        const futures: Record<string, unknown>[] = [];
+        const inline: Record<string, unknown>[] = [];
+        for (let index = chunk; index < Math.min(n, chunk + 25); index++) {
+          const model = models[index % models.length]!;
+          const seq = 2 + Math.floor(index / models.length);
+          const requestId = mintRequestId(now + index);
+          const { payload, tokens } = passPayload(seq - 1, index, DATUMS);
+          const stored = serialized(payload);
+          payloadBytes = stored.bytes;
+          await putPayload(requestId, stored, seeding.s3);
+          const row = pendingFutureRow({
+            requestId,
+            tenant: model.tenant,
+            modelId: model.model_id,
+            seq,
+            requestType: 'forward_backward',
+            tokens,
+            payloadKey: storageKeys.payload(requestId),
+            payloadDigest: stored.digest,
+            now,
+          });
+          futures.push(row as unknown as Record<string, unknown>);
+          inline.push({
+            request_id: requestId,
+            tenant: row.tenant,
+            model_id: row.model_id,
+            seq,
+            request_type: row.request_type,
+            status: row.status,
+            tokens,
+            payload: stored.body,
+          });
+        }
+        await batchPut(seeding.doc, settings.tables.futures, futures);
+        // The low-level client: the inline payload is one large string attribute, as it was stored.
+        let requests = inline.map((item) => ({ PutRequest: { Item: marshall(item) } }));
+        while (requests.length > 0) {
+          const answer = await seeding.dynamo.send(
+            new BatchWriteItemCommand({ RequestItems: { [inlineTable]: requests } }),
+          );
+          requests = (answer.UnprocessedItems?.[inlineTable] ?? []) as typeof requests;
+        }
+      }),
+    );
+  }
+  await Promise.all(chunks);
+  return { n, models, payloadBytes, settings, inlineTable, clients: seeding };
+}
+
+/** Returns models to their seeded state, empties the queue and the work items (between repeats). */
+async function resetScene(scene: Scene): Promise<void> {
+  await batchPut(
+    scene.clients.doc,
+    scene.settings.tables.models,
+    scene.models as unknown as Record<string, unknown>[],
+  );
+  await scene.clients.sqs
+    .send(new PurgeQueueCommand({ QueueUrl: scene.settings.workQueueUrl }))
+    .catch(() => undefined);
+  for (;;) {
+    const listed = await scene.clients.s3.send(
+      new ListObjectsV2Command({ Bucket: scene.settings.bucket, Prefix: 'work/' }),
+    );
+    const keys = (listed.Contents ?? []).flatMap((object) => (object.Key ? [{ Key: object.Key }] : []));
+    if (keys.length === 0) return;
+    await scene.clients.s3.send(
+      new DeleteObjectsCommand({ Bucket: scene.settings.bucket, Delete: { Objects: keys } }),
+    );
+  }
+}
+
+/** Adapters whose payload reads come from payloads the baseline already decoded (no S3 GET). */
+function preloaded(adapters: SchedulerAdapters, payloads: ReadonlyMap<string, unknown>): SchedulerAdapters {
+  return {
+    ...adapters,
+    readPayloads: async (ids) => {
+      const found = new Map<string, unknown>();
+      for (const id of ids) if (payloads.has(id)) found.set(id, payloads.get(id));
+      return { payloads: found, gets: 0, bytes: 0, unreadable: ids.filter((id) => !payloads.has(id)) };
+    },
+  };
+}
+
+/** Measures one side: CPU of this process, capacity, bytes and S3 calls, plus what it dispatched. */
+function measured(
+  label: string,
+  meter: Metered,
+  tick: () => Promise<{ dispatched: number; workItems: number }>,
+) {
+  return async (): Promise<Counts> => {
+    meter.dynamo.reset();
+    meter.s3.reset();
+    const started = performance.now();
+    const cpu = process.cpuUsage();
+    const { dispatched, workItems } = await tick();
+    const used = process.cpuUsage(cpu);
+    console.error(`  ${label}: ${(performance.now() - started).toFixed(1)} ms, dispatched ${dispatched}`);
+    return {
+      cpu_ms: (used.user + used.system) / 1000,
+      rcu: meter.dynamo.rcu,
+      bytes: meter.dynamo.bytesIn + meter.s3.bytesIn,
+      s3_gets: meter.s3.callsByOperation.GetObjectCommand ?? 0,
+      s3_bytes: meter.s3.bytesIn,
+      dispatched,
+      work_items: workItems,
+    };
+  };
+}
+
+/** Ours: the scheduler's own tick (lock, narrow index, models, plan, claims, R6 payload reads). */
+function oursTick(scene: Scene, meter: Metered) {
+  return measured('ours', meter, async () => {
+    const adapters = schedulerAdapters(scene.settings, meter.clients);
+    const outcome = await runTick({ settings: scene.settings, adapters });
+    return { dispatched: outcome.counters.steps_dispatched, workItems: outcome.counters.work_items };
+  });
+}
+
+async function planAndDispatch(
+  scene: Scene,
+  meter: Metered,
+  live: LiveRow[],
+  payloads: ReadonlyMap<string, unknown>,
+): Promise<{ dispatched: number; workItems: number }> {
+  const modelIds = new Set(live.map((row) => row.model_id));
+  const models = await readModels(meter.clients.doc, scene.settings.tables.models, modelIds);
+  const ctx: TickContext = {
+    settings: scene.settings,
+    adapters: preloaded(schedulerAdapters(scene.settings, meter.clients), payloads),
+    now: Date.now,
+    maxPlans: 16,
+  };
+  const counters = await dispatchSnapshot(ctx, { live, models, sampleClaims: new Set() });
+  return { dispatched: counters.steps_dispatched, workItems: counters.work_items };
+}
+
+/** Baseline `inline`: scan whole rows, decode every payload, then filter with the same planner. */
+function inlineTick(scene: Scene, meter: Metered) {
+  return measured('inline', meter, async () => {
+    const live: LiveRow[] = [];
+    const payloads = new Map<string, unknown>();
+    let start: Record<string, never> | undefined;
+    do {
+      const page = await meter.clients.dynamo.send(
+        new ScanCommand({ TableName: scene.inlineTable, ExclusiveStartKey: start }),
+      );
+      for (const raw of page.Items ?? []) {
+        const item = unmarshall(raw);
+        payloads.set(item.request_id, JSON.parse(item.payload as string) as unknown);
+        live.push({
+          request_id: item.request_id,
+          model_id: item.model_id,
+          seq: item.seq,
+          request_type: item.request_type,
+          status: item.status,
+          tokens: item.tokens,
+        });
+      }
+      start = page.LastEvaluatedKey as Record<string, never> | undefined;
+    } while (start !== undefined);
+    return planAndDispatch(scene, meter, live, payloads);
+  });
+}
+
+/** Baseline `eager-s3`: our index, but every pending payload is fetched and decoded before filtering. */
+function eagerS3Tick(scene: Scene, meter: Metered) {
+  return measured('eager_s3', meter, async () => {
+    const { rows } = await scanLiveIndex(
+      meter.clients.doc,
+      scene.settings.tables.futures,
+      scene.settings.pool,
+      scene.settings.liveShards,
+    );
+    const pending = rows.filter((row) => row.status === 'pending').map((row) => row.request_id);
+    const payloads = new Map<string, unknown>();
+    const limiter = new Limiter(32);
+    await Promise.all(
+      pending.map((id) =>
+        limiter.run(async () => {
+          const answer = await meter.clients.s3.send(
+            new GetObjectCommand({ Bucket: scene.settings.bucket, Key: storageKeys.payload(id) }),
+          );
+          payloads.set(id, JSON.parse((await answer.Body?.transformToString('utf8')) ?? 'null') as unknown);
+        }),
+      ),
+    );
+    return planAndDispatch(scene, meter, rows, payloads);
+  });
+}
+
+function ratio(baseline: number, ours: number): number {
+  return Math.round((baseline / Math.max(ours, 1e-3)) * 10) / 10;
+}
+
+/** Ratios beside the harness's ratio_wall, and the targets of the issue checked at N = 512. */
+function annotate(result: CaseResult, checkTargets: boolean): CaseResult {
+  const ours = result.ours as Counts;
+  const inline = result.baseline as Counts;
+  const eager = result.baseline_eager_s3 as Counts;
+  const ratios = {
+    ratio_wall_eager_s3: ratio(eager.wall_ms!, ours.wall_ms!),
+    ratio_cpu: ratio(inline.cpu_ms!, ours.cpu_ms!),
+    ratio_cpu_eager_s3: ratio(eager.cpu_ms!, ours.cpu_ms!),
+    ratio_rcu: ratio(inline.rcu!, ours.rcu!),
+  };
+  if (!checkTargets) return { ...result, ...ratios };
+  const parked = ours.dispatched === 0;
+  const targets = parked
+    ? {
+        zero_s3_gets: ours.s3_gets === 0,
+        rcu_at_most_1_100_of_inline: ours.rcu! * 100 <= inline.rcu!,
+        wall_50x_below_inline: inline.wall_ms! >= 50 * ours.wall_ms!,
+        cpu_50x_below_inline: inline.cpu_ms! >= 50 * ours.cpu_ms!,
+        wall_20x_below_eager_s3: eager.wall_ms! >= 20 * ours.wall_ms!,
+        cpu_20x_below_eager_s3: eager.cpu_ms! >= 20 * ours.cpu_ms!,
+      }
+    : { s3_gets_equal_dispatched: ours.s3_gets === ours.dispatched && ours.dispatched! > 0 };
+  return { ...result, ...ratios, targets };
+}
+
+async function benchCase(
+  endpoints: CloudEndpoints,
+  name: string,
+  n: number,
+  parked: boolean,
+  repeats: number,
+  extra: Record<string, string | number> = {},
+): Promise<CaseResult> {
+  const seedStarted = Date.now();
+  const scene = await buildScene(endpoints, n, parked);
+  const meter = meteredClients(endpoints);
+  console.error(`${name}: seeded ${n} rows in ${((Date.now() - seedStarted) / 1000).toFixed(1)} s`);
+  const result = await runCase({
+    name,
+    params: {
+      n,
+      models: scene.models.length,
+      rows_per_model: ROWS_PER_MODEL,
+      payload_bytes: scene.payloadBytes,
+      parked_by: parked ? 'each model has a work item in flight (R3)' : 'none: every row is dispatchable',
+      note: GSI_NOTE,
+      ...extra,
+    },
+    ours: oursTick(scene, meter),
+    baselines: { inline: inlineTick(scene, meter), eager_s3: eagerS3Tick(scene, meter) },
+    repeats,
+    ...(parked ? {} : { prepare: () => resetScene(scene) }),
+  });
+  return annotate(result, n === 512);
+}
+
+export async function run({ quick }: { quick: boolean }): Promise<BenchResult> {
+  process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED = 'true';
+  logger.setLogLevel('WARN');
+  const { endpoints, child } = await startCloudChild();
+  try {
+    // BENCH_CASES=name,name runs a subset (for investigating one case); the default runs all three.
+    const only = process.env.BENCH_CASES?.split(',');
+    const wanted = (name: string) => only === undefined || only.includes(name);
+    const cases: CaseResult[] = [];
+    if (wanted('parked-512')) cases.push(await benchCase(endpoints, 'parked-512', 512, true, quick ? 3 : 5));
+    if (wanted('parked-10000')) {
+      const large = quick ? 2000 : 10_000;
+      const note = quick ? { quick_note: 'shrunk to N = 2000 under --quick' } : {};
+      cases.push(await benchCase(endpoints, 'parked-10000', large, true, 3, note));
+    }
+    if (wanted('dispatchable-512')) {
+      cases.push(await benchCase(endpoints, 'dispatchable-512', 512, false, 3));
+    }
+    console.error(`note: ${GSI_NOTE}`);
+    return { name: 'scheduler', machine: machine(), quick, cases };
+  } finally {
+    await stopCloudChild(child);
+  }
+}

@@ -1,0 +1,60 @@
+import { type AwsClients, awsClients } from '../aws/clients.js';
+import type { FutureError, LiveRow, ModelRow } from '../domain/records.js';
+import { failFuture } from '../repositories/futures.js';
+import type { ModelClaim } from '../scheduling/claim.js';
+import type { WorkItem } from '../scheduling/work-item.js';
+import { sendManifest, writeWorkItem } from './dispatch.js';
+import { scanLiveIndex } from './live-index.js';
+import { claimModel, readModels } from './models.js';
+import { type PayloadReads, readPayloads } from './payloads.js';
+import {
+  claimSample,
+  readLiveSampleClaims,
+  readSampleRows,
+  type SampleClaimRecord,
+  type SampleRowFacts,
+} from './samples.js';
+import type { SchedulerSettings } from './settings.js';
+import { type TickLock, tickLock } from './tick-lock.js';
+
+/**
+ * Everything a tick reads and writes, behind one narrow interface. The defaults talk to AWS through
+ * the given clients; tests wrap single members (an index that lags, a send that crashes).
+ */
+export interface SchedulerAdapters {
+  scanLive(): Promise<{ rows: LiveRow[]; pages: number }>;
+  readModels(modelIds: Iterable<string>): Promise<Map<string, ModelRow>>;
+  readSampleClaims(requestIds: Iterable<string>, now: number): Promise<Set<string>>;
+  claimModel(claim: ModelClaim): Promise<boolean>;
+  claimSample(claim: Omit<SampleClaimRecord, 'pk' | 'ttl'>, now: number): Promise<boolean>;
+  readSampleRows(requestIds: Iterable<string>): Promise<Map<string, SampleRowFacts>>;
+  readPayloads(requestIds: readonly string[]): Promise<PayloadReads>;
+  writeWorkItem(workItem: WorkItem): Promise<number>;
+  sendManifest(workItemId: string): Promise<void>;
+  /** Ends a sample that cannot run (no payload): samples are in no sequence, so no fail step is needed. */
+  failSample(requestId: string, error: FutureError): Promise<void>;
+  readonly lock: TickLock;
+}
+
+export type SchedulerClients = Pick<AwsClients, 'doc' | 's3' | 'sqs'>;
+
+export function schedulerAdapters(
+  settings: SchedulerSettings,
+  clients: SchedulerClients = awsClients(),
+): SchedulerAdapters {
+  const { doc, s3, sqs } = clients;
+  const { tables } = settings;
+  return {
+    scanLive: () => scanLiveIndex(doc, tables.futures, settings.pool, settings.liveShards),
+    readModels: (ids) => readModels(doc, tables.models, ids),
+    readSampleClaims: (ids, now) => readLiveSampleClaims(doc, tables.registry, ids, now),
+    claimModel: (claim) => claimModel(doc, tables.models, claim),
+    claimSample: (claim, now) => claimSample(doc, tables.registry, claim, now),
+    readSampleRows: (ids) => readSampleRows(doc, tables.futures, ids),
+    readPayloads: (ids) => readPayloads(s3, settings.bucket, ids),
+    writeWorkItem: (workItem) => writeWorkItem(s3, settings.bucket, workItem),
+    sendManifest: (id) => sendManifest(sqs, settings.workQueueUrl, id),
+    failSample: (id, error) => failFuture(id, error, { doc }),
+    lock: tickLock(doc, tables.registry, settings.pool),
+  };
+}

@@ -1,0 +1,55 @@
+/** What one tick did: ids and counts only, never payloads (logged after every tick). */
+export interface TickCounters {
+  /** Passes run under one hold of the lock (1 + coalesced requests for another pass). */
+  passes: number;
+  index_pages: number;
+  rows_scanned: number;
+  models_read: number;
+  sample_claims_read: number;
+  /** plan() calls: a pass plans again while a work-item cap cut the previous plan. */
+  plans: number;
+  models_claimed: number;
+  claims_lost: number;
+  samples_claimed: number;
+  sample_claims_lost: number;
+  /** Claimed samples whose row was already terminal (a stale index entry): not dispatched. */
+  samples_not_pending: number;
+  payload_gets: number;
+  payload_bytes: number;
+  payloads_unreadable: number;
+  steps_dispatched: number;
+  fail_steps_dispatched: number;
+  samples_dispatched: number;
+  samples_failed: number;
+  work_items: number;
+  work_item_bytes: number;
+}
+
+export function emptyTickCounters(): TickCounters {
+  return {
+    passes: 0,
+    index_pages: 0,
+    rows_scanned: 0,
+    models_read: 0,
+    sample_claims_read: 0,
+    plans: 0,
+    models_claimed: 0,
+    claims_lost: 0,
+    samples_claimed: 0,
+    sample_claims_lost: 0,
+    samples_not_pending: 0,
+    payload_gets: 0,
+    payload_bytes: 0,
+    payloads_unreadable: 0,
+    steps_dispatched: 0,
+    fail_steps_dispatched: 0,
+    samples_dispatched: 0,
+    samples_failed: 0,
+    work_items: 0,
+    work_item_bytes: 0,
+  };
+}
+
+export function addTickCounters(into: TickCounters, from: Readonly<TickCounters>): void {
+  for (const key of Object.keys(from) as (keyof TickCounters)[]) into[key] += from[key];
+}

@@ -1,0 +1,78 @@
+import { type DynamoDBDocumentClient, QueryCommand } from '@aws-sdk/lib-dynamodb';
+import type { FutureStatus, LiveRow, RequestType } from '../domain/records.js';
+import { liveKey } from '../ids.js';
+import { LIVE_INDEX, LIVE_PROJECTION } from '../topology.js';
+
+/** The index's key plus what it projects (R6): the tick asks for these and nothing else. */
+const ATTRIBUTES = ['request_id', ...LIVE_PROJECTION] as const;
+
+export interface LiveIndexScan {
+  readonly rows: LiveRow[];
+  /** Query calls made (pages over all shards). */
+  readonly pages: number;
+}
+
+/**
+ * One scan of GSI `live` for a pool: every shard `<pool>#<0..shards-1>`, each paged through
+ * LastEvaluatedKey (a page stops at 1 MB). Shards are read in parallel. Eventually consistent, like
+ * every GSI read: it may miss rows that were just written (R5 copes with that).
+ */
+export async function scanLiveIndex(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  pool: string,
+  shards: number,
+): Promise<LiveIndexScan> {
+  const perShard = await Promise.all(
+    Array.from({ length: shards }, (_, shard) => queryShard(doc, table, liveKey(pool, shard))),
+  );
+  return {
+    rows: perShard.flatMap((shard) => shard.rows),
+    pages: perShard.reduce((sum, shard) => sum + shard.pages, 0),
+  };
+}
+
+async function queryShard(doc: DynamoDBDocumentClient, table: string, key: string): Promise<LiveIndexScan> {
+  const rows: LiveRow[] = [];
+  let pages = 0;
+  let start: Record<string, unknown> | undefined;
+  do {
+    const page = await doc.send(
+      new QueryCommand({
+        TableName: table,
+        IndexName: LIVE_INDEX,
+        KeyConditionExpression: '#live = :key',
+        ProjectionExpression: ATTRIBUTES.map((_, index) => `#p${index}`).join(', '),
+        ExpressionAttributeNames: {
+          '#live': 'live',
+          ...Object.fromEntries(ATTRIBUTES.map((name, index) => [`#p${index}`, name])),
+        },
+        ExpressionAttributeValues: { ':key': key },
+        ExclusiveStartKey: start,
+      }),
+    );
+    pages++;
+    for (const item of page.Items ?? []) {
+      const row = toLiveRow(item);
+      if (row !== undefined) rows.push(row);
+    }
+    start = page.LastEvaluatedKey;
+  } while (start !== undefined);
+  return { rows, pages };
+}
+
+/** Keeps exactly the projected fields; an entry without its ids is not a row the planner can use. */
+function toLiveRow(item: Record<string, unknown>): LiveRow | undefined {
+  const { request_id, model_id, seq, request_type, checkpoint_id, status, tokens } = item;
+  if (typeof request_id !== 'string' || typeof model_id !== 'string') return undefined;
+  if (typeof request_type !== 'string' || typeof status !== 'string') return undefined;
+  return {
+    request_id,
+    model_id,
+    request_type: request_type as RequestType,
+    status: status as FutureStatus,
+    ...(typeof seq === 'number' ? { seq } : {}),
+    ...(typeof checkpoint_id === 'string' ? { checkpoint_id } : {}),
+    ...(typeof tokens === 'number' ? { tokens } : {}),
+  };
+}

@@ -1,0 +1,49 @@
+import { type DynamoDBDocumentClient, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import type { ModelRow } from '../domain/records.js';
+import { isAwsError } from '../errors.js';
+import type { ModelClaim } from '../scheduling/claim.js';
+import { batchGetByKey } from './batch-get.js';
+
+/** The model rows of `modelIds`, read strongly (R5): one BatchGetItem per 100 models. */
+export async function readModels(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  modelIds: Iterable<string>,
+): Promise<Map<string, ModelRow>> {
+  const items = await batchGetByKey(doc, modelIds, { table, keyName: 'model_id', consistent: true });
+  return items as unknown as Map<string, ModelRow>;
+}
+
+/**
+ * The claim of E2 as one conditional UpdateItem. `false` when the condition failed: another tick
+ * claimed the model, or the sweeper re-planned it, since the snapshot was read. That is the expected
+ * outcome of overlapping ticks, so it is an answer, never an error.
+ */
+export async function claimModel(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  claim: ModelClaim,
+): Promise<boolean> {
+  try {
+    await doc.send(
+      new UpdateCommand({
+        TableName: table,
+        Key: { model_id: claim.model_id },
+        UpdateExpression:
+          'SET epoch = :epoch, inflight = :inflight, lease_until = :lease_until, planned_through = :planned_through',
+        ConditionExpression: 'epoch = :expected_epoch AND attribute_not_exists(inflight)',
+        ExpressionAttributeValues: {
+          ':epoch': claim.set.epoch,
+          ':inflight': claim.set.inflight,
+          ':lease_until': claim.set.lease_until,
+          ':planned_through': claim.set.planned_through,
+          ':expected_epoch': claim.condition.expected_epoch,
+        },
+      }),
+    );
+    return true;
+  } catch (error) {
+    if (isAwsError(error, 'ConditionalCheckFailedException')) return false;
+    throw error;
+  }
+}

@@ -1,0 +1,136 @@
+import { DeleteCommand, type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { isAwsError } from '../errors.js';
+
+/**
+ * One tick at a time per pool. The lock is a registry item `tick#<pool>` taken by a conditional put
+ * with a short lease. An invocation that finds it held sets `again` and returns: the holder runs one
+ * more pass before it lets go, so a burst of triggers coalesces into a few passes instead of
+ * stacking overlapping ticks. Safety never rests on this lock (the claim condition does, E2, E7): it
+ * only saves work. A holder that dies leaves the lock to expire with its lease.
+ */
+export interface TickLock {
+  /** `acquired`, or `held` by someone else (who was asked to run again). */
+  acquire(holder: string, now: number): Promise<'acquired' | 'held'>;
+  /**
+   * After a pass: `released` when nobody asked for another pass, `again` (lease renewed, flag
+   * cleared) when someone did, `lost` when the lease ran out and another holder took over.
+   */
+  finishPass(holder: string, now: number): Promise<'released' | 'again' | 'lost'>;
+  /** Lets go whatever was asked (at the pass limit, or after an error). */
+  release(holder: string): Promise<void>;
+}
+
+/** Longer than any pass takes; renewed before every further pass. */
+export const TICK_LOCK_LEASE_MS = 30_000;
+/** A put and a flag can race with a release at most this many times before one of them wins. */
+const ACQUIRE_ROUNDS = 5;
+
+export function tickLockKey(pool: string): string {
+  return `tick#${pool}`;
+}
+
+export function tickLock(doc: DynamoDBDocumentClient, registryTable: string, pool: string): TickLock {
+  const Key = { pk: tickLockKey(pool) };
+
+  const tryPut = async (holder: string, now: number): Promise<boolean> => {
+    try {
+      await doc.send(
+        new PutCommand({
+          TableName: registryTable,
+          Item: { ...Key, holder, lease_until: now + TICK_LOCK_LEASE_MS, ttl: ttlFor(now) },
+          ConditionExpression: 'attribute_not_exists(pk) OR lease_until <= :now',
+          ExpressionAttributeValues: { ':now': now },
+        }),
+      );
+      return true;
+    } catch (error) {
+      if (isAwsError(error, 'ConditionalCheckFailedException')) return false;
+      throw error;
+    }
+  };
+
+  const tryFlag = async (now: number): Promise<boolean> => {
+    try {
+      await doc.send(
+        new UpdateCommand({
+          TableName: registryTable,
+          Key,
+          UpdateExpression: 'SET again = :true',
+          ConditionExpression: 'attribute_exists(pk) AND lease_until > :now',
+          ExpressionAttributeValues: { ':true': true, ':now': now },
+        }),
+      );
+      return true;
+    } catch (error) {
+      if (isAwsError(error, 'ConditionalCheckFailedException')) return false;
+      throw error;
+    }
+  };
+
+  return {
+    async acquire(holder, now) {
+      for (let round = 0; round < ACQUIRE_ROUNDS; round++) {
+        if (await tryPut(holder, now)) return 'acquired';
+        // Held: ask the holder for one more pass. If it let go meanwhile, try to take it again.
+        if (await tryFlag(now)) return 'held';
+      }
+      return 'held';
+    },
+
+    async finishPass(holder, now) {
+      try {
+        await doc.send(
+          new DeleteCommand({
+            TableName: registryTable,
+            Key,
+            ConditionExpression: 'holder = :holder AND attribute_not_exists(again)',
+            ExpressionAttributeValues: { ':holder': holder },
+          }),
+        );
+        return 'released';
+      } catch (error) {
+        if (!isAwsError(error, 'ConditionalCheckFailedException')) throw error;
+      }
+      try {
+        await doc.send(
+          new UpdateCommand({
+            TableName: registryTable,
+            Key,
+            UpdateExpression: 'SET lease_until = :lease_until, #ttl = :ttl REMOVE again',
+            ConditionExpression: 'holder = :holder',
+            ExpressionAttributeNames: { '#ttl': 'ttl' },
+            ExpressionAttributeValues: {
+              ':holder': holder,
+              ':lease_until': now + TICK_LOCK_LEASE_MS,
+              ':ttl': ttlFor(now),
+            },
+          }),
+        );
+        return 'again';
+      } catch (error) {
+        if (isAwsError(error, 'ConditionalCheckFailedException')) return 'lost';
+        throw error;
+      }
+    },
+
+    async release(holder) {
+      try {
+        await doc.send(
+          new DeleteCommand({
+            TableName: registryTable,
+            Key,
+            ConditionExpression: 'holder = :holder',
+            ExpressionAttributeValues: { ':holder': holder },
+          }),
+        );
+      } catch (error) {
+        if (!isAwsError(error, 'ConditionalCheckFailedException')) throw error;
+      }
+    },
+  };
+}
+
+/** TTL (epoch seconds) removes a lock whose holder vanished, long after its lease. */
+function ttlFor(now: number): number {
+  return Math.ceil((now + TICK_LOCK_LEASE_MS) / 1000) + 3600;
+}

@@ -1,0 +1,258 @@
+import { randomUUID } from 'node:crypto';
+import type { FutureError, LiveRow, ModelRow } from '../domain/records.js';
+import { ConditionLostError } from '../errors.js';
+import { mintRequestId } from '../ids.js';
+import { logger } from '../logger.js';
+import { Limiter } from '../prefix/limiter.js';
+import { assembleWorkItem, payloadsToRead, type SampleClaimed } from '../scheduling/assemble.js';
+import { claimFor, type ModelClaim } from '../scheduling/claim.js';
+import type { Plan, Snapshot } from '../scheduling/plan-types.js';
+import { plan } from '../scheduling/planner.js';
+import { type SchedulerAdapters, schedulerAdapters } from './adapters.js';
+import { addTickCounters, emptyTickCounters, type TickCounters } from './counters.js';
+import { type SchedulerSettings, schedulerSettings } from './settings.js';
+
+/** Plans per pass: a pass plans again while a work-item cap cut its previous plan short. */
+export const MAX_PLANS_PER_PASS = 16;
+/** Passes per hold of the lock (each coalesces every trigger that arrived during the previous one). */
+export const MAX_PASSES_PER_TICK = 5;
+/** No further pass starts with less invocation time than this left. */
+const MIN_REMAINING_FOR_PASS_MS = 10_000;
+/** Conditional claim writes in flight at once. */
+const CLAIM_CONCURRENCY = 16;
+
+const MISSING_SAMPLE_PAYLOAD: FutureError = { message: 'The request payload is missing', category: 'server' };
+
+export interface TickContext {
+  readonly settings: SchedulerSettings;
+  readonly adapters: SchedulerAdapters;
+  readonly now: () => number;
+  readonly maxPlans: number;
+}
+
+export interface TickOptions {
+  readonly settings?: SchedulerSettings;
+  readonly adapters?: SchedulerAdapters;
+  readonly now?: () => number;
+  readonly maxPlans?: number;
+  readonly maxPasses?: number;
+  /** The invocation's remaining time (Lambda's context), to stop coalescing before the timeout. */
+  readonly remainingMs?: () => number;
+}
+
+export interface TickOutcome {
+  /** `coalesced`: another invocation holds the pool's lock and will run one more pass for us. */
+  readonly status: 'ran' | 'coalesced';
+  readonly counters: TickCounters;
+  /** Request ids every scan of this tick showed (R5: what the stream check compares against). */
+  readonly seen: ReadonlySet<string>;
+}
+
+export function tickContext(options: TickOptions = {}): TickContext {
+  const settings = options.settings ?? schedulerSettings();
+  return {
+    settings,
+    adapters: options.adapters ?? schedulerAdapters(settings),
+    now: options.now ?? Date.now,
+    maxPlans: options.maxPlans ?? MAX_PLANS_PER_PASS,
+  };
+}
+
+/**
+ * One tick for the pool: take the lock (or ask its holder for another pass), then run passes until
+ * nobody asks for more. Every step is safe to repeat and to overlap with another tick: a crash leaves
+ * nothing claimed, or claims whose leases expire and which the sweeper re-plans.
+ */
+export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
+  const ctx = tickContext(options);
+  const { lock } = ctx.adapters;
+  const holder = randomUUID();
+  const counters = emptyTickCounters();
+  const seen = new Set<string>();
+  if ((await lock.acquire(holder, ctx.now())) === 'held') {
+    logger.info('tick coalesced into the running one', { pool: ctx.settings.pool });
+    return { status: 'coalesced', counters, seen };
+  }
+  const maxPasses = options.maxPasses ?? MAX_PASSES_PER_TICK;
+  try {
+    for (;;) {
+      const pass = await runPass(ctx);
+      addTickCounters(counters, pass.counters);
+      for (const id of pass.seen) seen.add(id);
+      const lastAllowed =
+        counters.passes >= maxPasses ||
+        (options.remainingMs !== undefined && options.remainingMs() < MIN_REMAINING_FOR_PASS_MS);
+      if (lastAllowed) {
+        // Whoever asked for more is served by the next trigger (the models stream, the schedule).
+        await lock.release(holder);
+        break;
+      }
+      if ((await lock.finishPass(holder, ctx.now())) !== 'again') break;
+    }
+  } catch (error) {
+    await lock.release(holder).catch(() => undefined);
+    throw error;
+  }
+  logger.info('tick', { pool: ctx.settings.pool, ...counters });
+  return { status: 'ran', counters, seen };
+}
+
+/** One pass without the lock: read one snapshot (R5), then plan and dispatch from it. */
+export async function runPass(ctx: TickContext): Promise<{ counters: TickCounters; seen: Set<string> }> {
+  const { snapshot, counters } = await readSnapshot(ctx);
+  addTickCounters(counters, await dispatchSnapshot(ctx, snapshot));
+  counters.passes = 1;
+  return { counters, seen: new Set(snapshot.live.map((row) => row.request_id)) };
+}
+
+/**
+ * The snapshot of R5: one scan of the index, the strongly consistent rows of the models its pending
+ * training rows name, and the live claims of its pending samples. No payload is read here (R6).
+ */
+export async function readSnapshot(
+  ctx: TickContext,
+): Promise<{ snapshot: Snapshot; counters: TickCounters }> {
+  const { adapters } = ctx;
+  const counters = emptyTickCounters();
+  const scan = await adapters.scanLive();
+  counters.index_pages = scan.pages;
+  counters.rows_scanned = scan.rows.length;
+  const pending = scan.rows.filter((row) => row.status === 'pending');
+  const modelIds = new Set(pending.filter((row) => row.request_type !== 'sample').map((row) => row.model_id));
+  const sampleIds = pending.filter((row) => row.request_type === 'sample').map((row) => row.request_id);
+  const [models, sampleClaims] = await Promise.all([
+    modelIds.size === 0 ? new Map<string, ModelRow>() : adapters.readModels(modelIds),
+    sampleIds.length === 0 ? new Set<string>() : adapters.readSampleClaims(sampleIds, ctx.now()),
+  ]);
+  counters.models_read = modelIds.size;
+  counters.sample_claims_read = sampleIds.length;
+  return { snapshot: { live: scan.rows, models, sampleClaims }, counters };
+}
+
+/**
+ * Plans from a snapshot and dispatches what it wins: claims (E2), then the payloads of exactly the
+ * claimed requests (R6), the work item to S3 and its manifest to SQS. While a cap cut the plan short
+ * it plans again from the same snapshot, updated with this pass's own claims (claimed models are in
+ * flight, lost ones left out), so one pass may send several work items. Request rows are never
+ * written here (R6): what is in flight lives on the model row and the sample claim.
+ */
+export async function dispatchSnapshot(ctx: TickContext, snapshot: Snapshot): Promise<TickCounters> {
+  const counters = emptyTickCounters();
+  const models = new Map(snapshot.models);
+  const sampleClaims = new Set(snapshot.sampleClaims ?? []);
+  const live: readonly LiveRow[] = snapshot.live;
+  for (let round = 0; round < ctx.maxPlans; round++) {
+    const now = ctx.now();
+    const planned = plan({ live, models, sampleClaims }, ctx.settings.limits, now);
+    counters.plans++;
+    if (planned.models.length === 0 && planned.samples.length === 0) break;
+    await dispatchPlan(ctx, planned, models, sampleClaims, now, counters);
+    if (!planned.cap_reached) break;
+  }
+  return counters;
+}
+
+async function dispatchPlan(
+  ctx: TickContext,
+  planned: Plan,
+  models: Map<string, ModelRow>,
+  sampleClaims: Set<string>,
+  now: number,
+  counters: TickCounters,
+): Promise<void> {
+  const { adapters, settings } = ctx;
+  const workItemId = `wi-${mintRequestId(now)}`;
+  const limiter = new Limiter(CLAIM_CONCURRENCY);
+
+  const claims = new Map<string, ModelClaim>();
+  await Promise.all(
+    planned.models.map((model) =>
+      limiter.run(async () => {
+        // The planner only plans models present in the snapshot.
+        const row = models.get(model.model_id)!;
+        const claim = claimFor(row, model, now, settings.leaseMs);
+        if (await adapters.claimModel(claim)) {
+          claims.set(model.model_id, claim);
+          models.set(model.model_id, { ...row, ...claim.set });
+        } else {
+          // Someone else claimed or re-planned it since the snapshot: its row is no longer known.
+          counters.claims_lost++;
+          models.delete(model.model_id);
+        }
+      }),
+    ),
+  );
+  counters.models_claimed += claims.size;
+
+  const won: string[] = [];
+  await Promise.all(
+    planned.samples.map((sample) =>
+      limiter.run(async () => {
+        const claim = {
+          request_id: sample.request_id,
+          claim_token: workItemId,
+          work_item_id: workItemId,
+          lease_until: now + settings.leaseMs,
+        };
+        if (await adapters.claimSample(claim, now)) won.push(sample.request_id);
+        else counters.sample_claims_lost++;
+        sampleClaims.add(sample.request_id);
+      }),
+    ),
+  );
+  counters.samples_claimed += won.length;
+  const sampleClaimed = new Map<string, SampleClaimed>();
+  if (won.length > 0) {
+    const rows = await adapters.readSampleRows(won);
+    for (const id of won) {
+      const row = rows.get(id);
+      if (row === undefined || row.status !== 'pending') counters.samples_not_pending++;
+      else sampleClaimed.set(id, { tenant: row.tenant, claim_token: workItemId });
+    }
+  }
+
+  const toRead = payloadsToRead(planned, claims, sampleClaimed);
+  const reads =
+    toRead.length === 0
+      ? { payloads: new Map<string, unknown>(), gets: 0, bytes: 0, unreadable: [] }
+      : await adapters.readPayloads(toRead);
+  counters.payload_gets += reads.gets;
+  counters.payload_bytes += reads.bytes;
+  counters.payloads_unreadable += reads.unreadable.length;
+
+  const { workItem, samplesWithoutPayload } = assembleWorkItem({
+    workItemId,
+    pool: settings.pool,
+    now,
+    plan: planned,
+    claims,
+    sampleClaims: sampleClaimed,
+    payloads: reads.payloads,
+  });
+  if (workItem !== undefined) {
+    counters.work_item_bytes += await adapters.writeWorkItem(workItem);
+    await adapters.sendManifest(workItem.work_item_id);
+    counters.work_items++;
+    for (const model of workItem.models) {
+      for (const step of model.steps) {
+        if (step.fail === undefined) counters.steps_dispatched++;
+        else counters.fail_steps_dispatched++;
+      }
+    }
+    counters.samples_dispatched += workItem.samples.length;
+    logger.info('work item dispatched', {
+      work_item_id: workItem.work_item_id,
+      models: workItem.models.map((model) => model.model_id),
+      steps: workItem.models.reduce((sum, model) => sum + model.steps.length, 0),
+      samples: workItem.samples.length,
+    });
+  }
+  for (const requestId of samplesWithoutPayload) {
+    try {
+      await adapters.failSample(requestId, MISSING_SAMPLE_PAYLOAD);
+      counters.samples_failed++;
+    } catch (error) {
+      if (!(error instanceof ConditionLostError)) throw error;
+    }
+  }
+}

@@ -1,0 +1,261 @@
+import { ListObjectsV2Command } from '@aws-sdk/client-s3';
+import {
+  GetQueueAttributesCommand,
+  type Message,
+  ReceiveMessageCommand,
+  SendMessageCommand,
+} from '@aws-sdk/client-sqs';
+import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import { handler as lambdaWorker } from '../../../functions/worker/handler.js';
+import { type LocalRuntime, startLocalRuntime } from '../../../local/runtime.js';
+import { runWorkerProcess } from '../../../local/worker-process.js';
+import { ReferenceBackend } from '../../../shared/backend/reference/reference-backend.js';
+import { TinkerClient } from '../../../shared/client/tinker-client.js';
+import type { FutureRow } from '../../../shared/domain/records.js';
+import { Limiter } from '../../../shared/prefix/limiter.js';
+import { createApiKey } from '../../../shared/repositories/api-keys.js';
+import { manifestFor } from '../../../shared/scheduling/work-item.js';
+import { FUNCTION_IDS, type FunctionId, topology } from '../../../shared/topology.js';
+import type { WorkerOptions } from '../../../shared/worker/index.js';
+import type { Answer, WorkerHarness } from '../../integration/worker-harness.js';
+import { waitFor } from '../../support/wait.js';
+
+/**
+ * The whole pipeline on the local cloud for the end-to-end suites: the local runtime (API over HTTP,
+ * scheduler on the futures/models streams, sweeper on its schedule and, when asked, the worker Lambda
+ * on the SQS queue) over a worker harness's cloud, plus worker processes (`npm run worker`'s loop)
+ * consuming the same queue.
+ */
+
+export interface ProcessWorker {
+  /** Work items this worker handled (one verdict line each). */
+  readonly lines: readonly string[];
+  /** Stops polling; the work item in hand finishes first. */
+  stop(): Promise<void>;
+}
+
+export interface PipelineOptions {
+  /** Wire the worker Lambda to the queue (the real functions/worker handler). */
+  readonly lambdaWorker: boolean;
+  /** Extra variables for the functions (e.g. a short LEASE_SECONDS). */
+  readonly env?: Readonly<Record<string, string>>;
+}
+
+export class Pipeline {
+  /** SQS messages the worker Lambda was invoked with. */
+  lambdaMessages = 0;
+  readonly #workers = new Set<ProcessWorker>();
+
+  private constructor(
+    readonly harness: WorkerHarness,
+    readonly runtime: LocalRuntime,
+    readonly apiUrl: string,
+  ) {}
+
+  static async start(harness: WorkerHarness, options: PipelineOptions): Promise<Pipeline> {
+    let pipeline: Pipeline | undefined;
+    const countedWorker = async (event: SQSEvent, context: Context): Promise<SQSBatchResponse> => {
+      if (pipeline) pipeline.lambdaMessages += event.Records.length;
+      return lambdaWorker(event, context);
+    };
+    const functions: FunctionId[] = options.lambdaWorker
+      ? [...FUNCTION_IDS]
+      : FUNCTION_IDS.filter((id) => id !== 'worker');
+    const runtime = await startLocalRuntime({
+      topology,
+      env: { ...harness.cloud.env, ...options.env },
+      functions,
+      handlers: options.lambdaWorker ? { worker: countedWorker } : {},
+      streamPollIntervalMs: 50,
+    });
+    if (runtime.apiUrl === undefined) {
+      await runtime.stop();
+      throw new Error('the runtime serves no HTTP API');
+    }
+    pipeline = new Pipeline(harness, runtime, runtime.apiUrl);
+    return pipeline;
+  }
+
+  get queueUrl(): string {
+    return this.harness.cloud.names.queueUrls.work;
+  }
+
+  /** A Tinker client for a new API key of `tenant`. */
+  async client(tenant: string): Promise<TinkerClient> {
+    const apiKey = await createApiKey(tenant, this.harness.cloud.clients);
+    return new TinkerClient({ baseUrl: this.apiUrl, apiKey });
+  }
+
+  /** A worker process loop (local/worker-process.ts) on the work queue, in this process. */
+  startProcessWorker(worker: Omit<WorkerOptions, 'backend' | 'signal'> = {}): ProcessWorker {
+    const stop = new AbortController();
+    const lines: string[] = [];
+    const running = runWorkerProcess({
+      queueUrl: this.queueUrl,
+      backend: new ReferenceBackend(),
+      sqs: this.harness.cloud.clients.sqs,
+      stop: stop.signal,
+      waitTimeSeconds: 1,
+      worker,
+      print: (line) => lines.push(line),
+    });
+    const handle: ProcessWorker = {
+      lines,
+      stop: async () => {
+        stop.abort();
+        await running;
+        this.#workers.delete(handle);
+      },
+    };
+    this.#workers.add(handle);
+    return handle;
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all([...this.#workers].map((worker) => worker.stop()));
+    await this.runtime.stop();
+  }
+
+  /** Messages on the work queue, visible or in flight. */
+  async queueDepth(): Promise<number> {
+    const answer = await this.harness.cloud.clients.sqs.send(
+      new GetQueueAttributesCommand({
+        QueueUrl: this.queueUrl,
+        AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+      }),
+    );
+    const attributes = answer.Attributes ?? {};
+    return (
+      Number(attributes.ApproximateNumberOfMessages ?? 0) +
+      Number(attributes.ApproximateNumberOfMessagesNotVisible ?? 0)
+    );
+  }
+
+  /** Receives one work message as a worker would, keeping it invisible for `visibilitySeconds`. */
+  async receiveWork(visibilitySeconds: number): Promise<Message> {
+    return waitFor(
+      'a work message',
+      async () => {
+        const answer = await this.harness.cloud.clients.sqs.send(
+          new ReceiveMessageCommand({
+            QueueUrl: this.queueUrl,
+            MaxNumberOfMessages: 1,
+            WaitTimeSeconds: 1,
+            VisibilityTimeout: visibilitySeconds,
+          }),
+        );
+        return answer.Messages?.[0];
+      },
+      20_000,
+      0,
+    );
+  }
+
+  /** Sends the manifests of written work items again, as a duplicate SQS delivery would. */
+  async resendManifests(workItemIds: readonly string[]): Promise<void> {
+    for (const id of workItemIds) {
+      await this.harness.cloud.clients.sqs.send(
+        new SendMessageCommand({ QueueUrl: this.queueUrl, MessageBody: JSON.stringify(manifestFor(id)) }),
+      );
+    }
+  }
+
+  /** Ids of the work items the scheduler wrote, oldest first. */
+  async workItemIds(): Promise<string[]> {
+    const ids: string[] = [];
+    let token: string | undefined;
+    do {
+      const page = await this.harness.cloud.clients.s3.send(
+        new ListObjectsV2Command({
+          Bucket: this.harness.cloud.names.bucket,
+          Prefix: 'work/',
+          ContinuationToken: token,
+        }),
+      );
+      for (const object of page.Contents ?? []) {
+        const match = /^work\/(.+)\.json$/.exec(object.Key ?? '');
+        if (match?.[1]) ids.push(match[1]);
+      }
+      token = page.IsTruncated ? page.NextContinuationToken : undefined;
+    } while (token);
+    return ids.sort();
+  }
+}
+
+/** Waits until every future is completed or failed (R1's "every future reaches a terminal state"). */
+export async function waitTerminal(
+  harness: WorkerHarness,
+  ids: readonly string[],
+  timeoutMs: number,
+): Promise<void> {
+  const pending = new Set(ids);
+  await waitFor(
+    `${ids.length} futures to end`,
+    async () => {
+      await Promise.all(
+        [...pending].map(async (id) => {
+          const row = (await harness.future(id)) as FutureRow | undefined;
+          if (row !== undefined && row.status !== 'pending') pending.delete(id);
+        }),
+      );
+      return pending.size === 0;
+    },
+    timeoutMs,
+    250,
+  ).catch((error: unknown) => {
+    throw new Error(`${(error as Error).message}; still pending: ${[...pending].slice(0, 10).join(', ')}`);
+  });
+}
+
+/**
+ * What retrieve_future answers over HTTP for each submission, asked by the tenant that submitted it;
+ * a failure reduced to its category, as the oracle states it.
+ */
+export async function answersOverHttp(
+  harness: WorkerHarness,
+  clients: ReadonlyMap<string, TinkerClient>,
+): Promise<Map<string, Answer>> {
+  const limiter = new Limiter(8);
+  const answered = await Promise.all(
+    harness.submissions.map((submission) =>
+      limiter.run(async (): Promise<[string, Answer]> => {
+        const row = (await harness.future(submission.request_id)) as FutureRow;
+        const client = clients.get(row.tenant);
+        if (client === undefined) throw new Error(`no client for tenant ${row.tenant}`);
+        const answer = await client.raw('POST', '/api/v1/retrieve_future', {
+          request_id: submission.request_id,
+        });
+        if (answer.status !== 200) throw new Error(`retrieve_future answered ${answer.status}`);
+        const body = answer.body as Record<string, unknown>;
+        return [
+          submission.request_id,
+          'error' in body && 'category' in body ? { category: body.category } : body,
+        ];
+      }),
+    ),
+  );
+  return new Map(answered);
+}
+
+/** A point a worker stops at until the test lets it go on (a stalled or paused process). */
+export function gate<E>(matches: (event: E) => boolean): {
+  readonly onEvent: (event: E) => Promise<void>;
+  readonly arrived: Promise<void>;
+  open(): void;
+} {
+  let arrive: () => void = () => {};
+  let release: () => void = () => {};
+  const arrived = new Promise<void>((resolve) => (arrive = resolve));
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let fired = false;
+  return {
+    arrived,
+    open: () => release(),
+    onEvent: async (event) => {
+      if (fired || !matches(event)) return;
+      fired = true;
+      arrive();
+      await released;
+    },
+  };
+}

@@ -1,0 +1,1064 @@
+import { request } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { TinkerClient } from '../../shared/client/tinker-client.js';
+import { type ApiHarness, type Counts, startApiHarness } from './api-harness.js';
+
+/**
+ * Bad input over real HTTP, beyond `api-bad-input.test.ts`: JSON that is not JSON, wrong types,
+ * numbers JSON or DynamoDB cannot hold, unicode and control characters in ids, deep nesting, bodies
+ * over the limit (counted in bytes), replayed seq_ids with other payloads on every endpoint that
+ * takes one, missing or wrong headers and content types, unknown paths and methods. Each answer is a
+ * 4xx with a message, never a 5xx, and no table item or bucket object is added or removed.
+ */
+
+const MAX_BODY_BYTES = 32 * 1024;
+let api: ApiHarness;
+let owner: TinkerClient;
+let ownerKey = '';
+let rivalKey = '';
+const ids = { session: '', model: '', samplingSession: '' };
+
+const datum = (tokens: number[] = [1, 2, 3]) => ({
+  model_input: { chunks: [{ type: 'encoded_text', tokens }] },
+  loss_fn_inputs: {
+    target_tokens: { data: tokens.map((t) => t + 1), dtype: 'int64' as const, shape: [tokens.length] },
+  },
+});
+const fb = (extra: Record<string, unknown> = {}, input: Record<string, unknown> = {}) => ({
+  model_id: ids.model,
+  seq_id: 10,
+  forward_backward_input: { data: [datum()], loss_fn: 'cross_entropy' as const, ...input },
+  ...extra,
+});
+const sample = (extra: Record<string, unknown> = {}, params: Record<string, unknown> = {}) => ({
+  sampling_session_id: ids.samplingSession,
+  seq_id: 10,
+  prompt: { chunks: [{ tokens: [1, 2] }] },
+  sampling_params: { max_tokens: 4, ...params },
+  ...extra,
+});
+const createModel = (extra: Record<string, unknown> = {}) => ({
+  session_id: ids.session,
+  model_seq_id: 10,
+  base_model: 'reference/byte-lm',
+  lora_config: { rank: 4 },
+  ...extra,
+});
+const nested = (depth: number, leaf = '1') => `${'['.repeat(depth)}${leaf}${']'.repeat(depth)}`;
+
+beforeAll(async () => {
+  api = await startApiHarness({ MAX_BODY_BYTES: String(MAX_BODY_BYTES) });
+  ({ client: owner, key: ownerKey } = await api.tenant('acme'));
+  ({ key: rivalKey } = await api.tenant('rival'));
+  ids.session = (await owner.createSession()).session_id;
+  ids.model = (
+    await owner.createModel({
+      session_id: ids.session,
+      model_seq_id: 0,
+      base_model: 'reference/byte-lm',
+      lora_config: { rank: 4 },
+    })
+  ).model_id;
+  // One accepted request per endpoint that has an idempotency key, to replay with another payload.
+  await owner.forwardBackward(fb({ seq_id: 1 }));
+  await owner.saveWeights({ model_id: ids.model, seq_id: 2, path: 'taken' });
+  await owner.optimStep({ model_id: ids.model, seq_id: 3, adam_params: { learning_rate: 0.001 } });
+  await owner.raw('POST', '/api/v1/load_weights', {
+    model_id: ids.model,
+    seq_id: 4,
+    path: `tinker://${ids.model}/weights/taken`,
+  });
+  await owner.saveWeightsForSampler({ model_id: ids.model, seq_id: 5, sampling_session_seq_id: 1 });
+  ids.samplingSession = (
+    await owner.createSamplingSession({
+      session_id: ids.session,
+      sampling_session_seq_id: 0,
+      base_model: 'reference/byte-lm',
+    })
+  ).sampling_session_id;
+  await owner.asample(sample({ seq_id: 0 }));
+});
+
+afterAll(async () => {
+  await api?.stop();
+});
+
+interface Answer {
+  readonly status: number;
+  readonly body: unknown;
+}
+
+/**
+ * One request exactly as given: no URL normalisation, any method, raw bytes, headers added or removed
+ * (`null` removes one of the defaults: the owner's key and a JSON content type).
+ */
+function send(
+  method: string,
+  path: string,
+  body: string | Buffer | undefined,
+  headers: Record<string, string | string[] | null> = {},
+): Promise<Answer> {
+  const url = new URL(api.url);
+  const merged: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries({
+    'x-api-key': ownerKey,
+    'content-type': 'application/json',
+    ...headers,
+  })) {
+    if (value !== null) merged[name] = value;
+  }
+  if (body !== undefined) merged['content-length'] = String(Buffer.byteLength(body));
+  return new Promise((resolve, reject) => {
+    const outgoing = request(
+      { host: url.hostname, port: url.port, method, path, headers: merged },
+      (response) => {
+        const chunks: Buffer[] = [];
+        response.on('data', (chunk: Buffer) => chunks.push(chunk));
+        response.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let parsed: unknown = text;
+          try {
+            parsed = text === '' ? undefined : JSON.parse(text);
+          } catch {
+            // Not JSON: keep the text, the assertions will say so.
+          }
+          resolve({ status: response.statusCode ?? 0, body: parsed });
+        });
+      },
+    );
+    outgoing.on('error', reject);
+    outgoing.end(body);
+  });
+}
+
+interface BadRequest {
+  readonly name: string;
+  /** An endpoint under /api/v1/, or a path starting with `/` sent verbatim. */
+  readonly path: string;
+  readonly method?: string;
+  /** A string or Buffer is sent as is, anything else as JSON. */
+  readonly body?: () => unknown;
+  readonly headers?: Record<string, string | string[] | null>;
+  readonly status: number;
+  readonly error: RegExp;
+  readonly field?: string;
+}
+
+const syntax: BadRequest[] = [
+  {
+    name: 'trailing garbage',
+    path: 'create_session',
+    body: () => '{"tags": []} x',
+    status: 400,
+    error: /not valid JSON/,
+  },
+  {
+    name: 'NaN literal',
+    path: 'optim_step',
+    body: () => `{"model_id":"m","seq_id":NaN}`,
+    status: 400,
+    error: /not valid JSON/,
+  },
+  {
+    name: 'Infinity literal',
+    path: 'optim_step',
+    body: () => `{"seq_id":Infinity}`,
+    status: 400,
+    error: /not valid JSON/,
+  },
+  {
+    name: 'single quotes',
+    path: 'create_session',
+    body: () => "{'tags': []}",
+    status: 400,
+    error: /not valid JSON/,
+  },
+  {
+    name: 'byte order mark',
+    path: 'create_session',
+    body: () => '\ufeff{}',
+    status: 400,
+    error: /not valid JSON/,
+  },
+  {
+    name: 'broken unicode escape',
+    path: 'create_session',
+    body: () => '{"tags":["\\u12"]}',
+    status: 400,
+    error: /not valid JSON/,
+  },
+  {
+    name: 'gzip bytes',
+    path: 'create_session',
+    body: () => Buffer.from([0x1f, 0x8b, 8, 0, 0, 0]),
+    headers: { 'content-encoding': 'gzip' },
+    status: 400,
+    error: /not valid JSON/,
+  },
+  {
+    name: 'a JSON null',
+    path: 'create_session',
+    body: () => 'null',
+    status: 400,
+    field: 'body',
+    error: /expected object/,
+  },
+  {
+    name: 'a JSON number',
+    path: 'forward_backward',
+    body: () => '42',
+    status: 400,
+    field: 'body',
+    error: /expected object/,
+  },
+  {
+    name: 'a JSON string',
+    path: 'create_model',
+    body: () => '"create"',
+    status: 400,
+    field: 'body',
+    error: /expected object/,
+  },
+  {
+    name: 'a JSON array',
+    path: 'retrieve_future',
+    body: () => '[]',
+    status: 400,
+    field: 'body',
+    error: /expected object/,
+  },
+  {
+    name: 'an empty body where fields are required',
+    path: 'forward_backward',
+    body: () => '',
+    status: 400,
+    field: 'model_id',
+    error: /model_id/,
+  },
+  {
+    name: 'duplicate keys, the last one wrong',
+    path: 'optim_step',
+    body: () => `{"model_id":"x","seq_id":9,"seq_id":"9","adam_params":{}}`,
+    status: 400,
+    field: 'seq_id',
+    error: /expected number/,
+  },
+];
+
+const types: BadRequest[] = [
+  {
+    name: 'model_id as a number',
+    path: 'optim_step',
+    body: () => ({ model_id: 7, seq_id: 10, adam_params: {} }),
+    status: 400,
+    field: 'model_id',
+    error: /expected string/,
+  },
+  {
+    name: 'seq_id as a boolean',
+    path: 'forward_backward',
+    body: () => fb({ seq_id: true }),
+    status: 400,
+    field: 'seq_id',
+    error: /expected number/,
+  },
+  {
+    name: 'seq_id null',
+    path: 'optim_step',
+    body: () => ({ model_id: ids.model, seq_id: null, adam_params: {} }),
+    status: 400,
+    field: 'seq_id',
+    error: /expected number/,
+  },
+  {
+    name: 'input as an array',
+    path: 'forward_backward',
+    body: () => fb({ forward_backward_input: [] }),
+    status: 400,
+    field: 'forward_backward_input',
+    error: /expected object/,
+  },
+  {
+    name: 'data as an object',
+    path: 'forward',
+    body: () => ({ model_id: ids.model, seq_id: 10, forward_input: { data: {}, loss_fn: 'cross_entropy' } }),
+    status: 400,
+    field: 'forward_input.data',
+    error: /expected array/,
+  },
+  {
+    name: 'chunks as a string',
+    path: 'forward_backward',
+    body: () => fb({}, { data: [{ ...datum(), model_input: { chunks: 'abc' } }] }),
+    status: 400,
+    field: 'forward_backward_input.data.0.model_input.chunks',
+    error: /expected array/,
+  },
+  {
+    name: 'token ids as strings',
+    path: 'forward_backward',
+    body: () => fb({}, { data: [datum(['1', '2'] as never)] }),
+    status: 400,
+    error: /token id/,
+  },
+  {
+    name: 'fractional token ids',
+    path: 'asample',
+    body: () => sample({ prompt: { chunks: [{ tokens: [1.5] }] } }),
+    status: 400,
+    field: 'prompt.chunks.0.tokens.0',
+    error: /token id/,
+  },
+  {
+    name: 'unknown dtype',
+    path: 'forward_backward',
+    body: () =>
+      fb({}, { data: [{ ...datum([1]), loss_fn_inputs: { target_tokens: { data: [2], dtype: 'int32' } } }] }),
+    status: 400,
+    error: /dtype/,
+  },
+  {
+    name: 'loss_fn_inputs as an array',
+    path: 'forward_backward',
+    body: () => fb({}, { data: [{ ...datum(), loss_fn_inputs: [] }] }),
+    status: 400,
+    error: /expected record/,
+  },
+  {
+    name: 'adam_params as a string',
+    path: 'optim_step',
+    body: () => ({ model_id: ids.model, seq_id: 10, adam_params: 'fast' }),
+    status: 400,
+    field: 'adam_params',
+    error: /expected object/,
+  },
+  {
+    name: 'rank as a string',
+    path: 'create_model',
+    body: () => createModel({ lora_config: { rank: '4' } }),
+    status: 400,
+    field: 'lora_config.rank',
+    error: /expected number/,
+  },
+  {
+    name: 'lora_config null',
+    path: 'create_model',
+    body: () => createModel({ lora_config: null }),
+    status: 400,
+    field: 'lora_config',
+    error: /expected object/,
+  },
+  {
+    name: 'max_tokens as a string',
+    path: 'asample',
+    body: () => sample({}, { max_tokens: '4' }),
+    status: 400,
+    field: 'sampling_params.max_tokens',
+    error: /expected number/,
+  },
+  {
+    name: 'prompt_logprobs as a string',
+    path: 'asample',
+    body: () => sample({ prompt_logprobs: 'yes' }),
+    status: 400,
+    field: 'prompt_logprobs',
+    error: /expected boolean/,
+  },
+  {
+    name: 'tags as a string',
+    path: 'create_session',
+    body: () => ({ tags: 'a,b' }),
+    status: 400,
+    field: 'tags',
+    error: /expected array/,
+  },
+  {
+    name: 'tags of numbers',
+    path: 'create_session',
+    body: () => ({ tags: [1, 2] }),
+    status: 400,
+    field: 'tags.0',
+    error: /expected string/,
+  },
+  {
+    name: 'request_id as a number',
+    path: 'retrieve_future',
+    body: () => ({ request_id: 5 }),
+    status: 400,
+    field: 'request_id',
+    error: /expected string/,
+  },
+  {
+    name: 'optimizer as a string',
+    path: 'load_weights',
+    body: () => ({
+      model_id: ids.model,
+      seq_id: 10,
+      path: `tinker://${ids.model}/weights/taken`,
+      optimizer: 'true',
+    }),
+    status: 400,
+    field: 'optimizer',
+    error: /expected boolean/,
+  },
+];
+
+const numbers: BadRequest[] = [
+  {
+    name: 'seq_id 0',
+    path: 'forward_backward',
+    body: () => fb({ seq_id: 0 }),
+    status: 400,
+    field: 'seq_id',
+    error: />=1/,
+  },
+  {
+    name: 'fractional seq_id',
+    path: 'forward_backward',
+    body: () => fb({ seq_id: 10.5 }),
+    status: 400,
+    field: 'seq_id',
+    error: /expected int/,
+  },
+  {
+    name: 'seq_id past 2^53',
+    path: 'optim_step',
+    body: () => `{"model_id":"${ids.model}","seq_id":9007199254740993,"adam_params":{}}`,
+    status: 400,
+    field: 'seq_id',
+    error: /seq_id/,
+  },
+  {
+    name: 'seq_id 1e400 (Infinity once parsed)',
+    path: 'optim_step',
+    body: () => `{"model_id":"${ids.model}","seq_id":1e400,"adam_params":{}}`,
+    status: 400,
+    field: 'seq_id',
+    error: /seq_id/,
+  },
+  {
+    name: 'seq_id as the string "NaN"',
+    path: 'optim_step',
+    body: () => ({ model_id: ids.model, seq_id: 'NaN', adam_params: {} }),
+    status: 400,
+    field: 'seq_id',
+    error: /expected number/,
+  },
+  {
+    name: 'negative model_seq_id',
+    path: 'create_model',
+    body: () => createModel({ model_seq_id: -1 }),
+    status: 400,
+    field: 'model_seq_id',
+    error: />=0/,
+  },
+  {
+    name: 'negative token id',
+    path: 'asample',
+    body: () => sample({ prompt: { chunks: [{ tokens: [-1] }] } }),
+    status: 400,
+    error: /token id/,
+  },
+  {
+    name: 'token id 2^31',
+    path: 'asample',
+    body: () => sample({ prompt: { chunks: [{ tokens: [2 ** 31] }] } }),
+    status: 400,
+    error: /token id/,
+  },
+  {
+    name: 'tensor value 1e400',
+    path: 'forward_backward',
+    body: () =>
+      JSON.stringify(
+        fb(
+          {},
+          {
+            data: [
+              {
+                ...datum([1]),
+                loss_fn_inputs: {
+                  target_tokens: { data: [2], dtype: 'int64' },
+                  weights: { data: ['X'], dtype: 'float32' },
+                },
+              },
+            ],
+          },
+        ),
+      ).replace('"X"', '1e400'),
+    status: 400,
+    error: /finite number/,
+  },
+  {
+    name: 'tensor value "Infinity"',
+    path: 'forward_backward',
+    body: () =>
+      fb(
+        {},
+        {
+          data: [
+            {
+              ...datum([1]),
+              loss_fn_inputs: {
+                target_tokens: { data: [2], dtype: 'int64' },
+                weights: { data: ['Infinity'], dtype: 'float32' },
+              },
+            },
+          ],
+        },
+      ),
+    status: 400,
+    error: /finite number/,
+  },
+  {
+    name: 'negative shape',
+    path: 'forward_backward',
+    body: () =>
+      fb(
+        {},
+        {
+          data: [
+            { ...datum([1]), loss_fn_inputs: { target_tokens: { data: [2], dtype: 'int64', shape: [-1] } } },
+          ],
+        },
+      ),
+    status: 400,
+    error: />=0/,
+  },
+  {
+    name: 'negative learning rate',
+    path: 'optim_step',
+    body: () => ({ model_id: ids.model, seq_id: 10, adam_params: { learning_rate: -1 } }),
+    status: 400,
+    field: 'adam_params.learning_rate',
+    error: />=0/,
+  },
+  {
+    name: 'beta1 of 1',
+    path: 'optim_step',
+    body: () => ({ model_id: ids.model, seq_id: 10, adam_params: { beta1: 1 } }),
+    status: 400,
+    field: 'adam_params.beta1',
+    error: /<1/,
+  },
+  {
+    name: 'eps of 0',
+    path: 'optim_step',
+    body: () => ({ model_id: ids.model, seq_id: 10, adam_params: { eps: 0 } }),
+    status: 400,
+    field: 'adam_params.eps',
+    error: />0/,
+  },
+  {
+    name: 'top_k 0',
+    path: 'asample',
+    body: () => sample({}, { top_k: 0 }),
+    status: 400,
+    field: 'sampling_params.top_k',
+    error: /-1 \(no limit\)/,
+  },
+  {
+    name: 'top_p 0',
+    path: 'asample',
+    body: () => sample({}, { top_p: 0 }),
+    status: 400,
+    field: 'sampling_params.top_p',
+    error: />0/,
+  },
+  {
+    name: 'max_tokens 1e9',
+    path: 'asample',
+    body: () => sample({}, { max_tokens: 1e9 }),
+    status: 413,
+    field: 'sampling_params.max_tokens',
+    error: /over the limit/,
+  },
+  {
+    name: 'num_samples 1025',
+    path: 'asample',
+    body: () => sample({ num_samples: 1025 }),
+    status: 400,
+    field: 'num_samples',
+    error: /<=1024/,
+  },
+  {
+    name: 'rank beyond the backend',
+    path: 'create_model',
+    body: () => createModel({ lora_config: { rank: 1e6 } }),
+    status: 400,
+    field: 'lora_config.rank',
+    error: /<=/,
+  },
+  {
+    name: 'LoRA seed beyond 2^53',
+    path: 'create_model',
+    body: () => createModel({ lora_config: { rank: 4, seed: 2 ** 60 } }),
+    status: 400,
+    field: 'lora_config.seed',
+    error: /<=/,
+  },
+  {
+    name: 'metadata number too large for DynamoDB',
+    path: 'create_session',
+    body: () => ({ user_metadata: { x: 1e200 } }),
+    status: 400,
+    field: 'user_metadata.x',
+    error: /storable range/,
+  },
+  {
+    name: 'metadata number too small for DynamoDB',
+    path: 'create_session',
+    body: () => ({ user_metadata: { x: [1e-200] } }),
+    status: 400,
+    field: 'user_metadata.x.0',
+    error: /storable range/,
+  },
+];
+
+const text: BadRequest[] = [
+  {
+    name: 'NUL in a model id',
+    path: 'optim_step',
+    body: () => ({ model_id: `${ids.model}\u0000`, seq_id: 10, adam_params: {} }),
+    status: 400,
+    field: 'model_id',
+    error: /must be an id/,
+  },
+  {
+    name: 'newline in a session id',
+    path: 'session_heartbeat',
+    body: () => ({ session_id: `${ids.session}\n` }),
+    status: 400,
+    field: 'session_id',
+    error: /must be an id/,
+  },
+  {
+    name: 'right-to-left override in a sampling session id',
+    path: 'asample',
+    body: () => sample({ sampling_session_id: `\u202e${ids.samplingSession}` }),
+    status: 400,
+    field: 'sampling_session_id',
+    error: /must be an id/,
+  },
+  {
+    name: 'zero-width space in a model id',
+    path: 'forward',
+    body: () => ({
+      model_id: `${ids.model}\u200b`,
+      seq_id: 10,
+      forward_input: { data: [datum()], loss_fn: 'cross_entropy' },
+    }),
+    status: 400,
+    field: 'model_id',
+    error: /must be an id/,
+  },
+  {
+    name: 'lone surrogate in a model id',
+    path: 'unload_model',
+    body: () => ({ model_id: 'model-\ud800' }),
+    status: 400,
+    field: 'model_id',
+    error: /must be an id/,
+  },
+  {
+    name: 'accented checkpoint name',
+    path: 'save_weights',
+    body: () => ({ model_id: ids.model, seq_id: 10, path: 'poids-é' }),
+    status: 400,
+    field: 'path',
+    error: /letters, digits/,
+  },
+  {
+    name: 'control character in a checkpoint name',
+    path: 'save_weights_for_sampler',
+    body: () => ({ model_id: ids.model, seq_id: 10, path: 'ckpt\u0007' }),
+    status: 400,
+    field: 'path',
+    error: /letters, digits/,
+  },
+  {
+    name: 'bell in a base model name',
+    path: 'create_model',
+    body: () => createModel({ base_model: 'reference/byte-lm\u0007' }),
+    status: 400,
+    field: 'base_model',
+    error: /must be a model name/,
+  },
+  {
+    name: 'emoji in a tinker path',
+    path: 'load_weights',
+    body: () => ({ model_id: ids.model, seq_id: 10, path: `tinker://${ids.model}/weights/😀` }),
+    status: 400,
+    field: 'path',
+    error: /must look like tinker/,
+  },
+  {
+    name: 'empty metadata key',
+    path: 'create_session',
+    body: () => ({ user_metadata: { a: { '': 1 } } }),
+    status: 400,
+    field: 'user_metadata.a.',
+    error: /not allowed/,
+  },
+  {
+    name: 'metadata key "constructor"',
+    path: 'create_session',
+    body: () => ({ user_metadata: { constructor: 1 } }),
+    status: 400,
+    field: 'user_metadata.constructor',
+    error: /not allowed/,
+  },
+  {
+    name: 'invalid UTF-8 in an id',
+    path: 'unload_model',
+    body: () =>
+      Buffer.concat([Buffer.from('{"model_id":"model-'), Buffer.from([0xff, 0xfe]), Buffer.from('"}')]),
+    status: 400,
+    field: 'model_id',
+    error: /must be an id/,
+  },
+];
+
+const nesting: BadRequest[] = [
+  {
+    name: 'metadata nested 40 deep (create_session)',
+    path: 'create_session',
+    body: () => `{"user_metadata":{"x":${nested(40)}}}`,
+    status: 400,
+    error: /nests deeper than 16/,
+  },
+  {
+    name: 'metadata nested 40 deep in objects',
+    path: 'create_session',
+    body: () => `{"user_metadata":${'{"a":'.repeat(40)}1${'}'.repeat(40)}}`,
+    status: 400,
+    error: /nests deeper than 16/,
+  },
+  {
+    name: 'metadata nested 5000 deep (create_model)',
+    path: 'create_model',
+    body: () => JSON.stringify(createModel({ user_metadata: { x: 'X' } })).replace('"X"', nested(5000)),
+    status: 400,
+    error: /nests deeper than 16/,
+  },
+  {
+    name: 'data nested 5000 deep',
+    path: 'forward_backward',
+    body: () => JSON.stringify(fb({}, { data: 'X' })).replace('"X"', nested(5000)),
+    status: 400,
+    error: /expected object/,
+  },
+  {
+    name: 'stop sequences nested 3000 deep',
+    path: 'asample',
+    body: () => JSON.stringify(sample({}, { stop: 'X' })).replace('"X"', nested(3000, '')),
+    status: 400,
+    field: 'sampling_params.stop',
+    error: /Invalid input/,
+  },
+];
+
+const sizes: BadRequest[] = [
+  {
+    name: 'one byte over MAX_BODY_BYTES',
+    path: 'create_session',
+    body: () => `{"tags":["${'x'.repeat(MAX_BODY_BYTES - 12)}"]}`,
+    status: 413,
+    field: 'body',
+    error: new RegExp(`${MAX_BODY_BYTES + 1} bytes exceeds the limit of ${MAX_BODY_BYTES}`),
+  },
+  {
+    name: 'under the limit in characters, over it in UTF-8 bytes',
+    path: 'create_session',
+    body: () => `{"tags":["${'é'.repeat(MAX_BODY_BYTES / 2 + 8)}"]}`,
+    status: 413,
+    field: 'body',
+    error: /exceeds the limit/,
+  },
+  {
+    name: 'a huge prompt',
+    path: 'asample',
+    body: () => sample({ prompt: { chunks: [{ tokens: Array(20_000).fill(1) }] } }),
+    status: 413,
+    field: 'body',
+    error: /exceeds the limit/,
+  },
+  {
+    name: 'metadata over its own 16 KiB limit',
+    path: 'create_session',
+    body: () => ({ user_metadata: { blob: 'x'.repeat(20_000) } }),
+    status: 413,
+    field: 'user_metadata',
+    error: /exceeds the limit of 16384/,
+  },
+];
+
+const replays: BadRequest[] = [
+  {
+    name: 'optim_step seq_id with other adam_params',
+    path: 'optim_step',
+    body: () => ({ model_id: ids.model, seq_id: 3, adam_params: { learning_rate: 0.5 } }),
+    status: 400,
+    field: 'seq_id',
+    error: /already used with a different payload/,
+  },
+  {
+    name: 'save_weights seq_id with another name',
+    path: 'save_weights',
+    body: () => ({ model_id: ids.model, seq_id: 2, path: 'another' }),
+    status: 400,
+    field: 'seq_id',
+    error: /already used with a different payload/,
+  },
+  {
+    name: 'load_weights seq_id with the optimizer now',
+    path: 'load_weights',
+    body: () => ({
+      model_id: ids.model,
+      seq_id: 4,
+      path: `tinker://${ids.model}/weights/taken`,
+      optimizer: true,
+    }),
+    status: 400,
+    field: 'seq_id',
+    error: /already used with a different payload/,
+  },
+  {
+    name: 'unnamed save_weights_for_sampler seq_id with another sampling_session_seq_id',
+    path: 'save_weights_for_sampler',
+    body: () => ({ model_id: ids.model, seq_id: 5, sampling_session_seq_id: 2 }),
+    status: 400,
+    field: 'seq_id',
+    error: /already used with a different payload/,
+  },
+  {
+    name: 'forward seq_id of a forward_backward',
+    path: 'forward',
+    body: () => ({
+      model_id: ids.model,
+      seq_id: 1,
+      forward_input: { data: [datum()], loss_fn: 'cross_entropy' },
+    }),
+    status: 400,
+    field: 'seq_id',
+    error: /already used with a different payload/,
+  },
+  {
+    name: 'asample seq_id with another prompt',
+    path: 'asample',
+    body: () => sample({ seq_id: 0, prompt: { chunks: [{ tokens: [7, 7] }] } }),
+    status: 400,
+    field: 'seq_id',
+    error: /already used with a different payload/,
+  },
+  {
+    name: 'create_sampling_session seq id with another base model',
+    path: 'create_sampling_session',
+    body: () => ({ session_id: ids.session, sampling_session_seq_id: 0, base_model: 'other/model' }),
+    status: 400,
+    field: 'sampling_session_seq_id',
+    error: /already used with a different payload/,
+  },
+];
+
+const headers: BadRequest[] = [
+  {
+    name: 'no X-API-Key header at all',
+    path: 'create_session',
+    body: () => ({}),
+    headers: { 'x-api-key': null },
+    status: 401,
+    error: /missing X-API-Key/,
+  },
+  {
+    name: 'the key as a bearer token only',
+    path: 'create_session',
+    body: () => ({}),
+    headers: { 'x-api-key': null, authorization: 'Bearer KEY' },
+    status: 401,
+    error: /missing X-API-Key/,
+  },
+  {
+    name: 'the key with its case changed',
+    path: 'create_session',
+    body: () => ({}),
+    headers: { 'x-api-key': 'CASE' },
+    status: 401,
+    error: /invalid or revoked/,
+  },
+  {
+    name: 'the key with a character appended',
+    path: 'create_session',
+    body: () => ({}),
+    headers: { 'x-api-key': 'LONGER' },
+    status: 401,
+    error: /invalid or revoked/,
+  },
+  {
+    name: 'two keys (two tenants) at once',
+    path: 'create_session',
+    body: () => ({}),
+    headers: { 'x-api-key': ['OWNER', 'RIVAL'] },
+    status: 401,
+    error: /invalid or revoked/,
+  },
+  {
+    name: 'text/xml',
+    path: 'create_session',
+    body: () => '<tags/>',
+    headers: { 'content-type': 'text/xml' },
+    status: 415,
+    field: 'body',
+    error: /send JSON/,
+  },
+  {
+    name: 'multipart/form-data',
+    path: 'forward_backward',
+    body: () => '--b\r\n\r\n{}\r\n--b--',
+    headers: { 'content-type': 'multipart/form-data; boundary=b' },
+    status: 415,
+    field: 'body',
+    error: /send JSON/,
+  },
+  {
+    name: 'a form',
+    path: 'create_session',
+    body: () => 'tags=a',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    status: 415,
+    field: 'body',
+    error: /send JSON/,
+  },
+  {
+    name: 'octet-stream',
+    path: 'optim_step',
+    body: () => Buffer.from('{}'),
+    headers: { 'content-type': 'application/octet-stream' },
+    status: 415,
+    field: 'body',
+    error: /send JSON/,
+  },
+];
+
+const routes: BadRequest[] = [
+  ...['__proto__', 'constructor', 'toString', 'hasOwnProperty', 'valueOf'].map(
+    (name): BadRequest => ({
+      name: `/api/v1/${name}`,
+      path: name,
+      body: () => ({}),
+      status: 404,
+      error: /no route/,
+    }),
+  ),
+  { name: 'no operation', path: '/api/v1/', body: () => ({}), status: 404, error: /no route/ },
+  {
+    name: 'another API version',
+    path: '/api/v2/create_session',
+    body: () => ({}),
+    status: 404,
+    error: /no route/,
+  },
+  { name: 'upper case', path: '/API/V1/CREATE_SESSION', body: () => ({}), status: 404, error: /no route/ },
+  {
+    name: 'trailing slash',
+    path: '/api/v1/create_session/',
+    body: () => ({}),
+    status: 404,
+    error: /no route/,
+  },
+  { name: 'double slash', path: '/api/v1//create_session', body: () => ({}), status: 404, error: /no route/ },
+  {
+    name: 'dot segments',
+    path: '/api/v1/../v1/create_session',
+    body: () => ({}),
+    status: 404,
+    error: /no route/,
+  },
+  {
+    name: 'encoded slash',
+    path: '/api/v1/create_session%2F',
+    body: () => ({}),
+    status: 404,
+    error: /no route/,
+  },
+  ...['GET', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'].map(
+    (method): BadRequest => ({
+      name: `${method} on a POST route`,
+      method,
+      path: 'forward_backward',
+      status: 405,
+      error: new RegExp(`method ${method} is not allowed .* use POST`),
+    }),
+  ),
+  { name: 'GET retrieve_future', method: 'GET', path: 'retrieve_future', status: 405, error: /use POST/ },
+  { name: 'POST /healthz', path: '/healthz', body: () => ({}), status: 405, error: /use GET/ },
+];
+
+/** Keys stand in the table as words; the real ones are only known once the fixture ran. */
+function realHeaders(given: BadRequest['headers']): BadRequest['headers'] {
+  if (given === undefined) return undefined;
+  const swap = (value: string) =>
+    value
+      .replace('KEY', ownerKey)
+      .replace('CASE', ownerKey.toUpperCase())
+      .replace('LONGER', `${ownerKey}x`)
+      .replace('OWNER', ownerKey)
+      .replace('RIVAL', rivalKey);
+  return Object.fromEntries(
+    Object.entries(given).map(([name, value]) => [
+      name,
+      value === null ? null : Array.isArray(value) ? value.map(swap) : swap(value),
+    ]),
+  );
+}
+
+describe.each([
+  ['JSON syntax', syntax],
+  ['wrong types', types],
+  ['numbers', numbers],
+  ['unicode and control characters', text],
+  ['deep nesting', nesting],
+  ['sizes', sizes],
+  ['replayed seq_ids with other payloads', replays],
+  ['headers and content types', headers],
+  ['paths and methods', routes],
+] as const)('%s', (_group, cases) => {
+  it.each(cases)('$name -> $status', async (testCase) => {
+    const before: Counts = await api.counts();
+    const raw = testCase.body?.();
+    const body =
+      raw === undefined || typeof raw === 'string' || Buffer.isBuffer(raw) ? raw : JSON.stringify(raw);
+    const path = testCase.path.startsWith('/') ? testCase.path : `/api/v1/${testCase.path}`;
+    const answer = await send(testCase.method ?? 'POST', path, body, realHeaders(testCase.headers));
+    expect(answer.status).toBe(testCase.status);
+    const error = answer.body as { error?: unknown; field?: unknown };
+    expect(typeof error.error).toBe('string');
+    expect(error.error).toMatch(testCase.error);
+    if (testCase.field !== undefined) expect(error.field).toBe(testCase.field);
+    expect(await api.counts()).toEqual(before);
+  });
+});
+
+describe('the edges of the table', () => {
+  it('HEAD on a POST route is refused without a body, and stores nothing', async () => {
+    const before = await api.counts();
+    const answer = await send('HEAD', '/api/v1/create_session', undefined);
+    expect(answer.status).toBe(405);
+    expect(await api.counts()).toEqual(before);
+  });
+
+  it('the fixture is intact: the model takes its next step and every replay above was refused', async () => {
+    const next = await owner.raw('POST', '/api/v1/optim_step', {
+      model_id: ids.model,
+      seq_id: 6,
+      adam_params: {},
+    });
+    expect(next.status).toBe(200);
+    const retry = await owner.raw('POST', '/api/v1/optim_step', {
+      model_id: ids.model,
+      seq_id: 3,
+      adam_params: { learning_rate: 0.001 },
+    });
+    expect(retry.status).toBe(200);
+  });
+});
