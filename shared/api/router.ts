@@ -1,8 +1,8 @@
 import { type AwsClients, awsClients } from '../aws/clients.js';
+import { TRANSIENT_AWS_ERROR_NAMES } from '../aws/transient-errors.js';
 import { config } from '../config.js';
 import { AuthError, isAwsError, TinkerError } from '../errors.js';
 import { logger } from '../logger.js';
-import { RETRYABLE_ERROR_NAMES } from '../prefix/backoff.js';
 import { tenantForApiKey } from '../repositories/api-keys.js';
 import * as ops from './operations.js';
 import { parseJsonBody } from './request-checks.js';
@@ -83,7 +83,7 @@ export function errorResponse(error: unknown): ApiResponse {
     const field = error.context.field;
     return answer(error.status, error.message, typeof field === 'string' ? field : undefined);
   }
-  if (isAwsError(error, ...RETRYABLE_ERROR_NAMES)) {
+  if (isAwsError(error, ...TRANSIENT_AWS_ERROR_NAMES)) {
     logger.warn('request throttled', { error: error.name });
     return answer(503, 'the service is busy; retry the request');
   }
