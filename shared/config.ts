@@ -17,6 +17,11 @@ export interface Config {
   readonly liveShards: number;
   /** Path-style S3 addressing, needed by fauxqs and LocalStack. */
   readonly s3ForcePathStyle: boolean;
+  /**
+   * Write custom metrics as EMF lines on stdout: on by default inside Lambda (CloudWatch turns them
+   * into metrics), off elsewhere unless EMIT_METRICS=true (they would only be noise locally).
+   */
+  readonly emitMetrics: boolean;
   readonly tunables: Tunables;
 }
 
@@ -105,6 +110,7 @@ export function readConfig(env: Env = process.env): Config {
       return positiveInteger(env, 'LIVE_SHARDS');
     },
     s3ForcePathStyle: booleanFlag(env, 'S3_FORCE_PATH_STYLE'),
+    emitMetrics: booleanFlag(env, 'EMIT_METRICS') || env.AWS_LAMBDA_FUNCTION_NAME !== undefined,
     tunables,
   };
 }

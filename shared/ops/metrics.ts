@@ -1,3 +1,5 @@
+import { config } from '../config.js';
+
 /**
  * Custom CloudWatch metrics, named in one place: the scheduler and sweeper emit them (as Embedded
  * Metric Format lines on stdout, which Lambda ships to CloudWatch Logs and CloudWatch turns into
@@ -64,6 +66,7 @@ export function emitMetric(
   pool: string,
   options: { readonly now?: number; readonly write?: (line: string) => void } = {},
 ): void {
+  if (options.write === undefined && !config().emitMetrics) return;
   const write = options.write ?? ((line: string) => process.stdout.write(line));
   write(`${JSON.stringify(emfDocument(metric, value, pool, options.now ?? Date.now()))}\n`);
 }

@@ -1,5 +1,6 @@
 import { type AwsClients, awsClients } from '../aws/clients.js';
 import type { FutureError, LiveRow, ModelRow } from '../domain/records.js';
+import { isPoolDraining } from '../ops/control-store.js';
 import { failFuture } from '../repositories/futures.js';
 import type { ModelClaim } from '../scheduling/claim.js';
 import type { WorkItem } from '../scheduling/work-item.js';
@@ -33,6 +34,8 @@ export interface SchedulerAdapters {
   sendManifest(workItemId: string): Promise<void>;
   /** Ends a sample that cannot run (no payload): samples are in no sequence, so no fail step is needed. */
   failSample(requestId: string, error: FutureError): Promise<void>;
+  /** The operator's `drain` switch for the pool: while on, ticks read and report but dispatch nothing. */
+  isDraining(): Promise<boolean>;
   readonly lock: TickLock;
 }
 
@@ -55,6 +58,7 @@ export function schedulerAdapters(
     writeWorkItem: (workItem) => writeWorkItem(s3, settings.bucket, workItem),
     sendManifest: (id) => sendManifest(sqs, settings.workQueueUrl, id),
     failSample: (id, error) => failFuture(id, error, { doc }),
+    isDraining: () => isPoolDraining(settings.pool, doc),
     lock: tickLock(doc, tables.registry, settings.pool),
   };
 }

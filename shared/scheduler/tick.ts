@@ -3,6 +3,8 @@ import type { FutureError, LiveRow, ModelRow } from '../domain/records.js';
 import { ConditionLostError } from '../errors.js';
 import { mintRequestId } from '../ids.js';
 import { logger } from '../logger.js';
+import { emitMetric, opsMetrics } from '../ops/metrics.js';
+import { oldestPendingAgeSeconds } from '../ops/queue-status.js';
 import { Limiter } from '../prefix/limiter.js';
 import { assembleWorkItem, payloadsToRead, type SampleClaimed } from '../scheduling/assemble.js';
 import { claimFor, type ModelClaim } from '../scheduling/claim.js';
@@ -99,8 +101,18 @@ export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
 
 /** One pass without the lock: read one snapshot (R5), then plan and dispatch from it. */
 export async function runPass(ctx: TickContext): Promise<{ counters: TickCounters; seen: Set<string> }> {
-  const { snapshot, counters } = await readSnapshot(ctx);
-  addTickCounters(counters, await dispatchSnapshot(ctx, snapshot));
+  const [{ snapshot, counters }, draining] = await Promise.all([
+    readSnapshot(ctx),
+    ctx.adapters.isDraining(),
+  ]);
+  // The oldest-pending alarm watches this (0 when nothing is pending).
+  emitMetric(
+    opsMetrics.oldestPendingAgeSeconds,
+    oldestPendingAgeSeconds(snapshot.live, ctx.now()),
+    ctx.settings.pool,
+  );
+  if (draining) logger.info('pool draining: nothing dispatched', { pool: ctx.settings.pool });
+  else addTickCounters(counters, await dispatchSnapshot(ctx, snapshot));
   counters.passes = 1;
   return { counters, seen: new Set(snapshot.live.map((row) => row.request_id)) };
 }

@@ -1,6 +1,7 @@
 import { type AwsClients, awsClients } from '../aws/clients.js';
 import { config } from '../config.js';
 import { logger } from '../logger.js';
+import { emitMetric, opsMetrics } from '../ops/metrics.js';
 import { schedulerAdapters } from '../scheduler/adapters.js';
 import type { TickCounters } from '../scheduler/counters.js';
 import { type SchedulerSettings, schedulerSettings } from '../scheduler/settings.js';
@@ -40,6 +41,8 @@ export async function sweep(options: SweepOptions = {}): Promise<SweepReport> {
   const maxAttempts = options.maxAttempts ?? config().tunables.maxAttempts;
 
   const replan = await replanExpiredLeases(clients.doc, settings.tables.models, now(), maxAttempts);
+  // The "leases expiring repeatedly" alarm watches this.
+  emitMetric(opsMetrics.leasesExpired, replan.replanned, settings.pool);
   const gc = await collectGarbage(
     {
       s3: clients.s3,
