@@ -1,7 +1,6 @@
 import { type AwsClients, awsClients } from '../aws/clients.js';
-import type { FutureError, LiveRow, ModelRow } from '../domain/records.js';
+import type { LiveRow, ModelRow } from '../domain/records.js';
 import { isPoolDraining } from '../ops/control-store.js';
-import { failFuture } from '../repositories/futures.js';
 import type { ModelClaim } from '../scheduling/claim.js';
 import type { WorkItem } from '../scheduling/work-item.js';
 import { sendManifest, writeWorkItem } from './dispatch.js';
@@ -32,8 +31,6 @@ export interface SchedulerAdapters {
   readPayloads(requestIds: readonly string[]): Promise<PayloadReads>;
   writeWorkItem(workItem: WorkItem): Promise<number>;
   sendManifest(workItemId: string): Promise<void>;
-  /** Ends a sample that cannot run (no payload): samples are in no sequence, so no fail step is needed. */
-  failSample(requestId: string, error: FutureError): Promise<void>;
   /** The operator's `drain` switch for the pool: while on, ticks read and report but dispatch nothing. */
   isDraining(): Promise<boolean>;
   readonly lock: TickLock;
@@ -57,7 +54,6 @@ export function schedulerAdapters(
     readPayloads: (ids) => readPayloads(s3, settings.bucket, ids),
     writeWorkItem: (workItem) => writeWorkItem(s3, settings.bucket, workItem),
     sendManifest: (id) => sendManifest(sqs, settings.workQueueUrl, id),
-    failSample: (id, error) => failFuture(id, error, { doc }),
     isDraining: () => isPoolDraining(settings.pool, doc),
     lock: tickLock(doc, tables.registry, settings.pool),
   };

@@ -20,7 +20,8 @@ export interface TickCounters {
   steps_dispatched: number;
   fail_steps_dispatched: number;
   samples_dispatched: number;
-  samples_failed: number;
+  /** Samples dispatched only to be failed (payload missing): their worker commits the error. */
+  fail_samples_dispatched: number;
   work_items: number;
   work_item_bytes: number;
 }
@@ -44,7 +45,7 @@ export function emptyTickCounters(): TickCounters {
     steps_dispatched: 0,
     fail_steps_dispatched: 0,
     samples_dispatched: 0,
-    samples_failed: 0,
+    fail_samples_dispatched: 0,
     work_items: 0,
     work_item_bytes: 0,
   };

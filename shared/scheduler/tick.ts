@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import type { FutureError, LiveRow, ModelRow } from '../domain/records.js';
-import { ConditionLostError } from '../errors.js';
+import type { LiveRow, ModelRow } from '../domain/records.js';
+import { faultHook } from '../fault-hook.js';
 import { mintRequestId } from '../ids.js';
 import { logger } from '../logger.js';
 import { emitMetric, opsMetrics } from '../ops/metrics.js';
@@ -22,8 +22,6 @@ export const MAX_PASSES_PER_TICK = 5;
 const MIN_REMAINING_FOR_PASS_MS = 10_000;
 /** Conditional claim writes in flight at once. */
 const CLAIM_CONCURRENCY = 16;
-
-const MISSING_SAMPLE_PAYLOAD: FutureError = { message: 'The request payload is missing', category: 'server' };
 
 export interface TickContext {
   readonly settings: SchedulerSettings;
@@ -213,6 +211,7 @@ async function dispatchPlan(
     ),
   );
   counters.samples_claimed += won.length;
+  faultHook.crash('scheduler:after-claim');
   const sampleClaimed = new Map<string, SampleClaimed>();
   if (won.length > 0) {
     const rows = await adapters.readSampleRows(won);
@@ -232,7 +231,7 @@ async function dispatchPlan(
   counters.payload_bytes += reads.bytes;
   counters.payloads_unreadable += reads.unreadable.length;
 
-  const { workItem, samplesWithoutPayload } = assembleWorkItem({
+  const workItem = assembleWorkItem({
     workItemId,
     pool: settings.pool,
     now,
@@ -243,6 +242,7 @@ async function dispatchPlan(
   });
   if (workItem !== undefined) {
     counters.work_item_bytes += await adapters.writeWorkItem(workItem);
+    faultHook.crash('scheduler:after-write-work-item');
     await adapters.sendManifest(workItem.work_item_id);
     counters.work_items++;
     for (const model of workItem.models) {
@@ -251,20 +251,15 @@ async function dispatchPlan(
         else counters.fail_steps_dispatched++;
       }
     }
-    counters.samples_dispatched += workItem.samples.length;
+    for (const sample of workItem.samples) {
+      if (sample.fail === undefined) counters.samples_dispatched++;
+      else counters.fail_samples_dispatched++;
+    }
     logger.info('work item dispatched', {
       work_item_id: workItem.work_item_id,
       models: workItem.models.map((model) => model.model_id),
       steps: workItem.models.reduce((sum, model) => sum + model.steps.length, 0),
       samples: workItem.samples.length,
     });
-  }
-  for (const requestId of samplesWithoutPayload) {
-    try {
-      await adapters.failSample(requestId, MISSING_SAMPLE_PAYLOAD);
-      counters.samples_failed++;
-    } catch (error) {
-      if (!(error instanceof ConditionLostError)) throw error;
-    }
   }
 }

@@ -22,13 +22,6 @@ export interface AssembleInput {
   readonly payloads: ReadonlyMap<string, unknown>;
 }
 
-export interface AssembledWorkItem {
-  /** Undefined when nothing was claimed. */
-  readonly workItem: WorkItem | undefined;
-  /** Claimed samples whose payload is missing: not in any sequence, so the caller fails them directly. */
-  readonly samplesWithoutPayload: readonly string[];
-}
-
 const MISSING_PAYLOAD: FutureError = { message: 'The request payload is missing', category: 'server' };
 
 /**
@@ -50,10 +43,12 @@ export function payloadsToRead(
 }
 
 /**
- * The work item of a claimed plan. A training step whose payload is missing becomes a fail step
- * rather than being dropped, so its model's seqs stay contiguous (R5).
+ * The work item of a claimed plan, or undefined when nothing was claimed. A training step whose
+ * payload is missing becomes a fail step rather than being dropped, so its model's seqs stay
+ * contiguous (R5); a sample whose payload is missing becomes a fail entry, which its worker commits
+ * under the sample's claim (the scheduler never writes request rows).
  */
-export function assembleWorkItem(input: AssembleInput): AssembledWorkItem {
+export function assembleWorkItem(input: AssembleInput): WorkItem | undefined {
   const models: WorkItemModel[] = [];
   for (const planned of input.plan.models) {
     const claim = input.claims.get(planned.model_id);
@@ -76,28 +71,20 @@ export function assembleWorkItem(input: AssembleInput): AssembledWorkItem {
   }
 
   const samples: WorkItemSample[] = [];
-  const samplesWithoutPayload: string[] = [];
   for (const planned of input.plan.samples) {
     const claimed = input.sampleClaims.get(planned.request_id);
     if (claimed === undefined) continue;
     const payload = input.payloads.get(planned.request_id);
-    if (payload === undefined) {
-      samplesWithoutPayload.push(planned.request_id);
-      continue;
-    }
     samples.push({
       request_id: planned.request_id,
       tenant: claimed.tenant,
       model_id: planned.model_id,
       ...(planned.checkpoint_id === undefined ? {} : { checkpoint_id: planned.checkpoint_id }),
       claim_token: claimed.claim_token,
-      payload,
+      ...(payload === undefined ? { fail: MISSING_PAYLOAD } : { payload }),
     });
   }
 
-  const empty = models.length === 0 && samples.length === 0;
-  const workItem: WorkItem | undefined = empty
-    ? undefined
-    : { work_item_id: input.workItemId, pool: input.pool, created_at: input.now, models, samples };
-  return { workItem, samplesWithoutPayload };
+  if (models.length === 0 && samples.length === 0) return undefined;
+  return { work_item_id: input.workItemId, pool: input.pool, created_at: input.now, models, samples };
 }

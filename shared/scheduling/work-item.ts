@@ -13,6 +13,7 @@ import { inflightToken } from './claim.js';
  * planned work ends a training row, so the model's index never shows a gap that stalls it):
  * requests after a model was unloaded (user error), a request whose payload is missing (server
  * error), and a model's next step after K failed attempts (E2, server error, dispatched alone).
+ * A sample whose payload is missing is dispatched the same way, as a sample entry with `fail`.
  */
 
 const futureErrorSchema = z.object({
@@ -63,16 +64,28 @@ export const workItemModelSchema = z
     });
   });
 
-export const workItemSampleSchema = z.object({
-  request_id: z.string().min(1),
-  tenant: z.string().min(1),
-  /** The checkpoint's model, or `base:<base_model>`. */
-  model_id: z.string().min(1),
-  checkpoint_id: z.string().min(1).optional(),
-  /** The per-request claim this work item holds (R4). */
-  claim_token: z.string().min(1),
-  payload: z.unknown().refine((payload) => payload !== undefined, { message: 'A sample needs its payload' }),
-});
+export const workItemSampleSchema = z
+  .object({
+    request_id: z.string().min(1),
+    tenant: z.string().min(1),
+    /** The checkpoint's model, or `base:<base_model>`. */
+    model_id: z.string().min(1),
+    checkpoint_id: z.string().min(1).optional(),
+    /** The per-request claim this work item holds (R4). */
+    claim_token: z.string().min(1),
+    /** The parsed request JSON; absent only on a fail entry. */
+    payload: z.unknown().optional(),
+    /**
+     * Set when the sample is dispatched only to be failed (its payload is missing): the worker
+     * commits this error under the sample's claim, like any outcome. The scheduler may not write
+     * request rows (R5, R6; its grant on the futures table is read-only).
+     */
+    fail: futureErrorSchema.optional(),
+  })
+  .refine((sample) => sample.fail !== undefined || sample.payload !== undefined, {
+    message: 'A sample that is not a fail entry needs its payload',
+    path: ['payload'],
+  });
 
 export const workItemSchema = z
   .object({

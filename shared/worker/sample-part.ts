@@ -3,6 +3,7 @@ import type { SampleRequest, SampleRun, SequencePrefix } from '../backend/backen
 import { config } from '../config.js';
 import { registryKey, type SamplePrefixRef } from '../domain/records.js';
 import { isAwsError, StepUserError } from '../errors.js';
+import { faultHook } from '../fault-hook.js';
 import { logger } from '../logger.js';
 import type { CutRow, PrefixPointer } from '../prefix/types.js';
 import type { WorkItemSample } from '../scheduling/work-item.js';
@@ -53,7 +54,11 @@ async function runSample(
   const claim = await readSampleClaim(ctx.clients.doc, sample.request_id);
   if (claim?.claim_token !== sample.claim_token) return { outcome: 'not_inflight' };
   stopIfAborted(ctx.signal);
-  const generated = await generate(sample, ctx);
+  // A fail entry (its payload is missing): the error is this sample's outcome, committed as any other.
+  const generated: Generated =
+    sample.fail === undefined
+      ? await generate(sample, ctx)
+      : { kind: 'done', result: { status: 'failed', error: sample.fail } };
   if (generated.kind === 'cut') {
     return cutSample(sample, ctx, participant as CutParticipant, generated);
   }
@@ -62,6 +67,7 @@ async function runSample(
   stopIfAborted(ctx.signal);
   const placement = { inlineMaxBytes: ctx.inlineResultMaxBytes, budget: ctx.inlineResultMaxBytes };
   const stored = await storeOutcome(sample.request_id, generated.result, placement, ctx.clients.s3);
+  faultHook.crash('worker:after-result-write');
   stopIfAborted(ctx.signal);
   const committed = await commitSample(
     sample.request_id,
@@ -176,6 +182,7 @@ async function generate(sample: WorkItemSample, ctx: RunContext): Promise<Genera
         request_id: sample.request_id,
         tokens: run.sequences.map((sequence) => sequence.tokens.length),
       });
+      faultHook.crash('worker:mid-sample');
       if (run.finished) return { kind: 'done', result: completed(run) };
     }
   } catch (error) {
@@ -225,6 +232,7 @@ async function cutSample(
     });
   }
   const acks = new Map((await participant.save(rows)).map((ack) => [ack.callId, ack]));
+  faultHook.crash('worker:after-cut-save');
   stopIfAborted(ctx.signal);
 
   const count = Math.max(cut.numSamples, ...[...cut.sequences.keys()].map((index) => index + 1));

@@ -15,7 +15,7 @@ import {
 import { mintId, mintRequestId } from '../../shared/ids.js';
 import { logger } from '../../shared/logger.js';
 import { serializePayload } from '../../shared/payload-store.js';
-import { completeFuture } from '../../shared/repositories/futures.js';
+import { completeFuture, failFuture } from '../../shared/repositories/futures.js';
 import { submitSample } from '../../shared/repositories/sampling-intake.js';
 import { requireSeqCounter } from '../../shared/repositories/seq-counters.js';
 import { submitCreateModel, submitTrainingStep } from '../../shared/repositories/training-intake.js';
@@ -283,7 +283,10 @@ export async function commitWorkItem(clients: AwsClients, workItem: WorkItem): P
       allCommitted = false;
     }
   }
-  for (const sample of workItem.samples) await completeFuture(sample.request_id, { sampled: true }, clients);
+  for (const sample of workItem.samples) {
+    if (sample.fail === undefined) await completeFuture(sample.request_id, { sampled: true }, clients);
+    else await failFuture(sample.request_id, sample.fail, clients);
+  }
   return allCommitted;
 }
 

@@ -236,7 +236,7 @@ describe('scheduler tick on the local cloud', () => {
       expect(parked).toHaveLength(2);
     });
 
-    it('a missing payload: the training step becomes a server-error fail step, the sample fails itself', async () => {
+    it('a missing payload: the training step becomes a server-error fail step, the sample a fail entry', async () => {
       const m = await readyModel(cloud.clients);
       const fb = await submitStep(cloud.clients, m, 'forward_backward');
       const optim = await submitStep(cloud.clients, m, 'optim_step');
@@ -250,7 +250,8 @@ describe('scheduler tick on the local cloud', () => {
       expect(outcome.counters).toMatchObject({
         payloads_unreadable: 2,
         fail_steps_dispatched: 1,
-        samples_failed: 1,
+        fail_samples_dispatched: 1,
+        samples_dispatched: 0,
       });
       const [item] = await drainWorkItems(cloud.clients);
       expect(item!.models[0]!.steps).toEqual([
@@ -262,19 +263,26 @@ describe('scheduler tick on the local cloud', () => {
         },
         { request_id: optim.requestId, seq: 3, request_type: 'optim_step', payload: optim.payload },
       ]);
-      expect(item!.samples).toEqual([]);
-      // The training row is ended only by the commit of its fail step (R5); the sample at once.
+      expect(item!.samples).toEqual([
+        expect.objectContaining({
+          request_id: sample.requestId,
+          fail: { message: 'The request payload is missing', category: 'server' },
+        }),
+      ]);
+      expect(item!.samples[0]).not.toHaveProperty('payload');
+      // The scheduler writes no request row (R5, R6): both end only when the work item commits.
       expect((await readFutureRow(cloud.clients, fb.requestId)).status).toBe('pending');
-      expect(await readFutureRow(cloud.clients, sample.requestId)).toMatchObject({
-        status: 'failed',
-        error: { category: 'server' },
-      });
+      expect((await readFutureRow(cloud.clients, sample.requestId)).status).toBe('pending');
       await commitWorkItem(cloud.clients, item!);
       expect(await readFutureRow(cloud.clients, fb.requestId)).toMatchObject({
         status: 'failed',
         error: { message: 'The request payload is missing', category: 'server' },
       });
       expect((await readFutureRow(cloud.clients, optim.requestId)).status).toBe('completed');
+      expect(await readFutureRow(cloud.clients, sample.requestId)).toMatchObject({
+        status: 'failed',
+        error: { message: 'The request payload is missing', category: 'server' },
+      });
     });
   });
 });

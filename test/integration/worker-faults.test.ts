@@ -1,16 +1,16 @@
-import { HeadObjectCommand } from '@aws-sdk/client-s3';
+import { DeleteObjectCommand, HeadObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { localAwsClients } from '../../local/aws-clients.js';
 import type { Backend, BackendState } from '../../shared/backend/backend.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { asReferenceState } from '../../shared/backend/reference/state.js';
 import { config } from '../../shared/config.js';
-import type { LiveRow, ModelRow } from '../../shared/domain/records.js';
+import { type LiveRow, type ModelRow, registryKey } from '../../shared/domain/records.js';
 import { InfrastructureError } from '../../shared/errors.js';
 import { storageKeys } from '../../shared/storage-keys.js';
 import { runWorkItem, type WorkerEvent } from '../../shared/worker/index.js';
 import { pause } from '../support/wait.js';
-import { crossEntropy, type TenantClient, textDatum, WorkerHarness } from './worker-harness.js';
+import { BASE_MODEL, crossEntropy, type TenantClient, textDatum, WorkerHarness } from './worker-harness.js';
 
 let h: WorkerHarness;
 const backend = new ReferenceBackend();
@@ -92,6 +92,33 @@ describe('worker faults change nothing in the results', () => {
     expect(second.retry).toBe(false);
     expect(await h.snapshot()).toEqual(before);
     await expectOracle(ids);
+  });
+
+  it('a sample whose payload is missing is failed by its worker under its claim, not by the scheduler', async () => {
+    const t = h.tenant('lost-sample-payload');
+    const session = await t.samplingSession({ base_model: BASE_MODEL });
+    const requestId = await t.sample(session, {
+      num_samples: 1,
+      prompt: { chunks: [{ type: 'encoded_text', tokens: [72] }] },
+      sampling_params: { max_tokens: 2, seed: 1 },
+    });
+    await h.cloud.clients.s3.send(
+      new DeleteObjectCommand({ Bucket: config().bucket, Key: storageKeys.payload(requestId) }),
+    );
+    const dispatched = await h.dispatch({ only: (row) => row.request_id === requestId });
+    expect(dispatched!.item.samples).toEqual([
+      expect.objectContaining({
+        request_id: requestId,
+        fail: expect.objectContaining({ category: 'server' }),
+      }),
+    ]);
+    const outcome = await runWorkItem(dispatched!.manifest, { backend });
+    expect(outcome.samples.map((sample) => sample.outcome)).toEqual(['committed']);
+    expect(await h.future(requestId)).toMatchObject({
+      status: 'failed',
+      error: { message: 'The request payload is missing', category: 'server' },
+    });
+    expect(await h.registry(registryKey.sampleClaim(requestId))).toBeUndefined();
   });
 
   it('a worker killed mid-item, then re-planned and rerun, gives the results of one clean run', async () => {

@@ -349,9 +349,16 @@ export class WorkerHarness {
     const payloads = new Map<string, unknown>();
     for (const id of payloadsToRead(planned, claims, sampleClaimed)) {
       const future = (await this.future(id)) as FutureRow;
-      payloads.set(id, await readPayload(future.payload_key, future.payload_digest, s3));
+      // A missing object stays absent, as in the scheduler's reads: it becomes a fail step or entry.
+      const payload = await readPayload(future.payload_key, future.payload_digest, s3).catch(
+        (error: Error) => {
+          if (error.name === 'NoSuchKey') return undefined;
+          throw error;
+        },
+      );
+      if (payload !== undefined) payloads.set(id, payload);
     }
-    const { workItem } = assembleWorkItem({
+    const workItem = assembleWorkItem({
       workItemId,
       pool,
       now,

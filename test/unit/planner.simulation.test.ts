@@ -251,9 +251,8 @@ function simulate(scenario: Scenario): void {
           sampleClaims: wonSamples,
           payloads,
         });
-        for (const id of assembled.samplesWithoutPayload) finish(byId.get(id)!, 'failed', 'server', tick);
-        if (assembled.workItem !== undefined) {
-          const item = workItemSchema.parse(JSON.parse(JSON.stringify(assembled.workItem)));
+        if (assembled !== undefined) {
+          const item = workItemSchema.parse(JSON.parse(JSON.stringify(assembled)));
           for (const m of item.models) for (const s of m.steps) byId.get(s.request_id)!.dispatches++;
           for (const s of item.samples) byId.get(s.request_id)!.dispatches++;
           running.push({ item, crashed: false });
@@ -323,7 +322,11 @@ function simulate(scenario: Scenario): void {
     }
     for (const s of item.samples) {
       const r = byId.get(s.request_id)!;
-      if (r.status === 'pending') finish(r, 'completed', undefined, tick); // write IF still pending
+      // Write IF still pending; a fail entry (payload missing) commits its error.
+      if (r.status === 'pending') {
+        if (s.fail !== undefined) finish(r, 'failed', s.fail.category, tick);
+        else finish(r, 'completed', undefined, tick);
+      }
     }
   }
 
@@ -338,9 +341,7 @@ function simulate(scenario: Scenario): void {
   for (const r of requests) expect(r.commits, `request ${r.id} ends once`).toBe(1);
   if (scenario.crashRate === 0 && !scenario.staleScheduler) {
     for (const r of requests)
-      expect(r.dispatches, `request ${r.id} dispatched once`).toBe(
-        r.payloadMissing && r.type === 'sample' ? 0 : 1,
-      );
+      expect(r.dispatches, `request ${r.id} dispatched once`).toBe(1);
   }
   // Failures only where the contract puts them.
   for (const index of scenario.models.keys()) {

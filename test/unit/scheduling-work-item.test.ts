@@ -45,13 +45,13 @@ describe('assembleWorkItem', () => {
     expect(payloadsToRead(result, claims, sampleClaims)).toEqual([rid(1), rid(2), rid(4), rid(5)]);
   });
 
-  it('builds a valid work item: claimed models only, missing payloads become server fail steps', () => {
+  it('builds a valid work item: claimed parts only, missing payloads become server fail steps and entries', () => {
     const { result, claims, sampleClaims } = fixture();
     const payloads = new Map<string, unknown>([
       [rid(1), { kind: 'fb' }],
       [rid(4), { kind: 'sample' }],
     ]);
-    const { workItem, samplesWithoutPayload } = assembleWorkItem({
+    const workItem = assembleWorkItem({
       workItemId: 'wi-1',
       pool: 'default',
       now: NOW,
@@ -60,7 +60,6 @@ describe('assembleWorkItem', () => {
       sampleClaims,
       payloads,
     });
-    expect(samplesWithoutPayload).toEqual([rid(5)]);
     const parsed = workItemSchema.parse(JSON.parse(JSON.stringify(workItem)));
     expect(parsed.models.map((m) => [m.model_id, m.epoch, m.inflight])).toEqual([
       ['a', 1, 'a@1'],
@@ -85,6 +84,14 @@ describe('assembleWorkItem', () => {
         claim_token: 'wi-1',
         payload: { kind: 'sample' },
       },
+      {
+        request_id: rid(5),
+        tenant: 't-a',
+        model_id: expect.any(String),
+        ...(parsed.samples[1]?.checkpoint_id === undefined ? {} : { checkpoint_id: expect.any(String) }),
+        claim_token: 'wi-1',
+        fail: { message: 'The request payload is missing', category: 'server' },
+      },
     ]);
   });
 
@@ -99,7 +106,7 @@ describe('assembleWorkItem', () => {
       sampleClaims: new Map(),
       payloads: new Map(),
     });
-    expect(assembled.workItem).toBeUndefined();
+    expect(assembled).toBeUndefined();
   });
 });
 
@@ -176,7 +183,7 @@ describe('workItemSchema', () => {
       'A step that is not a fail step needs its payload',
     );
     expect(issues((item) => void delete (item.samples[0] as { payload?: unknown }).payload)).toContain(
-      'A sample needs its payload',
+      'A sample that is not a fail entry needs its payload',
     );
   });
 
