@@ -41,8 +41,11 @@ export interface TickOptions {
 }
 
 export interface TickOutcome {
-  /** `coalesced`: another invocation holds the pool's lock and will run one more pass for us. */
-  readonly status: 'ran' | 'coalesced';
+  /**
+   * `ran`: passes ran under the pool's lock. `idle`: the look before the lock planned nothing, so the
+   * lock was never taken. `coalesced`: another invocation holds the lock and will run one more pass.
+   */
+  readonly status: 'ran' | 'idle' | 'coalesced';
   readonly counters: TickCounters;
   /** Request ids every scan of this tick showed (R5: what the stream check compares against). */
   readonly seen: ReadonlySet<string>;
@@ -59,26 +62,36 @@ export function tickContext(options: TickOptions = {}): TickContext {
 }
 
 /**
- * One tick for the pool: take the lock (or ask its holder for another pass), then run passes until
- * nobody asks for more. Every step is safe to repeat and to overlap with another tick: a crash leaves
- * nothing claimed, or claims whose leases expire and which the sweeper re-plans.
+ * One tick for the pool. It first looks: one snapshot, planned without the lock. Most triggers
+ * unblock nothing (a pass queued behind a barrier, a model still in flight), and a snapshot read
+ * after the trigger that plans nothing needs no lock: only claims make work dispatchable-no-more, and
+ * whatever makes work dispatchable (a commit, a new row) triggers a tick of its own. When the look
+ * plans something, the tick takes the lock (or asks its holder for another pass), dispatches from the
+ * look's snapshot, and runs further passes until nobody asks for more. Every step is safe to repeat
+ * and to overlap with another tick: a crash leaves nothing claimed, or claims whose leases expire and
+ * which the sweeper re-plans; a stale snapshot only loses claims (E2).
  */
 export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
   const ctx = tickContext(options);
   const { lock } = ctx.adapters;
+  const look = await readSnapshot(ctx);
+  const counters = look.counters;
+  const seen = new Set(look.snapshot.live.map((row) => row.request_id));
+  reportOldestPending(ctx, look.snapshot);
+  if (!plansAnything(ctx, look.snapshot)) return { status: 'idle', counters, seen };
+
   const holder = randomUUID();
-  const counters = emptyTickCounters();
-  const seen = new Set<string>();
   if ((await lock.acquire(holder, ctx.now())) === 'held') {
     logger.info('tick coalesced into the running one', { pool: ctx.settings.pool });
     return { status: 'coalesced', counters, seen };
   }
   const maxPasses = options.maxPasses ?? MAX_PASSES_PER_TICK;
   try {
+    let pass: Promise<{ counters: TickCounters; seen: Set<string> }> = dispatchPass(ctx, look.snapshot);
     for (;;) {
-      const pass = await runPass(ctx);
-      addTickCounters(counters, pass.counters);
-      for (const id of pass.seen) seen.add(id);
+      const done = await pass;
+      addTickCounters(counters, done.counters);
+      for (const id of done.seen) seen.add(id);
       const lastAllowed =
         counters.passes >= maxPasses ||
         (options.remainingMs !== undefined && options.remainingMs() < MIN_REMAINING_FOR_PASS_MS);
@@ -88,6 +101,7 @@ export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
         break;
       }
       if ((await lock.finishPass(holder, ctx.now())) !== 'again') break;
+      pass = runPass(ctx);
     }
   } catch (error) {
     await lock.release(holder).catch(() => undefined);
@@ -97,20 +111,35 @@ export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
   return { status: 'ran', counters, seen };
 }
 
-/** One pass without the lock: read one snapshot (R5), then plan and dispatch from it. */
-export async function runPass(ctx: TickContext): Promise<{ counters: TickCounters; seen: Set<string> }> {
-  const [{ snapshot, counters }, draining] = await Promise.all([
-    readSnapshot(ctx),
-    ctx.adapters.isDraining(),
-  ]);
-  // The oldest-pending alarm watches this (0 when nothing is pending).
+/** Whether a snapshot plans any dispatch (pure: no claim, no read). */
+function plansAnything(ctx: TickContext, snapshot: Snapshot): boolean {
+  const planned = plan(snapshot, ctx.settings.limits, ctx.now());
+  return planned.models.length > 0 || planned.samples.length > 0;
+}
+
+/** The oldest-pending alarm watches this (0 when nothing is pending). */
+function reportOldestPending(ctx: TickContext, snapshot: Snapshot): void {
   emitMetric(
     opsMetrics.oldestPendingAgeSeconds,
     oldestPendingAgeSeconds(snapshot.live, ctx.now()),
     ctx.settings.pool,
   );
-  if (draining) logger.info('pool draining: nothing dispatched', { pool: ctx.settings.pool });
-  else addTickCounters(counters, await dispatchSnapshot(ctx, snapshot));
+}
+
+/** One pass under the lock: read one snapshot (R5), then plan and dispatch from it. */
+export async function runPass(ctx: TickContext): Promise<{ counters: TickCounters; seen: Set<string> }> {
+  const { snapshot, counters } = await readSnapshot(ctx);
+  reportOldestPending(ctx, snapshot);
+  const pass = await dispatchPass(ctx, snapshot);
+  addTickCounters(counters, pass.counters);
+  return { counters, seen: pass.seen };
+}
+
+async function dispatchPass(
+  ctx: TickContext,
+  snapshot: Snapshot,
+): Promise<{ counters: TickCounters; seen: Set<string> }> {
+  const counters = await dispatchSnapshot(ctx, snapshot);
   counters.passes = 1;
   return { counters, seen: new Set(snapshot.live.map((row) => row.request_id)) };
 }
@@ -144,7 +173,8 @@ export async function readSnapshot(
  * claimed requests (R6), the work item to S3 and its manifest to SQS. While a cap cut the plan short
  * it plans again from the same snapshot, updated with this pass's own claims (claimed models are in
  * flight, lost ones left out), so one pass may send several work items. Request rows are never
- * written here (R6): what is in flight lives on the model row and the sample claim.
+ * written here (R6): what is in flight lives on the model row and the sample claim. The operator's
+ * drain switch is read only once there is something to dispatch: while it is on, nothing is.
  */
 export async function dispatchSnapshot(ctx: TickContext, snapshot: Snapshot): Promise<TickCounters> {
   const counters = emptyTickCounters();
@@ -156,6 +186,10 @@ export async function dispatchSnapshot(ctx: TickContext, snapshot: Snapshot): Pr
     const planned = plan({ live, models, sampleClaims }, ctx.settings.limits, now);
     counters.plans++;
     if (planned.models.length === 0 && planned.samples.length === 0) break;
+    if (round === 0 && (await ctx.adapters.isDraining())) {
+      logger.info('pool draining: nothing dispatched', { pool: ctx.settings.pool });
+      break;
+    }
     await dispatchPlan(ctx, planned, models, sampleClaims, now, counters);
     if (!planned.cap_reached) break;
   }

@@ -5,7 +5,7 @@ import { emitMetric, opsMetrics } from '../ops/metrics.js';
 import { schedulerAdapters } from '../scheduler/adapters.js';
 import type { TickCounters } from '../scheduler/counters.js';
 import { type SchedulerSettings, schedulerSettings } from '../scheduler/settings.js';
-import { runTick, type TickOptions } from '../scheduler/tick.js';
+import { runTick, type TickOptions, type TickOutcome } from '../scheduler/tick.js';
 import { type BlobGcCounters, type BlobGcPolicy, collectGarbage, DEFAULT_BLOB_GC_POLICY } from './blob-gc.js';
 import { type ReplanCounters, replanExpiredLeases } from './replan.js';
 
@@ -23,7 +23,7 @@ export interface SweepOptions {
 export interface SweepReport {
   readonly replan: ReplanCounters;
   readonly gc: BlobGcCounters;
-  readonly tick: TickCounters & { readonly status: 'ran' | 'coalesced' };
+  readonly tick: TickCounters & { readonly status: TickOutcome['status'] };
 }
 
 /**

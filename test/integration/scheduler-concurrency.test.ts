@@ -82,38 +82,82 @@ describe('overlapping ticks, crashes and late claims (E2, E7)', () => {
   });
 
   it('a tick that finds the pool locked asks the holder for one more pass instead of running', async () => {
-    const m = await readyModel(cloud.clients);
+    const [m, other] = [await readyModel(cloud.clients), await readyModel(cloud.clients)];
+    await submitStep(cloud.clients, m, 'forward_backward');
     const settings = schedulerSettings();
     const adapters = schedulerAdapters(settings);
-    let letHolderScan: () => void = () => undefined;
+    let letHolderClaim: () => void = () => undefined;
     const gate = new Promise<void>((resolve) => {
-      letHolderScan = resolve;
+      letHolderClaim = resolve;
     });
-    let scans = 0;
-    let holderScanning: () => void = () => undefined;
-    const scanning = new Promise<void>((resolve) => {
-      holderScanning = resolve;
+    let holderClaiming: () => void = () => undefined;
+    const claiming = new Promise<void>((resolve) => {
+      holderClaiming = resolve;
     });
+    let claims = 0;
+    // The holder stops at its first claim, with the lock held.
     const holding: SchedulerAdapters = {
       ...adapters,
-      scanLive: async () => {
-        if (scans++ === 0) {
-          holderScanning();
+      claimModel: async (claim) => {
+        if (claims++ === 0) {
+          holderClaiming();
           await gate;
         }
-        return adapters.scanLive();
+        return adapters.claimModel(claim);
       },
     };
     const holder = runTick({ settings, adapters: holding });
-    await scanning;
-    await submitStep(cloud.clients, m, 'forward_backward');
+    await claiming;
+    await submitStep(cloud.clients, other, 'forward_backward');
     const second = await runTick({ settings, adapters });
     expect(second.status).toBe('coalesced');
-    letHolderScan();
+    expect(second.counters).toMatchObject({ passes: 0, work_items: 0 });
+    letHolderClaim();
     const first = await holder;
-    expect(first).toMatchObject({ status: 'ran', counters: { passes: 2, steps_dispatched: 1 } });
-    // The lock is free again.
+    expect(first).toMatchObject({
+      status: 'ran',
+      counters: { passes: 2, steps_dispatched: 2, work_items: 2 },
+    });
+    // The lock is free again: a tick with work takes it.
+    await submitStep(cloud.clients, other, 'optim_step');
+    await commitWorkItem(
+      cloud.clients,
+      (await drainWorkItems(cloud.clients)).find((item) => item.models[0]?.model_id === other)!,
+    );
     expect((await runTick()).status).toBe('ran');
+  });
+
+  it('a tick whose look plans nothing never takes the lock and writes nothing', async () => {
+    const m = await readyModel(cloud.clients);
+    await submitStep(cloud.clients, m, 'forward_backward');
+    await submitStep(cloud.clients, m, 'optim_step');
+    expect((await runTick()).status).toBe('ran');
+    // Everything left is parked behind the model in flight; the lock's holder would be visible.
+    await submitStep(cloud.clients, m, 'forward_backward');
+    const adapters = schedulerAdapters(schedulerSettings());
+    const touched: string[] = [];
+    const watched: SchedulerAdapters = {
+      ...adapters,
+      isDraining: async () => {
+        touched.push('drain');
+        return adapters.isDraining();
+      },
+      lock: {
+        acquire: async (...args) => {
+          touched.push('acquire');
+          return adapters.lock.acquire(...args);
+        },
+        finishPass: adapters.lock.finishPass,
+        release: adapters.lock.release,
+      },
+    };
+    const outcome = await runTick({ adapters: watched });
+    expect(outcome).toMatchObject({
+      status: 'idle',
+      counters: { passes: 0, rows_scanned: 3, work_items: 0 },
+    });
+    expect(touched).toEqual([]);
+    expect(outcome.seen.size).toBe(3);
   });
 
   it('a crash between claim and send is recovered by lease expiry: nothing lost, nothing run twice', async () => {
