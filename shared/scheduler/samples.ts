@@ -6,6 +6,11 @@ import { batchGetByKey } from './batch-get.js';
 /** Claim items outlive their lease by this much before TTL removes them (nothing reads them then). */
 const CLAIM_TTL_AFTER_LEASE_S = 24 * 3600;
 
+/** TTL (epoch seconds) of a sample claim whose lease ends at `leaseUntil` (ms). */
+export function sampleClaimTtl(leaseUntil: number): number {
+  return Math.ceil(leaseUntil / 1000) + CLAIM_TTL_AFTER_LEASE_S;
+}
+
 /** `registry` item `claim#<request_id>`: a sample is claimed per request (R4). */
 export interface SampleClaimRecord {
   readonly pk: string;
@@ -47,7 +52,7 @@ export async function claimSample(
   const item: SampleClaimRecord = {
     pk: registryKey.sampleClaim(claim.request_id),
     ...claim,
-    ttl: Math.ceil(claim.lease_until / 1000) + CLAIM_TTL_AFTER_LEASE_S,
+    ttl: sampleClaimTtl(claim.lease_until),
   };
   try {
     await doc.send(

@@ -1,9 +1,18 @@
 import { type DynamoDBDocumentClient, GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { config } from '../config.js';
-import type { ModelRow } from '../domain/records.js';
+import { type ModelRow, registryKey } from '../domain/records.js';
 import { isAwsError } from '../errors.js';
 import { logger } from '../logger.js';
+import { sampleClaimTtl } from '../scheduler/samples.js';
 import { replanFor } from '../scheduling/claim.js';
+
+/** A sample's claim expired and another work item claimed it (R4): stop; its commit would fail anyway. */
+export class SampleClaimLostError extends Error {
+  constructor(requestId: string) {
+    super(`the claim of sample ${requestId} is no longer this work item's`);
+    this.name = 'SampleClaimLostError';
+  }
+}
 
 /** Another owner holds the model: a re-plan happened (E2). Stop and commit nothing (E7). */
 export class LeaseLostError extends Error {
@@ -50,16 +59,53 @@ export async function renewLease(
   }
 }
 
+/**
+ * `SET lease_until IF claim_token = :token` on a sample's claim (R4): a long sample keeps its claim,
+ * so no tick re-plans it while it runs. False when the claim is gone or another work item's.
+ */
+export async function renewSampleClaim(
+  doc: DynamoDBDocumentClient,
+  requestId: string,
+  claimToken: string,
+  leaseUntil: number,
+): Promise<boolean> {
+  try {
+    await doc.send(
+      new UpdateCommand({
+        TableName: config().table('registry'),
+        Key: { pk: registryKey.sampleClaim(requestId) },
+        UpdateExpression: 'SET lease_until = :until, #ttl = :ttl',
+        ConditionExpression: 'claim_token = :token',
+        ExpressionAttributeNames: { '#ttl': 'ttl' },
+        ExpressionAttributeValues: {
+          ':until': leaseUntil,
+          ':ttl': sampleClaimTtl(leaseUntil),
+          ':token': claimToken,
+        },
+      }),
+    );
+    return true;
+  } catch (error) {
+    if (isAwsError(error, 'ConditionalCheckFailedException')) return false;
+    throw error;
+  }
+}
+
 interface Held {
-  readonly modelId: string;
-  readonly inflight: string;
+  /** `inflight` of a model part; `claim#<request_id>@<claim_token>` of a sample. */
+  readonly key: string;
+  /** For logs: the model or request it covers. */
+  readonly subject: Record<string, string>;
+  readonly renew: (leaseUntil: number) => Promise<boolean>;
   readonly controller: AbortController;
+  /** What a lost lease aborts with. */
+  readonly lost: () => Error;
 }
 
 /**
- * Renews the leases of the models a worker is running, on one timer (E7). A renewal whose condition
- * fails aborts that model's signal; a renewal that errors is retried on the next tick (safety rests
- * on the commit's condition, not on the lease).
+ * Renews, on one timer, the leases a worker runs under (E7): the models' (`inflight`) and the
+ * samples' claims (R4). A renewal whose condition fails aborts that part's signal; a renewal that
+ * errors is retried on the next tick (safety rests on the commit's condition, not on the lease).
  */
 export class LeaseKeeper {
   readonly #held = new Map<string, Held>();
@@ -77,22 +123,37 @@ export class LeaseKeeper {
 
   /** Starts renewing; the returned signal aborts with a `LeaseLostError` if the lease is taken over. */
   hold(modelId: string, inflight: string): AbortSignal {
-    const controller = new AbortController();
-    this.#held.set(inflight, { modelId, inflight, controller });
-    return controller.signal;
+    return this.#hold({
+      key: inflight,
+      subject: { model_id: modelId, inflight },
+      renew: (until) => renewLease(this.doc, modelId, inflight, until),
+      lost: () => new LeaseLostError(inflight),
+    });
+  }
+
+  /** Starts renewing a sample's claim; the signal aborts with a `SampleClaimLostError` if it is lost. */
+  holdSampleClaim(requestId: string, claimToken: string): AbortSignal {
+    return this.#hold({
+      key: sampleClaimKey(requestId, claimToken),
+      subject: { request_id: requestId, claim_token: claimToken },
+      renew: (until) => renewSampleClaim(this.doc, requestId, claimToken, until),
+      lost: () => new SampleClaimLostError(requestId),
+    });
   }
 
   release(inflight: string): void {
     this.#held.delete(inflight);
   }
 
-  /** Renews one lease now; false (and the model's signal aborted) if it is lost. */
+  releaseSampleClaim(requestId: string, claimToken: string): void {
+    this.#held.delete(sampleClaimKey(requestId, claimToken));
+  }
+
+  /** Renews one model lease now; false (and the model's signal aborted) if it is lost. */
   async renewNow(inflight: string): Promise<boolean> {
     const held = this.#held.get(inflight);
     if (held === undefined) return false;
-    const kept = await renewLease(this.doc, held.modelId, held.inflight, this.now() + this.leaseMs);
-    if (!kept) this.#lose(held);
-    return kept;
+    return this.#renew(held);
   }
 
   stop(): void {
@@ -100,14 +161,27 @@ export class LeaseKeeper {
     this.#held.clear();
   }
 
+  #hold(held: Omit<Held, 'controller'>): AbortSignal {
+    const controller = new AbortController();
+    this.#held.set(held.key, { ...held, controller });
+    return controller.signal;
+  }
+
+  async #renew(held: Held): Promise<boolean> {
+    const kept = await held.renew(this.now() + this.leaseMs);
+    // Released meanwhile (its commit removed the lease): nothing is lost.
+    if (!kept && this.#held.get(held.key) === held) this.#lose(held);
+    return kept;
+  }
+
   async #renewAll(): Promise<void> {
     await Promise.all(
       [...this.#held.values()].map(async (held) => {
         try {
-          await this.renewNow(held.inflight);
+          await this.#renew(held);
         } catch (error) {
           logger.warn('lease renewal failed; retrying on the next tick', {
-            model_id: held.modelId,
+            ...held.subject,
             error: error instanceof Error ? error.name : String(error),
           });
         }
@@ -116,10 +190,14 @@ export class LeaseKeeper {
   }
 
   #lose(held: Held): void {
-    this.#held.delete(held.inflight);
-    logger.warn('lease lost: the model was re-planned; stopping its part', { inflight: held.inflight });
-    held.controller.abort(new LeaseLostError(held.inflight));
+    this.#held.delete(held.key);
+    logger.warn('lease lost: re-planned or claimed by another work item; stopping its part', held.subject);
+    held.controller.abort(held.lost());
   }
+}
+
+function sampleClaimKey(requestId: string, claimToken: string): string {
+  return `${registryKey.sampleClaim(requestId)}@${claimToken}`;
 }
 
 /**

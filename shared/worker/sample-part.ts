@@ -10,6 +10,7 @@ import type { WorkItemSample } from '../scheduling/work-item.js';
 import { commitSample, readSampleClaim, returnSampleToPending } from './commit.js';
 import { AbandonedError, type RunContext, type SamplingContext, stopIfAborted } from './context.js';
 import type { CutParticipant } from './cut.js';
+import { SampleClaimLostError } from './lease.js';
 import { storeOutcome } from './outputs.js';
 import { sampleResult } from './results.js';
 import { type SampleStart, type SequenceStart, sampleContentId, sequenceCallId } from './sample-resume.js';
@@ -36,6 +37,7 @@ export async function runSamplePart(sample: WorkItemSample, ctx: RunContext): Pr
   const participant = ctx.sampling?.cut.join();
   const outcome = await runSample(sample, ctx, participant)
     .catch(async (error: unknown): Promise<PartOutcome> => {
+      if (error instanceof SampleClaimLostError) return { outcome: 'lease_lost' };
       if (error instanceof AbandonedError || ctx.signal?.aborted) return { outcome: 'abandoned' };
       const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
       logger.error('sample failed; releasing its claim', { request_id: sample.request_id, error: message });
@@ -53,6 +55,21 @@ async function runSample(
 ): Promise<PartOutcome> {
   const claim = await readSampleClaim(ctx.clients.doc, sample.request_id);
   if (claim?.claim_token !== sample.claim_token) return { outcome: 'not_inflight' };
+  // The claim is renewed while the sample runs, so a long generation is not planned a second time.
+  const claimLease = ctx.leases.holdSampleClaim(sample.request_id, sample.claim_token);
+  const signal = ctx.signal === undefined ? claimLease : AbortSignal.any([ctx.signal, claimLease]);
+  try {
+    return await runClaimedSample(sample, { ...ctx, signal }, participant);
+  } finally {
+    ctx.leases.releaseSampleClaim(sample.request_id, sample.claim_token);
+  }
+}
+
+async function runClaimedSample(
+  sample: WorkItemSample,
+  ctx: RunContext,
+  participant: CutParticipant | undefined,
+): Promise<PartOutcome> {
   stopIfAborted(ctx.signal);
   // A fail entry (its payload is missing): the error is this sample's outcome, committed as any other.
   const generated: Generated =

@@ -1,4 +1,5 @@
 import { DeleteObjectCommand, HeadObjectCommand } from '@aws-sdk/client-s3';
+import { PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { localAwsClients } from '../../local/aws-clients.js';
 import type { Backend, BackendState } from '../../shared/backend/backend.js';
@@ -251,6 +252,75 @@ describe('worker faults change nothing in the results', () => {
     ).toBe(false);
     await drainModel(model_id);
     await expectOracle(ids);
+  });
+
+  describe('sample claims (R4)', () => {
+    async function longSample(tenant: string): Promise<string> {
+      const t = h.tenant(tenant);
+      const session = await t.samplingSession({ base_model: BASE_MODEL });
+      return t.sample(session, {
+        num_samples: 1,
+        prompt: { chunks: [{ type: 'encoded_text', tokens: [72, 105] }] },
+        sampling_params: { max_tokens: 8, seed: 5 },
+      });
+    }
+
+    it('a long sample renews its claim while it runs, so no tick plans it again', async () => {
+      const requestId = await longSample('sample-renewal');
+      const dispatched = await h.dispatch({ only: (row) => row.request_id === requestId });
+      const paused = gate((event) => event.kind === 'sample-slice' && event.request_id === requestId);
+      const worker = runWorkItem(dispatched!.manifest, {
+        backend,
+        leaseMs: 60_000,
+        renewEveryMs: 50,
+        sampleSliceTokens: 1,
+        onEvent: paused.onEvent,
+      });
+      await paused.arrived;
+      const stalledAt = Date.now();
+      await pause(300);
+      const claim = await h.registry<{ claim_token: string; lease_until: number; ttl: number }>(
+        registryKey.sampleClaim(requestId),
+      );
+      expect(claim?.claim_token).toBe(dispatched!.item.samples[0]!.claim_token);
+      // Renewed during the stall: the scheduler reads this claim as live (readLiveSampleClaims).
+      expect(claim!.lease_until).toBeGreaterThan(stalledAt + 59_000);
+      expect(claim!.ttl).toBeGreaterThan(claim!.lease_until / 1000);
+      expect(await h.dispatch({ only: (row) => row.request_id === requestId })).toBeUndefined();
+      paused.open();
+      const outcome = await worker;
+      expect(outcome.samples.map((sample) => sample.outcome)).toEqual(['committed']);
+      expect((await h.future(requestId))?.status).toBe('completed');
+      expect(await h.registry(registryKey.sampleClaim(requestId))).toBeUndefined();
+    });
+
+    it('a sample whose claim another work item took stops with lease_lost and writes nothing', async () => {
+      const requestId = await longSample('sample-claim-lost');
+      const dispatched = await h.dispatch({ only: (row) => row.request_id === requestId });
+      const paused = gate((event) => event.kind === 'sample-slice' && event.request_id === requestId);
+      const worker = runWorkItem(dispatched!.manifest, {
+        backend,
+        renewEveryMs: 50,
+        sampleSliceTokens: 1,
+        onEvent: paused.onEvent,
+      });
+      await paused.arrived;
+      // The claim expired and a later tick claimed the sample for another work item.
+      const taken = {
+        pk: registryKey.sampleClaim(requestId),
+        claim_token: 'wi-later',
+        lease_until: Date.now() + 60_000,
+      };
+      await h.cloud.clients.doc.send(new PutCommand({ TableName: config().table('registry'), Item: taken }));
+      await pause(300);
+      const before = await h.snapshot();
+      paused.open();
+      const outcome = await worker;
+      expect(outcome.samples.map((sample) => sample.outcome)).toEqual(['lease_lost']);
+      expect(await h.snapshot()).toEqual(before);
+      expect((await h.future(requestId))?.status).toBe('pending');
+      expect(await h.registry(registryKey.sampleClaim(requestId))).toMatchObject({ claim_token: 'wi-later' });
+    });
   });
 
   it('an infrastructure error fails only its model, which is released for re-plan; other models commit', async () => {
