@@ -1,10 +1,13 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { type AwsClients, awsClients } from '../aws/clients.js';
 import { config } from '../config.js';
+import type { IdempotencyRecord, RequestType } from '../domain/records.js';
 import { IdempotencyConflictError, InfrastructureError, NotFoundError } from '../errors.js';
 import { logger } from '../logger.js';
 import { deletePayloadQuietly, putPayload, type SerializedPayload } from '../payload-store.js';
 import { backoffDelay, realSleep } from '../prefix/backoff.js';
+import { storageKeys } from '../storage-keys.js';
+import { pendingFutureRow } from './futures.js';
 import { readRegistryItem } from './registry.js';
 import { type TransactItem, transactWrite } from './transact.js';
 
@@ -99,4 +102,72 @@ export function putOnce(item: { readonly pk: string }): TransactItem {
       ConditionExpression: 'attribute_not_exists(pk)',
     },
   };
+}
+
+/** The pending future every submit creates, and the idempotency record its retries find (R7). */
+export interface NewFuture {
+  readonly idempotencyKey: string;
+  readonly requestId: string;
+  readonly tenant: string;
+  readonly modelId: string;
+  readonly seq?: number;
+  readonly requestType: RequestType;
+  readonly checkpointId?: string;
+  readonly tokens: number;
+  readonly payload: SerializedPayload;
+  readonly now: number;
+  /** Recorded on the idempotency record when a retry must answer it (create_model). */
+  readonly answersModelId?: boolean;
+}
+
+/** The two transaction items of `NewFuture`: the row (written once) and its idempotency record. */
+export function newFutureItems(future: NewFuture): TransactItem[] {
+  const row = pendingFutureRow({
+    requestId: future.requestId,
+    tenant: future.tenant,
+    modelId: future.modelId,
+    ...(future.seq === undefined ? {} : { seq: future.seq }),
+    requestType: future.requestType,
+    ...(future.checkpointId === undefined ? {} : { checkpointId: future.checkpointId }),
+    tokens: future.tokens,
+    payloadKey: storageKeys.payload(future.requestId),
+    payloadDigest: future.payload.digest,
+    now: future.now,
+  });
+  const idem: IdempotencyRecord = {
+    pk: future.idempotencyKey,
+    tenant: future.tenant,
+    request_id: future.requestId,
+    payload_digest: future.payload.digest,
+    ...(future.answersModelId ? { model_id: future.modelId } : {}),
+    created_at: future.now,
+  };
+  return [
+    {
+      Put: {
+        TableName: config().table('futures'),
+        Item: row,
+        ConditionExpression: 'attribute_not_exists(request_id)',
+      },
+    },
+    putOnce(idem),
+  ];
+}
+
+/** `findOriginal` for a submit's idempotency record, checked against this retry's tenant and payload. */
+export function findOriginalFuture(
+  idempotencyKey: string,
+  retry: { readonly tenant: string; readonly payload: SerializedPayload },
+  describeKey: string,
+  field: string,
+  doc: DynamoDBDocumentClient,
+): Promise<IdempotencyRecord | undefined> {
+  return findOriginal<IdempotencyRecord>(
+    idempotencyKey,
+    retry.tenant,
+    retry.payload.digest,
+    describeKey,
+    field,
+    doc,
+  );
 }

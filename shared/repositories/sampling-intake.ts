@@ -1,15 +1,18 @@
 import { awsClients } from '../aws/clients.js';
-import { config } from '../config.js';
 import {
-  type IdempotencyRecord,
   registryKey,
   type SamplingSessionIdemRecord,
   type SamplingSessionRecord,
 } from '../domain/records.js';
 import type { SerializedPayload } from '../payload-store.js';
-import { storageKeys } from '../storage-keys.js';
-import { pendingFutureRow } from './futures.js';
-import { findOriginal, type IntakeClients, putOnce, runIntake } from './intake.js';
+import {
+  findOriginal,
+  findOriginalFuture,
+  type IntakeClients,
+  newFutureItems,
+  putOnce,
+  runIntake,
+} from './intake.js';
 import type { FutureAnswer } from './training-intake.js';
 
 export interface SampleIntake {
@@ -38,46 +41,28 @@ export async function submitSample(
       payload: input.payload,
       plan: async (contended) => {
         if (contended) {
-          const original = await findOriginal<IdempotencyRecord>(
+          const original = await findOriginalFuture(
             idemPk,
-            input.tenant,
-            input.payload.digest,
+            input,
             `seq_id ${input.seqId} of sampling session ${session.sampling_session_id}`,
             'seq_id',
             clients.doc,
           );
           if (original) return { answer: { request_id: original.request_id } };
         }
-        const row = pendingFutureRow({
-          requestId: input.requestId,
-          tenant: input.tenant,
-          modelId: session.model_id,
-          requestType: 'sample',
-          ...(session.checkpoint_id === undefined ? {} : { checkpointId: session.checkpoint_id }),
-          tokens: input.tokens,
-          payloadKey: storageKeys.payload(input.requestId),
-          payloadDigest: input.payload.digest,
-          now: input.now,
-        });
-        const idem: IdempotencyRecord = {
-          pk: idemPk,
-          tenant: input.tenant,
-          request_id: input.requestId,
-          payload_digest: input.payload.digest,
-          created_at: input.now,
-        };
         return {
           answer: { request_id: input.requestId },
-          items: [
-            {
-              Put: {
-                TableName: config().table('futures'),
-                Item: row,
-                ConditionExpression: 'attribute_not_exists(request_id)',
-              },
-            },
-            putOnce(idem),
-          ],
+          items: newFutureItems({
+            idempotencyKey: idemPk,
+            requestId: input.requestId,
+            tenant: input.tenant,
+            modelId: session.model_id,
+            requestType: 'sample',
+            ...(session.checkpoint_id === undefined ? {} : { checkpointId: session.checkpoint_id }),
+            tokens: input.tokens,
+            payload: input.payload,
+            now: input.now,
+          }),
         };
       },
     },

@@ -2,7 +2,6 @@ import { awsClients } from '../aws/clients.js';
 import { config } from '../config.js';
 import {
   type CheckpointNameRecord,
-  type IdempotencyRecord,
   type ModelRow,
   registryKey,
   type SeqCounterRecord,
@@ -10,10 +9,8 @@ import {
 } from '../domain/records.js';
 import { IdempotencyConflictError, ValidationError } from '../errors.js';
 import type { SerializedPayload } from '../payload-store.js';
-import { storageKeys } from '../storage-keys.js';
 import { readCheckpointName } from './checkpoints.js';
-import { pendingFutureRow } from './futures.js';
-import { findOriginal, type IntakeClients, putOnce, runIntake } from './intake.js';
+import { findOriginalFuture, type IntakeClients, newFutureItems, putOnce, runIntake } from './intake.js';
 import { modelNotFound, requireSeqCounter } from './seq-counters.js';
 import type { TransactItem } from './transact.js';
 
@@ -21,16 +18,6 @@ import type { TransactItem } from './transact.js';
 export interface FutureAnswer {
   readonly request_id: string;
   readonly model_id?: string;
-}
-
-function futurePut(row: ReturnType<typeof pendingFutureRow>): TransactItem {
-  return {
-    Put: {
-      TableName: config().table('futures'),
-      Item: row,
-      ConditionExpression: 'attribute_not_exists(request_id)',
-    },
-  };
 }
 
 export interface CreateModelIntake {
@@ -60,10 +47,9 @@ export async function submitCreateModel(
       payload: input.payload,
       plan: async (contended) => {
         if (contended) {
-          const original = await findOriginal<IdempotencyRecord>(
+          const original = await findOriginalFuture(
             idemPk,
-            input.tenant,
-            input.payload.digest,
+            input,
             `model_seq_id ${input.modelSeqId} of session ${input.sessionId}`,
             'model_seq_id',
             clients.doc,
@@ -93,14 +79,6 @@ export async function submitCreateModel(
           last_seq_id: 0,
           updated_at: input.now,
         };
-        const idem: IdempotencyRecord = {
-          pk: idemPk,
-          tenant: input.tenant,
-          request_id: input.requestId,
-          payload_digest: input.payload.digest,
-          model_id: input.modelId,
-          created_at: input.now,
-        };
         return {
           answer: { request_id: input.requestId, model_id: input.modelId },
           items: [
@@ -112,20 +90,18 @@ export async function submitCreateModel(
               },
             },
             putOnce(counter),
-            futurePut(
-              pendingFutureRow({
-                requestId: input.requestId,
-                tenant: input.tenant,
-                modelId: input.modelId,
-                seq: 1,
-                requestType: 'create_model',
-                tokens: 0,
-                payloadKey: storageKeys.payload(input.requestId),
-                payloadDigest: input.payload.digest,
-                now: input.now,
-              }),
-            ),
-            putOnce(idem),
+            ...newFutureItems({
+              idempotencyKey: idemPk,
+              requestId: input.requestId,
+              tenant: input.tenant,
+              modelId: input.modelId,
+              seq: 1,
+              requestType: 'create_model',
+              tokens: 0,
+              payload: input.payload,
+              now: input.now,
+              answersModelId: true,
+            }),
           ],
         };
       },
@@ -168,10 +144,9 @@ export async function submitTrainingStep(
         const counter = first ?? (await requireSeqCounter(input.modelId, input.tenant, clients.doc));
         first = undefined;
         if (input.seqId <= counter.last_seq_id) {
-          const original = await findOriginal<IdempotencyRecord>(
+          const original = await findOriginalFuture(
             idemPk,
-            input.tenant,
-            input.payload.digest,
+            input,
             `seq_id ${input.seqId} of model ${input.modelId}`,
             'seq_id',
             clients.doc,
@@ -192,27 +167,18 @@ export async function submitTrainingStep(
           );
         }
         const seq = counter.seq + 1;
-        const idem: IdempotencyRecord = {
-          pk: idemPk,
-          tenant: input.tenant,
-          request_id: input.requestId,
-          payload_digest: input.payload.digest,
-          created_at: input.now,
-        };
         const items: TransactItem[] = [
-          futurePut(
-            pendingFutureRow({
-              requestId: input.requestId,
-              tenant: input.tenant,
-              modelId: input.modelId,
-              seq,
-              requestType: input.requestType,
-              tokens: input.tokens,
-              payloadKey: storageKeys.payload(input.requestId),
-              payloadDigest: input.payload.digest,
-              now: input.now,
-            }),
-          ),
+          ...newFutureItems({
+            idempotencyKey: idemPk,
+            requestId: input.requestId,
+            tenant: input.tenant,
+            modelId: input.modelId,
+            seq,
+            requestType: input.requestType,
+            tokens: input.tokens,
+            payload: input.payload,
+            now: input.now,
+          }),
           {
             Update: {
               TableName: config().table('registry'),
@@ -230,7 +196,6 @@ export async function submitTrainingStep(
               },
             },
           },
-          putOnce(idem),
         ];
         if (input.reservation) items.push(putOnce(input.reservation));
         return { answer, items };
@@ -264,10 +229,9 @@ export async function submitUnload(
         const counter = first ?? (await requireSeqCounter(input.modelId, input.tenant, clients.doc));
         first = undefined;
         if (counter.unloaded) {
-          const original = await findOriginal<IdempotencyRecord>(
+          const original = await findOriginalFuture(
             idemPk,
-            input.tenant,
-            input.payload.digest,
+            input,
             `unload of model ${input.modelId}`,
             'model_id',
             clients.doc,
@@ -276,29 +240,20 @@ export async function submitUnload(
           return { answer: { request_id: original.request_id, model_id: input.modelId } };
         }
         const seq = counter.seq + 1;
-        const idem: IdempotencyRecord = {
-          pk: idemPk,
-          tenant: input.tenant,
-          request_id: input.requestId,
-          payload_digest: input.payload.digest,
-          created_at: input.now,
-        };
         return {
           answer: { request_id: input.requestId, model_id: input.modelId },
           items: [
-            futurePut(
-              pendingFutureRow({
-                requestId: input.requestId,
-                tenant: input.tenant,
-                modelId: input.modelId,
-                seq,
-                requestType: 'unload_model',
-                tokens: 0,
-                payloadKey: storageKeys.payload(input.requestId),
-                payloadDigest: input.payload.digest,
-                now: input.now,
-              }),
-            ),
+            ...newFutureItems({
+              idempotencyKey: idemPk,
+              requestId: input.requestId,
+              tenant: input.tenant,
+              modelId: input.modelId,
+              seq,
+              requestType: 'unload_model',
+              tokens: 0,
+              payload: input.payload,
+              now: input.now,
+            }),
             {
               Update: {
                 TableName: config().table('registry'),
@@ -315,7 +270,6 @@ export async function submitUnload(
                 },
               },
             },
-            putOnce(idem),
           ],
         };
       },
