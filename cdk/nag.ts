@@ -32,8 +32,14 @@ const REASONS = {
     'runtime is a deliberate, tested upgrade rather than drift (test/cdk/functions.test.ts pins it).',
   apiAuthorization:
     'Every route authenticates in the handler with an X-API-Key (the Tinker SDK sends it), looked up by its ' +
-    'sha256 in the registry and bound to a tenant (shared/repositories/api-keys.ts); API Gateway authorizers ' +
-    'cannot express that key model, and unauthenticated requests answer 401 before touching any data.',
+    'sha256 in the registry and bound to a tenant, or for the status page data to an operator ' +
+    '(shared/repositories/api-keys.ts, shared/api/operator-auth.ts); API Gateway authorizers cannot express ' +
+    'that key model, and unauthenticated requests answer 401 before touching any data (the status page HTML ' +
+    'and its script and styles hold no data and need no key).',
+  streamFailureQueue:
+    'This queue is the on-failure destination of DynamoDB stream event source mappings: Lambda writes failure ' +
+    'records (shard and sequence range) to it and nothing consumes it, so there is no receive to fail and ' +
+    'nothing a dead-letter queue of its own would catch; the stream-dlq-not-empty alarm watches it.',
   bucketAccessLogs:
     'Every object access is made by the stack’s own functions under least-privilege roles, and API requests are ' +
     'logged by the API stage; S3 server access logs would need a second bucket this stack does not otherwise ' +
@@ -77,6 +83,18 @@ export function nagAcknowledgments(
   }
   if (stack.http)
     acknowledgments.push({ scope: stack.http, id: 'AwsSolutions-APIG4', reason: REASONS.apiAuthorization });
+  const streamFailureQueues = new Set(
+    entriesOf(topology.functions).flatMap(([, decl]) =>
+      decl.triggers.flatMap((trigger) => (trigger.kind === 'stream' ? [trigger.onFailure] : [])),
+    ),
+  );
+  for (const queueId of [...streamFailureQueues].sort()) {
+    acknowledgments.push({
+      scope: stack.queues.byId[queueId],
+      id: 'AwsSolutions-SQS3',
+      reason: REASONS.streamFailureQueue,
+    });
+  }
   acknowledgments.push({ scope: stack.bucket, id: 'AwsSolutions-S1', reason: REASONS.bucketAccessLogs });
   return acknowledgments;
 }

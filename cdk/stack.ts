@@ -94,10 +94,16 @@ export class TinkerServerlessStack extends Stack {
               logRetention: props.logRetention ?? logs.RetentionDays.ONE_MONTH,
               removalPolicy,
             });
-            this.http.route(functionId, fn, trigger.basePath, decl.timeoutSeconds);
+            this.http.route(functionId, fn, trigger.basePath, decl.timeoutSeconds, trigger.routes);
             break;
           case 'stream':
-            addStreamTrigger(fn, this.tables.byId[trigger.table], topology.tables[trigger.table], trigger);
+            addStreamTrigger(
+              fn,
+              this.tables.byId[trigger.table],
+              topology.tables[trigger.table],
+              trigger,
+              this.queues.byId[trigger.onFailure],
+            );
             break;
           case 'queue':
             addQueueTrigger(
@@ -128,7 +134,22 @@ export class TinkerServerlessStack extends Stack {
       throw new Error('Operations need the scheduler function, the POOL setting and the work queue DLQ');
     }
     const deadLetterQueue = this.queues.byId[deadLetter.queue];
-    const alarms = new OperationsAlarms(this, 'Alarms', { namePrefix, pool, deadLetterQueue, scheduler });
+    const streamFailures = new Set(
+      topology.functions.scheduler.triggers.flatMap((trigger) =>
+        trigger.kind === 'stream' ? [trigger.onFailure] : [],
+      ),
+    );
+    const [streamFailureQueue, ...others] = streamFailures;
+    if (streamFailureQueue === undefined || others.length > 0) {
+      throw new Error('Operations expect the scheduler stream triggers to share one on-failure queue');
+    }
+    const alarms = new OperationsAlarms(this, 'Alarms', {
+      namePrefix,
+      pool,
+      deadLetterQueue,
+      streamDeadLetterQueue: this.queues.byId[streamFailureQueue],
+      scheduler,
+    });
     const { dashboard } = new OperationsDashboard(this, 'Operations', {
       namePrefix,
       pool,

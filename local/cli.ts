@@ -10,15 +10,18 @@ import { renderStatusText } from '../shared/ops/format.js';
 import { readPoolStatus } from '../shared/ops/status-reader.js';
 import { topology } from '../shared/topology.js';
 import { type EnvMap, LOCAL_ENV_FILE, readEnvFile, WRITER_PID_VARIABLE } from './env-file.js';
-import { createApiKey, revokeApiKey } from './keys.js';
+import { createApiKey, createOperatorKey, revokeApiKey } from './keys.js';
 
 const USAGE = `usage: npx tinker-serverless <command> [options]
 
 commands:
   status                      per-model queue picture of the pool: pending, first barrier, next tick,
                               work item in flight and its lease age, last completion, oldest pending
-  keys create --tenant NAME   create an API key (printed once; only its hash is stored)
-  keys revoke KEY             revoke an API key
+  keys create --tenant NAME   create a tenant API key, tml-... (printed once; only its hash is stored)
+  keys create --operator NAME create an operator key, tso-..., for the status page at <API URL>/status
+                              (its data spans every tenant: tenant keys are refused there, and operator
+                              keys are refused by the Tinker API); NAME says who holds it, e.g. an email
+  keys revoke KEY             revoke a key of either kind
   cut                         ask the pool's running workers to cut now (save prefixes, commit)
   drain [--reason TEXT]       stop dispatching new work for the pool (work in flight finishes)
   drain --off                 resume dispatching
@@ -115,7 +118,7 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
         return 0;
       }
       case 'keys':
-        return await keys(rest, values.tenant, print);
+        return await keys(rest, values, print);
       case 'cut': {
         expectNoArguments(rest);
         const record = await requestCut(pool, operator());
@@ -166,6 +169,7 @@ function parse(argv: readonly string[]) {
       json: { type: 'boolean' },
       'env-file': { type: 'string' },
       tenant: { type: 'string' },
+      operator: { type: 'string' },
       reason: { type: 'string' },
       off: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
@@ -179,13 +183,19 @@ function expectNoArguments(rest: readonly string[]): void {
 
 async function keys(
   rest: readonly string[],
-  tenant: string | undefined,
+  owner: { readonly tenant?: string | undefined; readonly operator?: string | undefined },
   print: (human: string, machine: unknown) => void,
 ): Promise<number> {
   const [action, key, ...extra] = rest;
-  if (action === 'create' && key === undefined && tenant !== undefined) {
-    const created = await createApiKey(tenant);
-    print(`${created}\n`, { tenant, key: created });
+  const { tenant, operator } = owner;
+  if (action === 'create' && key === undefined && (tenant === undefined) !== (operator === undefined)) {
+    if (tenant !== undefined) {
+      const created = await createApiKey(tenant);
+      print(`${created}\n`, { tenant, key: created });
+    } else if (operator !== undefined) {
+      const created = await createOperatorKey(operator);
+      print(`${created}\n`, { operator, key: created });
+    }
     return 0;
   }
   if (action === 'revoke' && key !== undefined && extra.length === 0) {
@@ -193,7 +203,9 @@ async function keys(
     print(found ? 'revoked\n' : 'no such key\n', { revoked: found });
     return found ? 0 : 1;
   }
-  throw new UsageError('keys: expected "keys create --tenant NAME" or "keys revoke KEY"');
+  throw new UsageError(
+    'keys: expected "keys create --tenant NAME", "keys create --operator NAME" or "keys revoke KEY"',
+  );
 }
 
 function isEntryPoint(): boolean {

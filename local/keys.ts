@@ -1,15 +1,16 @@
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { createApiKey, revokeApiKey } from '../shared/repositories/api-keys.js';
+import { createApiKey, createOperatorKey, revokeApiKey } from '../shared/repositories/api-keys.js';
 import type { ReadyHook } from './on-ready.js';
 
 /**
  * API keys from the command line, against whatever the environment points at (the local cloud's
  * env, or AWS with REGISTRY_TABLE set):
- *   npm run keys -- create --tenant NAME    prints a new key (shown once; only its hash is stored)
- *   npm run keys -- revoke KEY
+ *   npm run keys -- create --tenant NAME     prints a new tenant key, tml-... (shown once; only its hash is stored)
+ *   npm run keys -- create --operator NAME   prints a new operator key, tso-..., for the status page's data
+ *   npm run keys -- revoke KEY               either kind
  */
-export { createApiKey, revokeApiKey };
+export { createApiKey, createOperatorKey, revokeApiKey };
 
 export const DEV_TENANT = 'dev';
 
@@ -19,18 +20,19 @@ export const printDevelopmentApiKey: ReadyHook = async ({ clients }) => {
   return [`Development API key (tenant "${DEV_TENANT}"; export TINKER_API_KEY=...):`, key];
 };
 
-const USAGE = 'usage: npm run keys -- create --tenant NAME | npm run keys -- revoke KEY';
+const USAGE =
+  'usage: npm run keys -- create --tenant NAME | npm run keys -- create --operator NAME | npm run keys -- revoke KEY';
 
 async function main(args: readonly string[]): Promise<number> {
   const [command, ...rest] = args;
   if (command === 'create') {
-    const flag = rest.indexOf('--tenant');
-    const tenant = flag >= 0 ? rest[flag + 1] : undefined;
-    if (tenant === undefined) {
+    const [flag, owner, ...extra] = rest;
+    if (owner === undefined || extra.length > 0 || (flag !== '--tenant' && flag !== '--operator')) {
       process.stderr.write(`${USAGE}\n`);
       return 2;
     }
-    process.stdout.write(`${await createApiKey(tenant)}\n`);
+    const key = flag === '--tenant' ? await createApiKey(owner) : await createOperatorKey(owner);
+    process.stdout.write(`${key}\n`);
     return 0;
   }
   if (command === 'revoke' && rest[0] !== undefined) {

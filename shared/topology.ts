@@ -60,8 +60,23 @@ export interface QueueDecl {
 export type FilterPattern = { readonly [key: string]: FilterPattern | readonly FilterValue[] };
 export type FilterValue = string | number | { readonly exists: boolean };
 
+export type HttpMethod = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE' | 'HEAD' | 'OPTIONS';
+
+/**
+ * A route of its own in front of an `http` trigger's catch-all base path: the same function answers
+ * it, but it has its own route key (so its own metrics and access-log lines) and may have its own
+ * throttle. It must lie under the trigger's base path, which is all the local runtime routes by.
+ */
+export interface HttpRouteDecl {
+  readonly method: HttpMethod;
+  /** API Gateway path syntax, e.g. `/status/{asset}`. */
+  readonly path: string;
+  /** Steady requests per second and burst for this route (API Gateway stage route settings). */
+  readonly throttle?: { readonly ratePerSecond: number; readonly burst: number };
+}
+
 export type Trigger =
-  | { readonly kind: 'http'; readonly basePath: string }
+  | { readonly kind: 'http'; readonly basePath: string; readonly routes?: readonly HttpRouteDecl[] }
   | {
       readonly kind: 'stream';
       readonly table: TableId;
@@ -69,9 +84,15 @@ export type Trigger =
       readonly maxBatchingWindowSeconds: number;
       readonly startingPosition: 'LATEST' | 'TRIM_HORIZON';
       readonly retryAttempts: number;
+      /** On a handler error, split the batch and retry the halves, isolating a bad record. */
       readonly bisectBatchOnError: boolean;
       readonly reportBatchItemFailures: true;
       readonly filters: readonly FilterPattern[];
+      /**
+       * Where the mapping reports a batch it gives up on after its retries: the shard and sequence
+       * range to inspect, not the records (read them from the stream within its 24 hours).
+       */
+      readonly onFailure: QueueId;
     }
   | {
       readonly kind: 'queue';
@@ -86,7 +107,8 @@ export type Trigger =
 
 export type TableAction = 'read' | 'write' | 'query-index' | 'transact';
 export type BucketAction = 'get' | 'put' | 'delete' | 'list';
-export type QueueAction = 'send' | 'consume';
+/** `depth`: read the queue's message counts (GetQueueAttributes) and nothing else. */
+export type QueueAction = 'send' | 'consume' | 'depth';
 
 export interface FunctionGrants {
   readonly tables: Partial<Record<TableId, readonly TableAction[]>>;
@@ -105,10 +127,16 @@ export interface FunctionDecl {
   readonly reservedConcurrency?: number;
   readonly grants: FunctionGrants;
   readonly triggers: readonly Trigger[];
+  /**
+   * Directories (relative to the repository root) the function reads at run time, copied beside its
+   * bundle under their own name: a module reads `new URL('./<name>/...', import.meta.url)` from the
+   * source tree and from the bundle alike.
+   */
+  readonly bundledAssets?: readonly string[];
 }
 
 export type TableId = 'futures' | 'models' | 'registry' | 'prefixes';
-export type QueueId = 'work' | 'workDlq';
+export type QueueId = 'work' | 'workDlq' | 'streamDlq';
 export type FunctionId = 'api' | 'scheduler' | 'worker' | 'sweeper';
 
 export interface Topology {
@@ -196,16 +224,25 @@ export const topology: Topology = {
       visibilityTimeoutSeconds: 30,
       retentionSeconds: 14 * 24 * 3600,
     },
+    streamDlq: {
+      // Failure records of the scheduler's stream mappings: a batch dropped after its retries. The
+      // sweeper's safety tick still plans what it would have woken, but a record here means the
+      // scheduler keeps failing on some input (alarm `stream-dlq-not-empty`).
+      name: 'stream-dlq',
+      visibilityTimeoutSeconds: 30,
+      retentionSeconds: 14 * 24 * 3600,
+    },
   },
   functions: {
     api: {
       entry: 'functions/api/handler.ts',
-      description: 'Tinker-compatible HTTP API: intake of futures, sessions, retrieve_future',
+      description: 'Tinker-compatible HTTP API: intake of futures, sessions, retrieve_future; status page',
       memoryMb: 1024,
       timeoutSeconds: 29,
       grants: {
         tables: {
-          futures: ['read', 'write', 'transact'],
+          // query-index: the status page's data reads the live index as a tick does (operator keys only).
+          futures: ['read', 'write', 'transact', 'query-index'],
           models: ['read', 'write', 'transact'],
           registry: ['read', 'write', 'transact'],
         },
@@ -215,9 +252,23 @@ export const topology: Topology = {
           { prefix: 'payloads/', actions: ['put', 'get', 'delete'] },
           { prefix: 'results/', actions: ['get'] },
         ],
-        queues: {},
+        // The status page shows the work queue's depth; the API never sends or receives work.
+        queues: { work: ['depth'] },
       },
-      triggers: [{ kind: 'http', basePath: '/' }],
+      triggers: [
+        {
+          kind: 'http',
+          basePath: '/',
+          // The status page (shared/status-page, shared/api/status-routes.ts). Its data route reads
+          // every shard of the live index, so it gets a throttle of its own: one viewer polls every 2 s.
+          routes: [
+            { method: 'GET', path: '/status' },
+            { method: 'GET', path: '/status/{asset}' },
+            { method: 'GET', path: '/status/data', throttle: { ratePerSecond: 5, burst: 10 } },
+          ],
+        },
+      ],
+      bundledAssets: ['shared/status-page/assets'],
     },
     scheduler: {
       entry: 'functions/scheduler/handler.ts',
@@ -246,8 +297,9 @@ export const topology: Topology = {
           maxBatchingWindowSeconds: 0,
           startingPosition: 'LATEST',
           retryAttempts: 10,
-          bisectBatchOnError: false,
+          bisectBatchOnError: true,
           reportBatchItemFailures: true,
+          onFailure: 'streamDlq',
           filters: [{ dynamodb: { NewImage: { live: { S: [{ exists: true }] } } } }],
         },
         {
@@ -258,8 +310,9 @@ export const topology: Topology = {
           maxBatchingWindowSeconds: 0,
           startingPosition: 'LATEST',
           retryAttempts: 10,
-          bisectBatchOnError: false,
+          bisectBatchOnError: true,
           reportBatchItemFailures: true,
+          onFailure: 'streamDlq',
           filters: [
             {
               eventName: ['MODIFY'],

@@ -41,6 +41,7 @@ export const DEFAULT_ALARM_THRESHOLDS: AlarmThresholds = { oldestPendingAgeSecon
 
 export type AlarmId =
   | 'dlqNotEmpty'
+  | 'streamDlqNotEmpty'
   | 'leasesExpiring'
   | 'schedulerErrors'
   | 'schedulerThrottles'
@@ -50,6 +51,8 @@ export interface OperationsAlarmsProps {
   readonly namePrefix: string;
   readonly pool: string;
   readonly deadLetterQueue: sqs.IQueue;
+  /** Where the scheduler's stream mappings report the batches they give up on. */
+  readonly streamDeadLetterQueue: sqs.IQueue;
   readonly scheduler: lambda.IFunction;
   readonly thresholds?: Partial<AlarmThresholds>;
 }
@@ -80,6 +83,20 @@ export class OperationsAlarms extends Construct {
         .createAlarm(this, 'DlqNotEmpty', {
           alarmName: name('dlq-not-empty'),
           alarmDescription: 'The work dead-letter queue holds messages: work items that repeatedly failed.',
+          threshold: 0,
+          comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+          evaluationPeriods: 1,
+          treatMissingData: notBreaching,
+        }),
+      // A stream batch the scheduler failed on through every retry (and every bisection): what it
+      // would have woken waits for the sweeper's safety tick, and the failing input is still there.
+      streamDlqNotEmpty: props.streamDeadLetterQueue
+        .metricApproximateNumberOfMessagesVisible({ period: minute, statistic: cloudwatch.Stats.MAXIMUM })
+        .createAlarm(this, 'StreamDlqNotEmpty', {
+          alarmName: name('stream-dlq-not-empty'),
+          alarmDescription:
+            'The stream dead-letter queue holds failure records: the scheduler gave up on a stream batch ' +
+            'after its retries (each record names the shard and sequence range).',
           threshold: 0,
           comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
           evaluationPeriods: 1,

@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import * as path from 'node:path';
 import { Duration, type RemovalPolicy } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -25,6 +26,32 @@ const BUNDLING = {
   // Warnings and errors only: a synth prints nothing per bundle when all is well.
   logLevel: LogLevel.WARNING,
 } as const;
+
+/**
+ * Copies the declared asset directories beside the bundle (`<bundle dir>/<name>`), where the module
+ * that reads them finds them by `new URL('./<name>/', import.meta.url)`, as it does in the source tree.
+ */
+function assetCopyHooks(functionId: FunctionId, projectRoot: string, directories: readonly string[]) {
+  const names = directories.map((dir) => path.basename(dir));
+  if (new Set(names).size !== names.length) {
+    throw new Error(`Bundled assets of ${functionId} share a directory name: ${names.join(', ')}`);
+  }
+  for (const dir of directories) {
+    if (!existsSync(path.join(projectRoot, dir))) {
+      throw new Error(`Bundled asset directory ${dir} of ${functionId} does not exist`);
+    }
+  }
+  const quote = (text: string) => `'${text.replace(/'/g, `'\\''`)}'`;
+  return {
+    beforeBundling: () => [],
+    beforeInstall: () => [],
+    afterBundling: (inputDir: string, outputDir: string) =>
+      directories.map(
+        (dir) =>
+          `cp -R ${quote(path.join(inputDir, dir))} ${quote(path.join(outputDir, path.basename(dir)))}`,
+      ),
+  };
+}
 
 export interface TopologyFunctionProps {
   readonly functionId: FunctionId;
@@ -81,7 +108,13 @@ export class TopologyFunction extends Construct {
         POWERTOOLS_SERVICE_NAME: `tinker-serverless-${props.functionId}`,
         NODE_OPTIONS: '--enable-source-maps',
       },
-      bundling: { ...BUNDLING, mainFields: [...BUNDLING.mainFields] },
+      bundling: {
+        ...BUNDLING,
+        mainFields: [...BUNDLING.mainFields],
+        ...(decl.bundledAssets === undefined || decl.bundledAssets.length === 0
+          ? {}
+          : { commandHooks: assetCopyHooks(props.functionId, projectRoot, decl.bundledAssets) }),
+      },
     });
   }
 }

@@ -47,6 +47,7 @@ export const QUEUE_ACTIONS: Readonly<Record<QueueAction, readonly string[]>> = {
     'sqs:GetQueueAttributes',
     'sqs:GetQueueUrl',
   ],
+  depth: ['sqs:GetQueueAttributes'],
 };
 
 export function bindTable(

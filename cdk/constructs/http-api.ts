@@ -5,6 +5,7 @@ import { HttpLambdaIntegration } from 'aws-cdk-lib/aws-apigatewayv2-integrations
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
+import type { HttpRouteDecl } from '../../shared/topology.js';
 import { pascalCase } from './records.js';
 
 /** API Gateway's HTTP API stops waiting for an integration after 30 seconds. */
@@ -42,6 +43,12 @@ export interface HttpEntryProps {
 export class HttpEntry extends Construct {
   readonly api: apigw.HttpApi;
   readonly accessLogs: logs.LogGroup;
+  readonly stage: apigw.HttpStage;
+  /** Per-route throttles, by route key (the stage's `RouteSettings`). */
+  private readonly routeSettings: Record<
+    string,
+    { ThrottlingRateLimit: number; ThrottlingBurstLimit: number }
+  > = {};
 
   constructor(scope: Construct, id: string, props: HttpEntryProps) {
     super(scope, id);
@@ -51,7 +58,7 @@ export class HttpEntry extends Construct {
     });
     this.api = new apigw.HttpApi(this, 'Api', { apiName: props.apiName, createDefaultStage: false });
     // The stage `createDefaultStage` would make, with access logging (it takes no logging options).
-    this.api.addStage('DefaultStage', {
+    this.stage = this.api.addStage('DefaultStage', {
       stageName: '$default',
       autoDeploy: true,
       accessLogSettings: {
@@ -61,8 +68,17 @@ export class HttpEntry extends Construct {
     });
   }
 
-  /** `/` takes every request (`$default`); any other base path takes itself and everything under it. */
-  route(routeId: string, fn: lambda.Function, basePath: string, timeoutSeconds: number): void {
+  /**
+   * `/` takes every request (`$default`); any other base path takes itself and everything under it.
+   * Declared `routes` (under the base path) go to the same function with route keys of their own.
+   */
+  route(
+    routeId: string,
+    fn: lambda.Function,
+    basePath: string,
+    timeoutSeconds: number,
+    routes: readonly HttpRouteDecl[] = [],
+  ): void {
     if (timeoutSeconds > INTEGRATION_TIMEOUT_SECONDS) {
       throw new Error(
         `${routeId} answers HTTP but its timeout (${timeoutSeconds}s) exceeds the API's ${INTEGRATION_TIMEOUT_SECONDS}s`,
@@ -72,6 +88,18 @@ export class HttpEntry extends Construct {
       payloadFormatVersion: apigw.PayloadFormatVersion.VERSION_2_0,
     });
     const base = basePath.replace(/\/+$/, '');
+    for (const decl of routes) {
+      // The local runtime routes by base path alone: a route outside it would exist on AWS only.
+      if (
+        !decl.path.startsWith('/') ||
+        (base !== '' && decl.path !== base && !decl.path.startsWith(`${base}/`))
+      ) {
+        throw new Error(
+          `Route ${decl.method} ${decl.path} of ${routeId} is not under its base path ${basePath}`,
+        );
+      }
+      this.addDeclaredRoute(routeId, decl, integration);
+    }
     if (base === '') {
       new apigw.HttpRoute(this, `${pascalCase(routeId)}DefaultRoute`, {
         httpApi: this.api,
@@ -82,5 +110,26 @@ export class HttpEntry extends Construct {
     }
     this.api.addRoutes({ path: base, methods: [apigw.HttpMethod.ANY], integration });
     this.api.addRoutes({ path: `${base}/{proxy+}`, methods: [apigw.HttpMethod.ANY], integration });
+  }
+
+  private addDeclaredRoute(routeId: string, decl: HttpRouteDecl, integration: HttpLambdaIntegration): void {
+    const routeKey = apigw.HttpRouteKey.with(decl.path, apigw.HttpMethod[decl.method]);
+    const route = new apigw.HttpRoute(
+      this,
+      `${pascalCase(routeId)}${decl.method}${pascalCase(decl.path)}Route`,
+      {
+        httpApi: this.api,
+        routeKey,
+        integration,
+      },
+    );
+    if (decl.throttle === undefined) return;
+    this.routeSettings[routeKey.key] = {
+      ThrottlingRateLimit: decl.throttle.ratePerSecond,
+      ThrottlingBurstLimit: decl.throttle.burst,
+    };
+    (this.stage.node.defaultChild as apigw.CfnStage).routeSettings = { ...this.routeSettings };
+    // CloudFormation refuses settings for a route key that does not exist yet.
+    this.stage.node.addDependency(route);
   }
 }

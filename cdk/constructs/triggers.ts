@@ -3,7 +3,7 @@ import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as targets from 'aws-cdk-lib/aws-events-targets';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
-import { DynamoEventSource, SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
+import { DynamoEventSource, SqsDlq, SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
 import type { FunctionDecl, QueueDecl, StreamView, TableDecl, Trigger } from '../../shared/topology.js';
@@ -20,11 +20,13 @@ const IMAGES: Record<StreamView, readonly string[]> = {
   KEYS_ONLY: [],
 };
 
+/** `onFailure`: the queue the trigger declares, where the mapping reports a batch it gives up on. */
 export function addStreamTrigger(
   fn: lambda.Function,
   table: dynamodb.Table,
   tableDecl: TableDecl,
   trigger: StreamTrigger,
+  onFailure: sqs.IQueue,
 ): void {
   const view = tableDecl.stream;
   if (view === undefined) throw new Error(`Table ${tableDecl.name} triggers a function but has no stream`);
@@ -44,6 +46,8 @@ export function addStreamTrigger(
       retryAttempts: trigger.retryAttempts,
       bisectBatchOnError: trigger.bisectBatchOnError,
       reportBatchItemFailures: trigger.reportBatchItemFailures,
+      // Grants the function's role SendMessage (and GetQueueAttributes, GetQueueUrl) on this queue only.
+      onFailure: new SqsDlq(onFailure),
       // The topology's patterns go through verbatim: the local runtime evaluates the very same JSON.
       filters: trigger.filters.map((pattern) => lambda.FilterCriteria.filter(pattern)),
     }),

@@ -1,7 +1,7 @@
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import { handleApiRequest } from '../../shared/api/router.js';
 
-/** API Gateway HTTP API (payload v2) -> the API edge -> JSON answer. */
+/** API Gateway HTTP API (payload v2) -> the API edge -> JSON answer (or the status page's own). */
 export async function handler(
   event: APIGatewayProxyEventV2,
   context?: Pick<Context, 'getRemainingTimeInMillis'>,
@@ -19,6 +19,9 @@ export async function handler(
     ...(body === undefined ? {} : { body }),
     ...(context ? { remainingMs: context.getRemainingTimeInMillis() } : {}),
   });
+  if ('raw' in response) {
+    return { statusCode: response.status, headers: { ...response.headers }, body: response.raw };
+  }
   return {
     statusCode: response.status,
     headers: { 'content-type': 'application/json' },

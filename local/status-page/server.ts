@@ -2,7 +2,14 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { PoolQueueStatus } from '../../shared/ops/queue-status.js';
 import { readPoolStatus } from '../../shared/ops/status-reader.js';
-import { handleStatusPageRequest, loadStatusPageAssets } from './handler.js';
+import {
+  handleStatusPageRequest,
+  loadStatusPageAssets,
+  NO_FAVICON,
+  STATUS_PAGE_ROOT,
+  type StatusPageResponse,
+  statusPageSubpath,
+} from '../../shared/status-page/page.js';
 
 export interface StatusPageServer {
   /** The page's URL, e.g. `http://127.0.0.1:PORT/status`. */
@@ -13,20 +20,39 @@ export interface StatusPageServer {
 export interface StatusPageOptions {
   /** Default: a free port. */
   readonly port?: number;
-  /** Loopback by default: the page has no authentication. */
+  /** Loopback by default: served this way the page asks for no key (the API's route does). */
   readonly host?: string;
   /** Default: `readPoolStatus()` against whatever process.env points at. */
   readonly readStatus?: () => Promise<PoolQueueStatus>;
 }
 
-/** Serves the status page on its own port (the local runtime's API belongs to the api function). */
+const NOT_FOUND: StatusPageResponse = {
+  status: 404,
+  headers: { 'content-type': 'text/plain; charset=utf-8' },
+  body: 'not found\n',
+};
+
+/**
+ * Serves the status page on its own loopback port for `npm start`, without a key: whoever can reach
+ * loopback can already read the local cloud. Deployed, the API function serves the same page at
+ * `/status` behind operator keys (`shared/api/status-routes.ts`).
+ */
 export async function startStatusPage(options: StatusPageOptions = {}): Promise<StatusPageServer> {
   const assets = loadStatusPageAssets();
   const readStatus = options.readStatus ?? (() => readPoolStatus());
   const host = options.host ?? '127.0.0.1';
+  const route = async (method: string, path: string): Promise<StatusPageResponse> => {
+    if (path === '/favicon.ico') return NO_FAVICON;
+    if (path === '/') {
+      return { status: 307, headers: { location: `.${STATUS_PAGE_ROOT}` }, body: '' };
+    }
+    const subpath = statusPageSubpath(path);
+    if (subpath === undefined) return NOT_FOUND;
+    return handleStatusPageRequest(method, subpath, { assets, readStatus });
+  };
   const server = createServer((request, response) => {
     const path = new URL(request.url ?? '/', 'http://status.local').pathname;
-    handleStatusPageRequest(request.method ?? 'GET', path, assets, readStatus).then(
+    route(request.method ?? 'GET', path).then(
       (answer) => {
         response.writeHead(answer.status, answer.headers);
         response.end(request.method === 'HEAD' ? undefined : answer.body);
@@ -45,7 +71,7 @@ export async function startStatusPage(options: StatusPageOptions = {}): Promise<
   });
   const { port } = server.address() as AddressInfo;
   return {
-    url: `http://${host}:${port}/status`,
+    url: `http://${host}:${port}${STATUS_PAGE_ROOT}`,
     stop: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

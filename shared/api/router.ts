@@ -3,10 +3,12 @@ import { TRANSIENT_AWS_ERROR_NAMES } from '../aws/transient-errors.js';
 import { config } from '../config.js';
 import { AuthError, isAwsError, TinkerError } from '../errors.js';
 import { logger } from '../logger.js';
-import { tenantForApiKey } from '../repositories/api-keys.js';
+import { keyKind, operatorForKey, tenantForApiKey } from '../repositories/api-keys.js';
+import { NO_FAVICON, statusPageSubpath } from '../status-page/page.js';
 import * as ops from './operations.js';
 import { parseJsonBody } from './request-checks.js';
 import { retrieveFuture } from './retrieve.js';
+import { handleStatusRoute } from './status-routes.js';
 
 /** An HTTP request as the edge sees it, independent of API Gateway's event shape. */
 export interface ApiRequest {
@@ -20,9 +22,17 @@ export interface ApiRequest {
   readonly remainingMs?: number;
 }
 
+/** A JSON answer: `body` is serialized by the transport. */
 export interface ApiResponse {
   readonly status: number;
   readonly body: unknown;
+}
+
+/** An answer sent as is, with its own headers (the status page: HTML, script, styles, its data). */
+export interface RawApiResponse {
+  readonly status: number;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly raw: string;
 }
 
 export interface ErrorBody {
@@ -99,15 +109,39 @@ export interface ApiDependencies {
   readonly now?: () => number;
 }
 
+/** The answer to a tenant route called with something other than a live tenant key. */
+async function refuseTenantRoute(apiKey: string, clients: AwsClients): Promise<ApiResponse> {
+  if (keyKind(apiKey) === 'operator' && (await operatorForKey(apiKey, clients.doc)) !== undefined) {
+    return answer(403, 'an operator key cannot call the Tinker API; use a tenant API key (tml-...)');
+  }
+  throw new AuthError('invalid or revoked API key');
+}
+
 export async function handleApiRequest(
   request: ApiRequest,
   deps: ApiDependencies = {},
-): Promise<ApiResponse> {
+): Promise<ApiResponse | RawApiResponse> {
   const method = request.method.toUpperCase();
   if (request.path === '/healthz' || request.path === '/api/v1/healthz') {
     return method === 'GET'
       ? { status: 200, body: { status: 'ok' } }
       : answer(405, `use GET on ${request.path}`);
+  }
+  if (request.path === '/favicon.ico') return { ...NO_FAVICON, raw: NO_FAVICON.body };
+  const statusSubpath = statusPageSubpath(request.path);
+  if (statusSubpath !== undefined) {
+    try {
+      const page = await handleStatusRoute({
+        method,
+        subpath: statusSubpath,
+        apiKey: header(request, 'x-api-key'),
+        clients: deps.clients ?? awsClients(),
+        ...(deps.now ? { now: deps.now } : {}),
+      });
+      return { status: page.status, headers: page.headers, raw: page.body };
+    } catch (error) {
+      return errorResponse(error);
+    }
   }
   const name = request.path.startsWith(API_PREFIX) ? request.path.slice(API_PREFIX.length) : undefined;
   // Own keys only: `/api/v1/constructor` or `/api/v1/__proto__` must not find Object.prototype's members.
@@ -125,7 +159,7 @@ export async function handleApiRequest(
     const apiKey = header(request, 'x-api-key');
     if (apiKey === undefined || apiKey === '') throw new AuthError('missing X-API-Key header');
     const tenant = await tenantForApiKey(apiKey, clients.doc);
-    if (tenant === undefined) throw new AuthError('invalid or revoked API key');
+    if (tenant === undefined) return await refuseTenantRoute(apiKey, clients);
     const contentType = header(request, 'content-type') ?? 'application/json';
     if (request.body && !/json|text\/plain/i.test(contentType)) {
       return answer(

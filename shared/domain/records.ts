@@ -120,6 +120,8 @@ export interface LoraConfig {
 /** `registry` table keys: one typed prefix per record kind. */
 export const registryKey = {
   apiKey: (keyHash: string) => `key#${keyHash}`,
+  /** Operator keys live apart from tenant keys: no lookup of one kind can ever find the other. */
+  operatorKey: (keyHash: string) => `opkey#${keyHash}`,
   tenant: (tenant: string) => `tenant#${tenant}`,
   session: (sessionId: string) => `session#${sessionId}`,
   samplingSession: (samplingSessionId: string) => `ss#${samplingSessionId}`,
@@ -190,6 +192,15 @@ export interface SeqCounterRecord {
 export interface ApiKeyRecord {
   readonly pk: string;
   readonly tenant: string;
+  readonly created_at: number;
+  readonly revoked_at?: number;
+}
+
+/** `registry` item `opkey#<sha256 of the key>`: an operator's key (cross-tenant, read-only views). */
+export interface OperatorKeyRecord {
+  readonly pk: string;
+  /** Who holds it, e.g. `alice@example.com`: named in logs, never the key itself. */
+  readonly operator: string;
   readonly created_at: number;
   readonly revoked_at?: number;
 }

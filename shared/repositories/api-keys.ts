@@ -2,28 +2,65 @@ import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { type AwsClients, awsClients } from '../aws/clients.js';
 import { config } from '../config.js';
-import { type ApiKeyRecord, registryKey } from '../domain/records.js';
+import { type ApiKeyRecord, type OperatorKeyRecord, registryKey } from '../domain/records.js';
 import { isAwsError, ValidationError } from '../errors.js';
 import { sha256Hex } from '../ids.js';
 import { readRegistryItem } from './registry.js';
 
 /**
- * API keys: `tml-` plus 43 characters of base64url (256 random bits). Only the sha256 of a key is
- * stored (`registryKey.apiKey(hash)`), bound to its tenant; a revoked key keeps its record with
- * `revoked_at` so it can never authenticate again.
+ * API keys, of two kinds told apart by their prefix, each followed by 43 characters of base64url
+ * (256 random bits):
+ * - tenant keys `tml-...` call the Tinker API as their tenant (`registryKey.apiKey(hash)`);
+ * - operator keys `tso-...` read the cross-tenant operator views, such as the status page's data
+ *   (`registryKey.operatorKey(hash)`), and nothing else.
+ * Only the sha256 of a key is stored; a revoked key keeps its record with `revoked_at` so it can never
+ * authenticate again.
  */
 export const API_KEY_PATTERN = /^tml-[A-Za-z0-9_-]{20,200}$/;
+export const OPERATOR_KEY_PATTERN = /^tso-[A-Za-z0-9_-]{20,200}$/;
 export const TENANT_PATTERN = /^[A-Za-z0-9_.-]{1,64}$/;
+/** Operators are named like tenants, or by an email address. */
+export const OPERATOR_PATTERN = /^[A-Za-z0-9_.@+-]{1,64}$/;
+
+export type KeyKind = 'tenant' | 'operator';
+
+const KEY_PREFIX: Readonly<Record<KeyKind, string>> = { tenant: 'tml-', operator: 'tso-' };
+
+function generateKey(kind: KeyKind): string {
+  return `${KEY_PREFIX[kind]}${randomBytes(32).toString('base64url')}`;
+}
 
 export function generateApiKey(): string {
-  return `tml-${randomBytes(32).toString('base64url')}`;
+  return generateKey('tenant');
 }
 
 export function apiKeyHash(key: string): string {
   return sha256Hex(key);
 }
 
+/** What a key claims to be by its shape alone (no lookup); undefined for a malformed key. */
+export function keyKind(key: string): KeyKind | undefined {
+  if (API_KEY_PATTERN.test(key)) return 'tenant';
+  if (OPERATOR_KEY_PATTERN.test(key)) return 'operator';
+  return undefined;
+}
+
+function registryKeyOf(kind: KeyKind, key: string): string {
+  const hash = apiKeyHash(key);
+  return kind === 'tenant' ? registryKey.apiKey(hash) : registryKey.operatorKey(hash);
+}
+
 type DocClients = Pick<AwsClients, 'doc'>;
+
+async function putNewKey(record: { readonly pk: string }, clients: DocClients): Promise<void> {
+  await clients.doc.send(
+    new PutCommand({
+      TableName: config().table('registry'),
+      Item: record,
+      ConditionExpression: 'attribute_not_exists(pk)',
+    }),
+  );
+}
 
 /** Creates a key for `tenant` and returns it; the key itself is not stored anywhere. */
 export async function createApiKey(tenant: string, clients: DocClients = awsClients()): Promise<string> {
@@ -32,25 +69,40 @@ export async function createApiKey(tenant: string, clients: DocClients = awsClie
       context: { field: 'tenant' },
     });
   }
-  const key = generateApiKey();
-  const record: ApiKeyRecord = { pk: registryKey.apiKey(apiKeyHash(key)), tenant, created_at: Date.now() };
-  await clients.doc.send(
-    new PutCommand({
-      TableName: config().table('registry'),
-      Item: record,
-      ConditionExpression: 'attribute_not_exists(pk)',
-    }),
-  );
+  const key = generateKey('tenant');
+  const record: ApiKeyRecord = { pk: registryKeyOf('tenant', key), tenant, created_at: Date.now() };
+  await putNewKey(record, clients);
   return key;
 }
 
-/** Revokes a key; false when no such key exists. Revoking twice keeps the first revocation time. */
+/** Creates an operator key held by `operator` and returns it; only its hash is stored. */
+export async function createOperatorKey(
+  operator: string,
+  clients: DocClients = awsClients(),
+): Promise<string> {
+  if (!OPERATOR_PATTERN.test(operator)) {
+    throw new ValidationError(`operator must be 1-64 letters, digits, _ . @ + -; got "${operator}"`, {
+      context: { field: 'operator' },
+    });
+  }
+  const key = generateKey('operator');
+  const record: OperatorKeyRecord = { pk: registryKeyOf('operator', key), operator, created_at: Date.now() };
+  await putNewKey(record, clients);
+  return key;
+}
+
+/**
+ * Revokes a key of either kind; false when no such key exists. Revoking twice keeps the first
+ * revocation time.
+ */
 export async function revokeApiKey(key: string, clients: DocClients = awsClients()): Promise<boolean> {
+  const kind = keyKind(key);
+  if (kind === undefined) return false;
   try {
     await clients.doc.send(
       new UpdateCommand({
         TableName: config().table('registry'),
-        Key: { pk: registryKey.apiKey(apiKeyHash(key)) },
+        Key: { pk: registryKeyOf(kind, key) },
         UpdateExpression: 'SET revoked_at = if_not_exists(revoked_at, :now)',
         ConditionExpression: 'attribute_exists(pk)',
         ExpressionAttributeValues: { ':now': Date.now() },
@@ -63,18 +115,35 @@ export async function revokeApiKey(key: string, clients: DocClients = awsClients
   }
 }
 
-/** The tenant a key belongs to; undefined for a malformed, unknown or revoked key. */
-export async function tenantForApiKey(
+/** The live (unrevoked) record of a key of `kind`; undefined for a malformed, unknown or revoked key. */
+async function liveKeyRecord<T extends { readonly pk: string; readonly revoked_at?: number }>(
+  kind: KeyKind,
   key: string,
-  doc: DynamoDBDocumentClient = awsClients().doc,
-): Promise<string | undefined> {
-  if (!API_KEY_PATTERN.test(key)) return undefined;
-  const pk = registryKey.apiKey(apiKeyHash(key));
-  const record = await readRegistryItem<ApiKeyRecord>(pk, doc);
+  doc: DynamoDBDocumentClient,
+): Promise<T | undefined> {
+  if (keyKind(key) !== kind) return undefined;
+  const pk = registryKeyOf(kind, key);
+  const record = await readRegistryItem<T>(pk, doc);
   if (record === undefined || record.revoked_at !== undefined) return undefined;
   // The lookup is by hash already; compare the stored key in constant time as well.
   const stored = Buffer.from(record.pk);
   const expected = Buffer.from(pk);
   if (stored.length !== expected.length || !timingSafeEqual(stored, expected)) return undefined;
-  return record.tenant;
+  return record;
+}
+
+/** The tenant a key belongs to; undefined for a malformed, unknown or revoked key (or an operator key). */
+export async function tenantForApiKey(
+  key: string,
+  doc: DynamoDBDocumentClient = awsClients().doc,
+): Promise<string | undefined> {
+  return (await liveKeyRecord<ApiKeyRecord>('tenant', key, doc))?.tenant;
+}
+
+/** The operator holding a key; undefined for a malformed, unknown or revoked key (or a tenant key). */
+export async function operatorForKey(
+  key: string,
+  doc: DynamoDBDocumentClient = awsClients().doc,
+): Promise<string | undefined> {
+  return (await liveKeyRecord<OperatorKeyRecord>('operator', key, doc))?.operator;
 }

@@ -67,6 +67,35 @@ describe('full synth', () => {
     }
   }, 120_000);
 
+  it('ships the status page beside the api bundle, which serves it and guards its data', () => {
+    const dir = assetDir('api');
+    for (const name of ['status.html', 'status.js', 'status.css']) {
+      expect(existsSync(path.join(dir, 'assets', name)), name).toBe(true);
+    }
+    // The bundled handler, as API Gateway calls it: the page and its script answer without a key or
+    // any AWS call, and the data refuses a request without a key before reading anything.
+    const url = pathToFileURL(path.join(dir, 'index.mjs')).href;
+    const script = `
+      const { handler } = await import(${JSON.stringify(url)});
+      const call = (rawPath) => handler({ rawPath, headers: {}, requestContext: { http: { method: 'GET' } } });
+      const answers = await Promise.all(['/status', '/status/app.js', '/status/data'].map(call));
+      process.stdout.write(JSON.stringify(answers.map((a) => [a.statusCode, a.headers['content-type'], a.body.slice(0, 80)])));`;
+    const output = execFileSync(process.execPath, ['--input-type=module', '-e', script], {
+      env: {
+        ...process.env,
+        ...topology.settings,
+        REGISTRY_TABLE: 'r',
+        AWS_REGION: 'us-east-1',
+        POWERTOOLS_LOG_LEVEL: 'ERROR',
+      },
+      encoding: 'utf8',
+    });
+    const [page, js, data] = JSON.parse(output) as [number, string, string][];
+    expect(page).toEqual([200, 'text/html; charset=utf-8', expect.stringContaining('<!doctype html>')]);
+    expect(js).toEqual([200, 'text/javascript; charset=utf-8', expect.any(String)]);
+    expect(data).toEqual([401, 'application/json', expect.stringContaining('missing X-API-Key header')]);
+  }, 60_000);
+
   it('passes the CDK built-in CloudFormation validation with no error', () => {
     const reportFile = path.join(synthesized.outdir, 'validation-report.json');
     expect(existsSync(reportFile), 'validation ran').toBe(true);

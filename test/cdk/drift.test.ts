@@ -1,7 +1,7 @@
 import type { CreateTableCommandInput } from '@aws-sdk/client-dynamodb';
 import type { Template } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
-import { createTableInputs } from '../../local/resources.js';
+import { createTableInputs, resourceNames } from '../../local/resources.js';
 import { physicalName, TABLE_IDS, type Topology, topology } from '../../shared/topology.js';
 import { editableTopology } from './support/editable-topology.js';
 import { functionLogicalId, logicalIdWhere, properties, synth, TEST_PREFIX } from './support/synth.js';
@@ -70,6 +70,16 @@ function expectSameTables(declared: Topology, template: Template): void {
 describe('one declaration, two clouds', () => {
   it('builds the same tables on AWS as the local cloud does', () => {
     expectSameTables(topology, synth().template);
+  });
+
+  it('builds the same queues on AWS as the local cloud does, the stream DLQ among them', () => {
+    const template = synth().template;
+    const deployed = Object.values(template.findResources('AWS::SQS::Queue')).map(
+      (queue) => (queue.Properties as { QueueName: string }).QueueName,
+    );
+    const local = Object.values(resourceNames(topology, TEST_PREFIX).queues);
+    expect(deployed.sort()).toEqual([...local].sort());
+    expect(local).toContain(physicalName(TEST_PREFIX, 'stream-dlq'));
   });
 
   it('follows a renamed table in the stack and in the local cloud alike', () => {

@@ -61,8 +61,10 @@ describe('functions', () => {
     },
   );
 
-  it('keeps the work queue URL from the api and the prefixes table from the scheduler', () => {
-    expect(environment('api')).not.toHaveProperty('WORK_QUEUE_URL');
+  it('keeps the prefixes table from the scheduler and the api, which learns the work queue for its depth only', () => {
+    // The status page shows the queue's depth (grant `depth`: GetQueueAttributes, see iam.test.ts).
+    expect(environment('api')).toHaveProperty('WORK_QUEUE_URL');
+    expect(environment('api')).not.toHaveProperty('PREFIXES_TABLE');
     expect(environment('scheduler')).toHaveProperty('WORK_QUEUE_URL');
     expect(environment('scheduler')).not.toHaveProperty('PREFIXES_TABLE');
     expect(environment('worker')).toHaveProperty('PREFIXES_TABLE');

@@ -28,6 +28,9 @@ const SQS_CONSUME = [
   'sqs:GetQueueAttributes',
   'sqs:GetQueueUrl',
 ];
+const SQS_DEPTH = ['sqs:GetQueueAttributes'];
+/** What an event source mapping needs to write failure records to its on-failure queue. */
+const SQS_ON_FAILURE = ['sqs:SendMessage', 'sqs:GetQueueAttributes', 'sqs:GetQueueUrl'];
 const STREAM_READ = ['dynamodb:DescribeStream', 'dynamodb:GetRecords', 'dynamodb:GetShardIterator'];
 
 /** Readable names for the logical ids the policies refer to: `table:futures`, `bucket`, `queue:work`. */
@@ -117,7 +120,8 @@ function expectedPermissions(functionId: FunctionId): Set<string> {
   }
   for (const [queueId, actions] of Object.entries(grants.queues)) {
     for (const action of actions ?? []) {
-      for (const iamAction of action === 'send' ? ['sqs:SendMessage'] : SQS_CONSUME) {
+      const iamActions = { send: ['sqs:SendMessage'], consume: SQS_CONSUME, depth: SQS_DEPTH }[action];
+      for (const iamAction of iamActions) {
         expected.add(`${iamAction} queue:${queueId}.Arn`);
       }
     }
@@ -126,6 +130,7 @@ function expectedPermissions(functionId: FunctionId): Set<string> {
     if (trigger.kind === 'stream') {
       expected.add('dynamodb:ListStreams *');
       for (const action of STREAM_READ) expected.add(`${action} table:${trigger.table}.StreamArn`);
+      for (const action of SQS_ON_FAILURE) expected.add(`${action} queue:${trigger.onFailure}.Arn`);
     }
     if (trigger.kind === 'queue') {
       for (const action of SQS_CONSUME) expected.add(`${action} queue:${trigger.queue}.Arn`);
@@ -143,11 +148,25 @@ describe('IAM', () => {
     expect(sorted(permissions(functionId))).toEqual(sorted(expectedPermissions(functionId)));
   });
 
-  it('lets the API neither send work nor read the live index', () => {
+  it('lets the API read what the status page shows and no more: the live index and the queue depth', () => {
     const api = sorted(permissions('api'));
-    expect(api.filter((p) => p.startsWith('sqs:'))).toEqual([]);
-    expect(api.filter((p) => p.includes('/index/'))).toEqual([]);
+    // Never sends, receives or deletes work: only the message counts of the work queue.
+    expect(api.filter((p) => p.startsWith('sqs:'))).toEqual(['sqs:GetQueueAttributes queue:work.Arn']);
+    // A Query on the live index, not a Scan, and on no other index or table.
+    expect(api.filter((p) => p.includes('/index/'))).toEqual(['dynamodb:Query table:futures.Arn/index/live']);
+    expect(api.filter((p) => p.startsWith('dynamodb:Scan'))).toEqual([]);
+    expect(api.filter((p) => p.includes('table:prefixes'))).toEqual([]);
     expect(api).toContain('dynamodb:ConditionCheckItem table:futures.Arn');
+  });
+
+  it('lets the scheduler write failure records to the stream DLQ, and nothing else to any queue but work', () => {
+    const sqs = sorted(permissions('scheduler')).filter((p) => p.startsWith('sqs:'));
+    expect(sqs).toEqual(
+      sorted([
+        'sqs:SendMessage queue:work.Arn',
+        ...SQS_ON_FAILURE.map((action) => `${action} queue:streamDlq.Arn`),
+      ]),
+    );
   });
 
   it('lets the scheduler read futures but never write or delete them', () => {

@@ -83,6 +83,8 @@ describe('AwsSolutions checks', () => {
     );
     expect(byId.get('AwsSolutions-IAM5[Resource::*]')).toEqual([stack.functions.scheduler!.role!.node.path]);
     expect(byId.get('AwsSolutions-APIG4')).toEqual([stack.http!.node.path]);
+    // Only the stream failure queue goes without a DLQ of its own; the work queue has one.
+    expect(byId.get('AwsSolutions-SQS3')).toEqual([stack.queues.byId.streamDlq.node.path]);
   });
 
   it('run when the app synthesizes, and stop it on an unacknowledged finding', () => {

@@ -101,7 +101,7 @@ describe('alarms', () => {
     const alarms = Object.values(
       template.findResources('AWS::CloudWatch::Alarm') as Record<string, Resource>,
     );
-    expect(alarms).toHaveLength(5);
+    expect(alarms).toHaveLength(6);
     for (const { Properties } of alarms) expect(Properties.AlarmActions).toEqual([{ Ref: topicId }]);
     expect(properties(template, topicId).TopicName).toBe(physicalName(TEST_PREFIX, 'alarms'));
     expect(output(template, 'AlarmTopicArn')).toBe(`<Ref ${topicId}>`);
@@ -119,6 +119,23 @@ describe('alarms', () => {
       EvaluationPeriods: 1,
       TreatMissingData: 'notBreaching',
     });
+  });
+
+  it('fires as soon as the stream dead-letter queue holds a failure record, beside the work DLQ alarm', () => {
+    expect(alarm(template, 'stream-dlq-not-empty')).toMatchObject({
+      Namespace: 'AWS/SQS',
+      MetricName: 'ApproximateNumberOfMessagesVisible',
+      Dimensions: [
+        { Name: 'QueueName', Value: { 'Fn::GetAtt': [queueId(template, 'streamDlq'), 'QueueName'] } },
+      ],
+      Statistic: 'Maximum',
+      Threshold: 0,
+      ComparisonOperator: 'GreaterThanThreshold',
+      EvaluationPeriods: 1,
+      TreatMissingData: 'notBreaching',
+    });
+    // The same alarm without the reference worker: the scheduler's streams are there either way.
+    expect(alarm(external.template, 'stream-dlq-not-empty').Threshold).toBe(0);
   });
 
   it('fires when leases expire in 2 of 3 five-minute windows, on the metric the sweeper emits', () => {
@@ -303,6 +320,7 @@ describe('limits that keep the system operable', () => {
         'DataBucketName',
         'WorkQueueUrl',
         'WorkDlqQueueUrl',
+        'StreamDlqQueueUrl',
         'AlarmTopicArn',
         'DashboardUrl',
         WORKER_OUTPUTS.env,

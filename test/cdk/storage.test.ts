@@ -81,6 +81,15 @@ describe('queues', () => {
     expect(properties(template, queueLogicalId('workDlq')).RedrivePolicy).toBeUndefined();
   });
 
+  it('keeps stream failure records two weeks, encrypted, in a queue of their own', () => {
+    expect(properties(template, queueLogicalId('streamDlq'))).toMatchObject({
+      QueueName: physicalName(TEST_PREFIX, 'stream-dlq'),
+      MessageRetentionPeriod: 14 * 24 * 3600,
+      SqsManagedSseEnabled: true,
+    });
+    expect(properties(template, queueLogicalId('streamDlq')).RedrivePolicy).toBeUndefined();
+  });
+
   it('denies every request made without TLS, on each queue', () => {
     for (const queueId of QUEUE_IDS) {
       template.hasResourceProperties('AWS::SQS::QueuePolicy', {
@@ -116,6 +125,7 @@ describe('outputs', () => {
         'DataBucketName',
         'WorkQueueUrl',
         'WorkDlqQueueUrl',
+        'StreamDlqQueueUrl',
         // Operating outputs (test/cdk/operate.test.ts checks what they hold).
         'AlarmTopicArn',
         'DashboardUrl',

@@ -1,6 +1,6 @@
 import { Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
-import { physicalName, type TableId, topology } from '../../shared/topology.js';
+import { physicalName, type QueueId, type TableId, topology } from '../../shared/topology.js';
 import { editableTopology } from './support/editable-topology.js';
 import { functionLogicalId, logicalIdWhere, properties, synth, TEST_PREFIX } from './support/synth.js';
 
@@ -13,6 +13,15 @@ function mappingsOf(functionId: 'scheduler' | 'worker'): Mapping[] {
   return Object.values(template.findResources('AWS::Lambda::EventSourceMapping'))
     .map((resource) => resource.Properties as Mapping)
     .filter((props) => JSON.stringify(props.FunctionName) === JSON.stringify(functionRef));
+}
+
+function queueLogicalId(queueId: QueueId): string {
+  return logicalIdWhere(
+    template,
+    'AWS::SQS::Queue',
+    'QueueName',
+    physicalName(TEST_PREFIX, topology.queues[queueId].name),
+  );
 }
 
 function tableLogicalId(tableId: TableId): string {
@@ -36,11 +45,27 @@ describe('triggers', () => {
         MaximumRetryAttempts: trigger.retryAttempts,
         BisectBatchOnFunctionError: trigger.bisectBatchOnError,
         FunctionResponseTypes: ['ReportBatchItemFailures'],
+        DestinationConfig: {
+          OnFailure: { Destination: { 'Fn::GetAtt': [queueLogicalId(trigger.onFailure), 'Arn'] } },
+        },
       });
       // The deployed filters are the very patterns the local runtime evaluates.
       const filters = (mapping!.FilterCriteria as { Filters: { Pattern: string }[] }).Filters;
       expect(filters.map((f) => JSON.parse(f.Pattern))).toEqual(trigger.filters);
     }
+  });
+
+  it('bisects a failing stream batch and reports what it gives up on to the stream DLQ, never silently', () => {
+    const streamMappings = mappingsOf('scheduler');
+    expect(streamMappings).toHaveLength(2);
+    for (const mapping of streamMappings) {
+      expect(mapping.BisectBatchOnFunctionError).toBe(true);
+      expect(mapping.MaximumRetryAttempts).toBeGreaterThan(0);
+      expect(mapping.DestinationConfig).toEqual({
+        OnFailure: { Destination: { 'Fn::GetAtt': [queueLogicalId('streamDlq'), 'Arn'] } },
+      });
+    }
+    expect(topology.queues.streamDlq).toMatchObject({ name: 'stream-dlq', retentionSeconds: 14 * 24 * 3600 });
   });
 
   it('filters the models stream to commits and re-plans: inflight removed by a MODIFY', () => {
@@ -86,6 +111,42 @@ describe('triggers', () => {
       IntegrationUri: { 'Fn::GetAtt': [functionLogicalId(stack, 'api'), 'Arn'] },
     });
     template.hasOutput('ApiUrl', { Value: { 'Fn::GetAtt': [Match.anyValue(), 'ApiEndpoint'] } });
+  });
+
+  it('declares the status page routes on the api function, the data route throttled on its own', () => {
+    const routes = Object.entries(template.findResources('AWS::ApiGatewayV2::Route')).map(
+      ([id, resource]) => ({
+        id,
+        key: (resource.Properties as { RouteKey: string }).RouteKey,
+        target: JSON.stringify((resource.Properties as { Target: unknown }).Target),
+      }),
+    );
+    expect(routes.map((route) => route.key).sort()).toEqual(
+      ['$default', 'GET /status', 'GET /status/data', 'GET /status/{asset}'].sort(),
+    );
+    // One integration, the api function's, behind every route.
+    template.resourceCountIs('AWS::ApiGatewayV2::Integration', 1);
+    expect(new Set(routes.map((route) => route.target)).size).toBe(1);
+
+    const [stageId, ...otherStages] = Object.keys(template.findResources('AWS::ApiGatewayV2::Stage'));
+    expect(otherStages).toEqual([]);
+    expect(properties(template, stageId!).RouteSettings).toEqual({
+      'GET /status/data': { ThrottlingRateLimit: 5, ThrottlingBurstLimit: 10 },
+    });
+    // The stage refers to the route key, so CloudFormation must create the route first.
+    const dataRoute = routes.find((route) => route.key === 'GET /status/data')!;
+    const stage = template.toJSON().Resources[stageId!] as { DependsOn?: string[] };
+    expect(stage.DependsOn).toContain(dataRoute.id);
+  });
+
+  it('refuses a declared route outside its base path, which the local runtime would not route', () => {
+    const outside = editableTopology();
+    const http = outside.functions.api.triggers[0]!;
+    if (http.kind !== 'http') throw new Error('the api trigger is http');
+    http.basePath = '/api';
+    expect(() => synth({ topology: outside })).toThrow(
+      /GET \/status of api is not under its base path \/api/,
+    );
   });
 
   it('ticks the sweeper every minute', () => {

@@ -47,6 +47,16 @@ describe('the keys command', () => {
     expect((await keysCli('revoke', 'tml-notakeynotakeynotakeynotakey')).code).toBe(1);
   }, 60_000);
 
+  it('creates a tso- operator key, which the Tinker API refuses, and revokes it', async () => {
+    const created = await keysCli('create', '--operator', 'ops@example.com');
+    expect(created.code).toBe(0);
+    const key = created.stdout.trim();
+    expect(key).toMatch(/^tso-[A-Za-z0-9_-]{43}$/);
+    expect((await api.client(key).raw('POST', '/api/v1/create_session', {})).status).toBe(403);
+    expect(await keysCli('revoke', key)).toEqual({ stdout: 'revoked\n', code: 0 });
+    expect((await api.client(key).raw('POST', '/api/v1/create_session', {})).status).toBe(401);
+  }, 60_000);
+
   it('refuses a bad tenant name and a missing one', async () => {
     expect((await keysCli('create', '--tenant', 'bad name')).code).toBe(1);
     expect((await keysCli('create')).code).toBe(2);

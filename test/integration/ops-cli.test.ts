@@ -8,7 +8,7 @@ import { runCli } from '../../local/cli.js';
 import { readCutRequest, readDrain } from '../../shared/ops/control-store.js';
 import { cutRequestedSince } from '../../shared/ops/controls.js';
 import type { PoolQueueStatus } from '../../shared/ops/queue-status.js';
-import { tenantForApiKey } from '../../shared/repositories/api-keys.js';
+import { operatorForKey, tenantForApiKey } from '../../shared/repositories/api-keys.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { putModel, putPending } from './ops-fixtures.js';
 
@@ -173,11 +173,35 @@ describe('keys', () => {
     });
   });
 
+  it('creates an operator key, which is no tenant key, and revokes it', async () => {
+    const created = await cli('keys', 'create', '--operator', 'alice@example.com', '--json');
+    expect(created.code).toBe(0);
+    const { operator, key } = JSON.parse(created.stdout) as { operator: string; key: string };
+    expect(operator).toBe('alice@example.com');
+    expect(key).toMatch(/^tso-[A-Za-z0-9_-]{43}$/);
+    expect(await operatorForKey(key, cloud.clients.doc)).toBe('alice@example.com');
+    expect(await tenantForApiKey(key, cloud.clients.doc)).toBeUndefined();
+
+    expect(await cli('keys', 'revoke', key)).toMatchObject({ code: 0, stdout: 'revoked\n' });
+    expect(await operatorForKey(key, cloud.clients.doc)).toBeUndefined();
+    expect((await cli('keys', 'create', '--operator', 'no spaces')).code).toBe(1);
+  });
+
   it('answers a malformed invocation with usage and exit code 2', async () => {
     const answer = await cli('keys', 'create');
     expect(answer.code).toBe(2);
     expect(answer.stderr).toMatch(/keys create --tenant NAME/);
+    expect(answer.stderr).toMatch(/keys create --operator NAME/);
+    // One owner per key: a tenant's or an operator's, never both.
+    expect((await cli('keys', 'create', '--tenant', 't', '--operator', 'o')).code).toBe(2);
     expect((await cli('keys', 'create', '--tenant', 'bad tenant!')).code).toBe(1);
+  });
+
+  it('documents the operator key in its help', async () => {
+    let help = '';
+    expect(await runCli(['--help'], { stdout: (text) => (help += text), stderr: () => {}, env: {} })).toBe(0);
+    expect(help).toContain('keys create --operator NAME');
+    expect(help).toContain('<API URL>/status');
   });
 });
 

@@ -57,7 +57,7 @@ describe('createTableInputs', () => {
 describe('envFor', () => {
   it('names every resource through the topology variables, with settings and endpoints', () => {
     const names = resourceNames(topology, 'px');
-    const queueUrls = { work: 'http://q/work', workDlq: 'http://q/dlq' };
+    const queueUrls = { work: 'http://q/work', workDlq: 'http://q/dlq', streamDlq: 'http://q/stream-dlq' };
     const env = envFor(
       topology,
       { ...names, queueUrls },

@@ -1,5 +1,5 @@
-import { formatDuration, plural, statusRow } from '../../shared/ops/format.js';
-import type { PoolQueueStatus } from '../../shared/ops/queue-status.js';
+import { formatDuration, plural, statusRow } from '../ops/format.js';
+import type { PoolQueueStatus } from '../ops/queue-status.js';
 
 /**
  * What the page shows, formatted on the server with the CLI's own formatters so the two never
