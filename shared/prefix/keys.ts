@@ -12,13 +12,14 @@ export function rowItemKey(callId: string, attempt: string, cut: number, chunk: 
 }
 
 /**
- * The group's commit record. Derived from the attempt and the exact row keys the group was formed
- * with, so the writer's commit and any abort of that group name the same record, and no two groups
- * (of any attempt) share one.
+ * The group's commit record. Derived from the attempt and the keys of the group's members (each
+ * call's first row key: one per call, attempt and cut, known before the row is encoded, so a group's
+ * rows can be written while later ones are still being encoded). The writer's commit and any abort
+ * of that group name the same record, and no two groups (of any attempt) share one.
  */
-export function groupKey(attempt: string, rowKeys: readonly string[]): string {
+export function groupKey(attempt: string, memberKeys: readonly string[]): string {
   const digest = createHash('sha256')
-    .update(JSON.stringify([...rowKeys].sort()))
+    .update(JSON.stringify([...memberKeys].sort()))
     .digest('hex')
     .slice(0, 32);
   return `group#${part(attempt)}#${digest}`;

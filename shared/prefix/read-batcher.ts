@@ -1,5 +1,4 @@
 import { BatchGetCommand } from '@aws-sdk/lib-dynamodb';
-import DataLoader from 'dataloader';
 import { isAwsError } from '../errors.js';
 import { type BackoffPolicy, backoffDelay, type Clock, RETRYABLE_ERROR_NAMES } from './backoff.js';
 import { Limiter } from './limiter.js';
@@ -7,98 +6,133 @@ import type { PrefixTable } from './table.js';
 
 /**
  * Shared, strongly consistent reads of the `prefixes` table (P4). Keys asked for within a short
- * window are merged (dataloader), deduplicated, and read in BatchGetItem calls of at most 100 keys.
- * Answers come unordered and are matched by key; UnprocessedKeys are retried with backoff; a call
- * that fails as a whole is bisected until the failing key stands alone, so only that key's askers see
- * an error. Nothing is cached across reads: every restore sees the table as of its own read.
+ * window are merged into one batch, deduplicated, and read in BatchGetItem calls of at most 100 keys
+ * (keys marked `early` go in the first calls, in arrival order, then the others). Each key is answered
+ * as soon as the call that holds it returns, not when the whole batch is in. Answers come unordered
+ * and are matched by key; UnprocessedKeys are retried with backoff; a call that fails as a whole is
+ * bisected until the failing key stands alone, so only that key's askers see an error. Nothing is
+ * cached across batches: every restore sees the table as of its own read.
  */
 
 export type StoredItem = Readonly<Record<string, unknown>>;
+
+/** What one key's read gives: the item, null when absent, or the Error its read ended with. */
+export type ReadResult = StoredItem | null | Error;
 
 /** BatchGetItem takes at most 100 keys a call. */
 export const BATCH_GET_MAX_KEYS = 100;
 
 export interface ReadBatcherOptions {
   readonly windowMs: number;
-  /** Keys (with repeats) one dispatch may hold; split into BatchGetItem calls of <= 100 distinct keys. */
+  /** Distinct keys one batch may hold; a batch that reaches it is read at once. */
   readonly maxBatchSize: number;
-  /** BatchGetItem calls in flight at once. */
+  /** BatchGetItem calls in flight at once, across batches. */
   readonly readConcurrency: number;
   readonly backoff: BackoffPolicy;
   readonly clock: Clock;
 }
 
-/** Runs dataloader's scheduled batches after the window, or at once when a caller flushes. */
-class WindowScheduler {
-  private pending: (() => void)[] = [];
-  private timer: ReturnType<typeof setTimeout> | undefined;
-
-  constructor(private readonly windowMs: number) {}
-
-  readonly schedule = (dispatch: () => void): void => {
-    this.pending.push(dispatch);
-    this.timer ??= setTimeout(this.flush, this.windowMs);
-  };
-
-  readonly flush = (): void => {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    for (const dispatch of this.pending.splice(0)) dispatch();
-  };
+export interface LoadOptions {
+  /** Read these keys in the batch's first calls (records that many of its other keys depend on). */
+  readonly early?: boolean;
 }
 
 export class ReadBatchError extends Error {
   override readonly name = 'ReadBatchError';
 }
 
+type Deliver = (key: string, value: ReadResult) => void;
+
+/** Keys gathered within one window, each with the resolvers of everyone who asked for it. */
+class Batch {
+  readonly waiters = new Map<string, ((value: ReadResult) => void)[]>();
+  readonly early = new Set<string>();
+
+  add(key: string, options: LoadOptions): Promise<ReadResult> {
+    return new Promise((resolve) => {
+      const list = this.waiters.get(key);
+      if (list === undefined) this.waiters.set(key, [resolve]);
+      else list.push(resolve);
+      if (options.early === true) this.early.add(key);
+    });
+  }
+
+  /** Distinct keys, the early ones first, each group in arrival order. */
+  keys(): string[] {
+    const rest = [...this.waiters.keys()].filter((key) => !this.early.has(key));
+    return [...this.early, ...rest];
+  }
+
+  readonly deliver: Deliver = (key, value) => {
+    const list = this.waiters.get(key);
+    if (list === undefined) return;
+    this.waiters.delete(key);
+    for (const resolve of list) resolve(value);
+  };
+}
+
 export class ReadBatcher {
-  private readonly loader: DataLoader<string, StoredItem | null>;
-  private readonly scheduler: WindowScheduler;
   private readonly limiter: Limiter;
+  private current: Batch | undefined;
+  private timer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(
     private readonly table: PrefixTable,
     private readonly options: ReadBatcherOptions,
   ) {
-    this.scheduler = new WindowScheduler(options.windowMs);
+    if (options.maxBatchSize < 1) throw new RangeError('maxBatchSize must be at least 1');
     this.limiter = new Limiter(options.readConcurrency);
-    this.loader = new DataLoader((keys) => this.readAll(keys), {
-      cache: false,
-      maxBatchSize: options.maxBatchSize,
-      batchScheduleFn: this.scheduler.schedule,
+  }
+
+  /** One promise per key (never rejects): joins the batch forming within the window. */
+  load(keys: readonly string[], options: LoadOptions = {}): Promise<ReadResult>[] {
+    return keys.map((key) => {
+      const batch = this.batch();
+      const answer = batch.add(key, options);
+      if (batch.waiters.size >= this.options.maxBatchSize) this.flush();
+      return answer;
     });
   }
 
-  /** The item, null when absent, or an Error for a key whose read failed (never rejects). */
-  loadMany(keys: readonly string[]): Promise<(StoredItem | null | Error)[]> {
-    return this.loader.loadMany(keys);
-  }
-
-  /** Dispatches what is waiting now instead of at the end of the window. */
+  /** Reads what is waiting now instead of at the end of the window. */
   flush(): void {
-    this.scheduler.flush();
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    const batch = this.current;
+    this.current = undefined;
+    if (batch !== undefined) this.dispatch(batch);
   }
 
-  private async readAll(keys: readonly string[]): Promise<(StoredItem | null | Error)[]> {
-    const distinct = [...new Set(keys)];
-    const chunks: string[][] = [];
-    for (let start = 0; start < distinct.length; start += BATCH_GET_MAX_KEYS) {
-      chunks.push(distinct.slice(start, start + BATCH_GET_MAX_KEYS));
+  private batch(): Batch {
+    if (this.current === undefined) {
+      this.current = new Batch();
+      this.timer = setTimeout(() => this.flush(), this.options.windowMs);
     }
-    const found = new Map<string, StoredItem | Error>();
-    await Promise.all(
-      chunks.map((chunk) =>
-        this.limiter.run(async () => {
-          for (const [key, value] of await this.readChunk(chunk)) found.set(key, value);
-        }),
-      ),
-    );
-    return keys.map((key) => found.get(key) ?? null);
+    return this.current;
   }
 
-  private async readChunk(keys: readonly string[]): Promise<Map<string, StoredItem | Error>> {
+  private dispatch(batch: Batch): void {
+    const keys = batch.keys();
+    // The fewest calls, the odd-sized one first: it holds the early keys and, being the smallest,
+    // tends to come back first, so requests can be answered as each later call returns.
+    const first = keys.length % BATCH_GET_MAX_KEYS || BATCH_GET_MAX_KEYS;
+    for (let start = 0; start < keys.length; ) {
+      const end = start === 0 ? first : start + BATCH_GET_MAX_KEYS;
+      const chunk = keys.slice(start, end);
+      start = end;
+      void this.limiter
+        .run(() => this.readChunk(chunk, batch.deliver))
+        .catch((error: unknown) => {
+          // Not expected (readChunk answers every key); still, nobody is left waiting.
+          const failure = new ReadBatchError(`read failed: ${String(error)}`, { cause: error });
+          for (const key of chunk) batch.deliver(key, failure);
+        });
+    }
+  }
+
+  /** Reads `keys` and delivers every one of them: each answer as soon as its response is in. */
+  private async readChunk(keys: readonly string[], deliver: Deliver): Promise<void> {
     const { table, options } = this;
-    const found = new Map<string, StoredItem | Error>();
     let pending = keys;
     for (let retry = 0; pending.length > 0; retry++) {
       try {
@@ -109,38 +143,42 @@ export class ReadBatcher {
             },
           }),
         );
+        const unprocessed = new Set(
+          (output.UnprocessedKeys?.[table.tableName]?.Keys ?? []).map((key) => String(key.pk)),
+        );
         for (const item of output.Responses?.[table.tableName] ?? []) {
-          if (typeof item.pk === 'string') found.set(item.pk, item);
+          if (typeof item.pk === 'string' && !unprocessed.has(item.pk)) deliver(item.pk, item);
         }
-        pending = (output.UnprocessedKeys?.[table.tableName]?.Keys ?? []).map((key) => String(key.pk));
-        if (pending.length === 0) break;
+        // Neither returned nor unprocessed: absent. Delivering an item first makes this a no-op for it.
+        for (const key of pending) if (!unprocessed.has(key)) deliver(key, null);
+        pending = pending.filter((key) => unprocessed.has(key));
+        if (pending.length === 0) return;
         if (retry >= options.backoff.maxRetries) {
-          for (const key of pending)
-            found.set(key, new ReadBatchError(`key still unprocessed after ${retry + 1} tries`));
-          break;
+          for (const key of pending) {
+            deliver(key, new ReadBatchError(`key still unprocessed after ${retry + 1} tries`));
+          }
+          return;
         }
       } catch (error) {
         const retryable = isAwsError(error, ...RETRYABLE_ERROR_NAMES);
         if (!retryable || retry >= options.backoff.maxRetries) {
           // The whole call failed: split it until the key that makes it fail stands alone.
           if (pending.length === 1) {
-            found.set(
+            deliver(
               pending[0] as string,
               new ReadBatchError(`read failed: ${String(error)}`, { cause: error }),
             );
-          } else {
-            const middle = Math.ceil(pending.length / 2);
-            const halves = await Promise.all([
-              this.readChunk(pending.slice(0, middle)),
-              this.readChunk(pending.slice(middle)),
-            ]);
-            for (const half of halves) for (const [key, value] of half) found.set(key, value);
+            return;
           }
-          break;
+          const middle = Math.ceil(pending.length / 2);
+          await Promise.all([
+            this.readChunk(pending.slice(0, middle), deliver),
+            this.readChunk(pending.slice(middle), deliver),
+          ]);
+          return;
         }
       }
       await options.clock.sleep(backoffDelay(retry, options.backoff, options.clock.random));
     }
-    return found;
   }
 }

@@ -1,13 +1,16 @@
 import type { Clock } from './backoff.js';
-import { pointerKeys } from './pointer.js';
+import { GroupRecordCache } from './group-cache.js';
+import { segmentRowKeys } from './pointer.js';
 import type { ReadBatcher } from './read-batcher.js';
 import type { RestoreOutcome, RestoreRequest } from './types.js';
 import { type ReadResult, verifyPrefix } from './verify.js';
 
 /**
  * Restores (P4, P4a): each request reads, through the shared batcher, every key its pointer names
- * (commit records and rows, in one round), then judges what came back on its own. Cancelling a
- * request drops only its own result; the shared read goes on for everyone else.
+ * (its segments' commit records, asked for early so they lead the batch, and its rows, in one round),
+ * then judges what came back on its own, as soon as its own keys are in. Group records are parsed
+ * once per batch for all the requests that share them. Cancelling a request drops only its own
+ * result; the shared read goes on for everyone else.
  */
 
 function abortReason(signal: AbortSignal): unknown {
@@ -34,6 +37,9 @@ function untilAborted<T>(work: Promise<T>, signal: AbortSignal | undefined): Pro
 }
 
 export class PrefixReader {
+  /** Keyed by the items a batch read, so shared records are parsed once per batch, never reused later. */
+  private readonly groups = new GroupRecordCache();
+
   constructor(
     private readonly batcher: ReadBatcher,
     private readonly clock: Clock,
@@ -59,17 +65,24 @@ export class PrefixReader {
 
   private async read(request: RestoreRequest): Promise<RestoreOutcome> {
     const { pointer, contentId } = request;
+    const nowSeconds = (): number => Math.floor(this.clock.now() / 1000);
     if (pointer.contentId !== contentId) {
-      return verifyPrefix(pointer, contentId, new Map(), Math.floor(this.clock.now() / 1000));
+      return verifyPrefix(pointer, contentId, new Map(), nowSeconds());
     }
-    let keys: string[];
+    let groupKeys: string[];
+    let rowKeys: string[];
     try {
-      keys = pointerKeys(pointer);
+      groupKeys = [...new Set(pointer.segments.map((segment) => segment.group))];
+      rowKeys = pointer.segments.flatMap((segment) => segmentRowKeys(pointer.callId, segment));
     } catch (error) {
       return { kind: 'regenerate', callId: pointer.callId, reason: 'mismatch', detail: String(error) };
     }
-    const values = await this.batcher.loadMany(keys);
+    const keys = [...groupKeys, ...rowKeys];
+    const values = await Promise.all([
+      ...this.batcher.load(groupKeys, { early: true }),
+      ...this.batcher.load(rowKeys),
+    ]);
     const items = new Map<string, ReadResult>(keys.map((key, index) => [key, values[index] ?? null]));
-    return verifyPrefix(pointer, contentId, items, Math.floor(this.clock.now() / 1000));
+    return verifyPrefix(pointer, contentId, items, nowSeconds(), this.groups);
   }
 }

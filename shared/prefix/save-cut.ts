@@ -3,22 +3,30 @@ import { logger } from '../logger.js';
 import { AckSlot } from './ack-slot.js';
 import type { BackoffPolicy, Clock } from './backoff.js';
 import { BatchWriteStoppedError, type WriteRequest, writeBatch } from './batch-write.js';
-import { type EncodedCutRow, type EncodedItem, encodeCutRow } from './codec/cut-row.js';
+import { checkCutRow, type EncodedItem, encodeCutRow } from './codec/cut-row.js';
 import { commitGroup, type GroupOutcome } from './group-commit.js';
-import { batchesOf, type GroupLimits, groupRows } from './grouping.js';
-import { groupKey } from './keys.js';
+import { type BatchEntry, GroupRun, isEncoded, type PendingCall } from './group-run.js';
+import { BATCH_WRITE_MAX_REQUESTS, batchesOf, type GroupLimits, groupRows } from './grouping.js';
+import { groupKey, rowItemKey } from './keys.js';
 import { Limiter } from './limiter.js';
+import { Backlog, Pacer } from './pacing.js';
 import { committedCallOf, pointerAfter } from './pointer.js';
 import type { CommitRecord, RowItemRecord } from './records.js';
 import type { PrefixTable } from './table.js';
 import type { CutRow, SaveAck, SaveFailureReason } from './types.js';
 
 /**
- * Saving a cut (P1-P3). Rows are grouped, each group's items go out in BatchWriteItem calls of 25
- * through one limiter shared by the cut, and a group whose items are all durable writes its commit
- * record. Every call has its own acknowledgement promise: it settles as soon as its own outcome is
- * known (its group committed or failed, or its own signal fired), never later because of another
- * group, and cleanup (rollback deletes) never delays it.
+ * Saving a cut (P1-P3). Rows are grouped by their token counts (known without encoding), then
+ * encoded one by one, and each group's items go out in BatchWriteItem calls of 25 as soon as 25 are
+ * encoded, through one limiter shared by the cut: encoding the next rows overlaps the writes in
+ * flight, the encoder yields to the event loop between rows, and it stays a bounded number of
+ * batches ahead of the writes. A group whose items are all durable writes its commit record. Every
+ * call has its own acknowledgement promise: it settles as soon as its own outcome is known (its
+ * group committed or failed, or its own signal fired), never later because of another group, and
+ * cleanup (rollback deletes) never delays it.
+ *
+ * The caller must not change a row's `tokens` or `logprobs` until that call is acknowledged: they are
+ * read while the cut is being written, not copied up front.
  */
 
 export interface SaveCutOptions {
@@ -66,52 +74,23 @@ export interface CutSave {
   readonly done: Promise<CutReport>;
 }
 
-interface PendingCall {
-  readonly row: EncodedCutRow;
-  readonly input: CutRow;
-  readonly slot: AckSlot;
-}
-
-interface BatchEntry {
-  readonly call: PendingCall;
-  readonly item: EncodedItem;
-}
-
-type GroupPhase = 'writing' | 'committing' | 'done';
-
-class GroupRun {
-  phase: GroupPhase = 'writing';
-  failure: SaveFailureReason | undefined;
-  /** Calls not cancelled: the ones a commit would vouch for. */
-  readonly live: Set<PendingCall>;
-  /** Items whose write was started: what a rollback may have to delete. */
-  readonly started = new Set<EncodedItem>();
-  readonly controller = new AbortController();
-
-  constructor(
-    readonly key: string,
-    readonly calls: readonly PendingCall[],
-  ) {
-    this.live = new Set(calls);
-  }
-
-  /** Fails the group while its commit is not sent yet; its calls are answered at once. */
-  fail(reason: SaveFailureReason, message: string): void {
-    if (this.phase !== 'writing') return;
-    this.phase = 'done';
-    this.failure = reason;
-    this.controller.abort(new Error(message));
-    for (const call of this.calls) {
-      call.slot.settle({ status: 'failed', callId: call.row.callId, reason, message, groupKey: this.key });
-    }
-  }
-}
+/** Encoding work between two turns of the event loop. */
+const ENCODE_SLICE_MS = 4;
 
 /** The longest delay setTimeout honours. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 function failed(callId: string, reason: SaveFailureReason, message: string): SaveAck {
   return { status: 'failed', callId, reason, message };
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** A call's first row key: every cut has at least one item, so it names the call's cut in a group. */
+function firstRowKey(input: CutRow, attempt: string): string {
+  return rowItemKey(input.callId, attempt, input.previous?.segments.length ?? 0, 0);
 }
 
 function reasonText(signal: AbortSignal): string {
@@ -132,6 +111,7 @@ export function saveCut(
   const byCall = new Map<string, AckSlot>();
   const accepted: PendingCall[] = [];
 
+  // Cheap checks only (no pass over the tokens): the rows are encoded later, as they are written.
   rows.forEach((input, index) => {
     const slot = slots[index] as AckSlot;
     if (byCall.has(input.callId)) {
@@ -152,21 +132,19 @@ export function saveCut(
       return;
     }
     try {
-      const row = encodeCutRow(input, attempt, { maxItemBytes: settings.maxItemBytes });
-      accepted.push({ row, input, slot });
+      checkCutRow(input);
+      accepted.push({ input, slot });
     } catch (error) {
-      slot.settle(
-        failed(input.callId, 'invalid-row', error instanceof Error ? error.message : String(error)),
-      );
+      slot.settle(failed(input.callId, 'invalid-row', messageOf(error)));
     }
   });
 
-  const groups = groupRows(accepted, (call) => call.row.length - call.row.prevLength, settings.limits).map(
+  const groups = groupRows(accepted, (call) => call.input.tokens.length, settings.limits).map(
     (calls) =>
       new GroupRun(
         groupKey(
           attempt,
-          calls.flatMap((call) => call.row.items.map((item) => item.key)),
+          calls.map((call) => firstRowKey(call.input, attempt)),
         ),
         calls,
       ),
@@ -181,7 +159,7 @@ export function saveCut(
         if (group.phase === 'writing') group.live.delete(call);
         call.slot.settle({
           status: 'failed',
-          callId: call.row.callId,
+          callId: call.input.callId,
           reason: 'cancelled',
           message: reasonText(signal),
           groupKey: group.key,
@@ -210,6 +188,9 @@ export function saveCut(
   options.signal?.addEventListener('abort', onCutAbort, { once: true });
 
   const limiter = new Limiter(settings.writeConcurrency);
+  // Up to two batches per write slot queued or in flight: the next ones are ready when a slot frees.
+  const backlog = new Backlog(2 * settings.writeConcurrency);
+  const pacer = new Pacer(ENCODE_SLICE_MS);
 
   const writeGroupBatch = async (group: GroupRun, batch: readonly BatchEntry[]): Promise<void> => {
     const stop = stopReason(group);
@@ -254,24 +235,55 @@ export function saveCut(
     return deleted;
   };
 
-  const runGroup = async (group: GroupRun): Promise<GroupReport> => {
-    const entries = group.calls.flatMap((call) => call.row.items.map((item) => ({ call, item })));
-    const results = await Promise.allSettled(
-      batchesOf(entries).map((batch) => limiter.run(() => writeGroupBatch(group, batch))),
-    );
-    for (const result of results) {
-      if (result.status === 'fulfilled') continue;
-      const error: unknown = result.reason;
-      const reason = error instanceof BatchWriteStoppedError ? error.reason : 'write-failed';
-      group.fail(
-        (reason === 'deadline' || reason === 'aborted' ? reason : 'write-failed') as SaveFailureReason,
-        error instanceof Error ? error.message : String(error),
-      );
+  /** Queues one batch; a failed batch fails its group at once (P3), so the promise never rejects. */
+  const queueBatch = (group: GroupRun, batch: readonly BatchEntry[]): void => {
+    const write = limiter
+      .run(() => writeGroupBatch(group, batch))
+      .catch((error: unknown) => {
+        const reason = error instanceof BatchWriteStoppedError ? error.reason : 'write-failed';
+        group.fail(reason === 'deadline' || reason === 'aborted' ? reason : 'write-failed', messageOf(error));
+      });
+    group.writes.push(write);
+    backlog.add(write);
+  };
+
+  /** Encodes the groups' rows in order, queueing each group's batches as they fill. */
+  const encodeAll = async (): Promise<void> => {
+    for (const group of groups) {
+      let batch: BatchEntry[] = [];
+      for (const call of group.calls) {
+        await pacer.maybeYield();
+        if (group.phase !== 'writing') break;
+        if (!group.live.has(call)) continue;
+        try {
+          call.row = encodeCutRow(call.input, attempt, { maxItemBytes: settings.maxItemBytes });
+        } catch (error) {
+          group.live.delete(call);
+          call.slot.settle(failed(call.input.callId, 'invalid-row', messageOf(error)));
+          continue;
+        }
+        for (const item of call.row.items) {
+          batch.push({ call, item });
+          group.items += 1;
+          if (batch.length === BATCH_WRITE_MAX_REQUESTS) {
+            queueBatch(group, batch);
+            batch = [];
+            await backlog.room();
+          }
+        }
+      }
+      if (batch.length > 0 && group.phase === 'writing') queueBatch(group, batch);
+      group.finishQueueing();
     }
+  };
+
+  const runGroup = async (group: GroupRun): Promise<GroupReport> => {
+    await group.queued;
+    await Promise.all(group.writes);
     const report = (outcome: GroupReport['outcome'], rolledBack: number): GroupReport => ({
       groupKey: group.key,
       calls: group.calls.length,
-      items: entries.length,
+      items: group.items,
       outcome,
       ...(group.failure === undefined ? {} : { reason: group.failure }),
       rolledBack,
@@ -286,7 +298,8 @@ export function saveCut(
     }
 
     group.phase = 'committing';
-    const committed = [...group.live];
+    // Every live call was encoded (queueing ended with the group still writing).
+    const committed = [...group.live].filter(isEncoded);
     const record: CommitRecord = {
       pk: group.key,
       kind: 'group',
@@ -326,7 +339,7 @@ export function saveCut(
     for (const call of group.calls) {
       call.slot.settle({
         status: 'failed',
-        callId: call.row.callId,
+        callId: call.input.callId,
         reason: 'not-committed',
         message,
         groupKey: group.key,
@@ -338,13 +351,18 @@ export function saveCut(
     return report('failed', rolledBack);
   };
 
-  const done = Promise.all(groups.map(runGroup)).then(
-    (reports) => ({ writer, groups: reports }),
+  const encoding = encodeAll().catch((error: unknown) => {
+    // Not expected (a bad row fails alone); stop every group rather than leave one waiting.
+    failAllWriting('write-failed', `prefix save failed: ${messageOf(error)}`);
+    for (const group of groups) group.finishQueueing();
+  });
+  const done = Promise.all([encoding, ...groups.map(runGroup)]).then(
+    ([, ...reports]) => ({ writer, groups: reports as GroupReport[] }),
     (error: unknown) => {
       // Not expected (every step catches); answer every call rather than leave one hanging.
       const message = `prefix save failed: ${String(error)}`;
       for (const group of groups) {
-        for (const call of group.calls) call.slot.settle(failed(call.row.callId, 'write-failed', message));
+        for (const call of group.calls) call.slot.settle(failed(call.input.callId, 'write-failed', message));
       }
       return { writer, groups: [] };
     },

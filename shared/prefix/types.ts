@@ -34,9 +34,12 @@ export interface CutRow {
   readonly callId: string;
   readonly contentId: string;
   readonly weightVersion: number;
-  /** Tokens generated since `previous` (all generated tokens when there is no previous cut). */
+  /**
+   * Tokens generated since `previous` (all generated tokens when there is no previous cut). Read while
+   * the cut is being written, not copied when `saveCut` is called: left unchanged until acknowledged.
+   */
   readonly tokens: ArrayLike<number>;
-  /** One logprob per token; stored exactly as float32. */
+  /** One logprob per token; stored exactly as float32. Left unchanged until acknowledged, likewise. */
   readonly logprobs: ArrayLike<number>;
   /** The call's latest committed prefix, when it was cut before. */
   readonly previous?: PrefixPointer;

@@ -1,10 +1,13 @@
 import { genesisChain, nextChain, sha256Hex } from './codec/digest.js';
 import { decodeRowItem, type RowItem } from './codec/row-item.js';
 import { PrefixCorruptError } from './errors.js';
+import { GroupRecordCache } from './group-cache.js';
 import { segmentRowKeys } from './pointer.js';
-import type { StoredItem } from './read-batcher.js';
-import { parseGroupRecord, parseRowItem } from './records.js';
+import type { ReadResult, StoredItem } from './read-batcher.js';
+import { parseRowItem } from './records.js';
 import type { PrefixPointer, RegenerateReason, RestoreOutcome } from './types.js';
+
+export type { ReadResult } from './read-batcher.js';
 
 /**
  * What a reader accepts (P4a), as a pure function of the pointer and the items read. The prefix is
@@ -13,8 +16,6 @@ import type { PrefixPointer, RegenerateReason, RestoreOutcome } from './types.js
  * to the pointer's chain hash without a gap; nothing has expired; and the checkpoint is the sample's.
  * Anything else is a `regenerate` outcome, never an exception.
  */
-
-export type ReadResult = StoredItem | null | Error;
 
 class Reject extends Error {
   constructor(
@@ -43,11 +44,16 @@ function same(condition: boolean, message: string): void {
   if (!condition) throw new Reject('mismatch', message);
 }
 
+/**
+ * `groups` parses each group record once for all the restores that share it (pass one cache per
+ * read batch); by default the records are parsed for this call alone.
+ */
 export function verifyPrefix(
   pointer: PrefixPointer,
   contentId: string,
   items: ReadonlyMap<string, ReadResult>,
   nowSeconds: number,
+  groups: GroupRecordCache = new GroupRecordCache(),
 ): RestoreOutcome {
   try {
     if (pointer.contentId !== contentId) {
@@ -60,12 +66,13 @@ export function verifyPrefix(
     const decoded: RowItem[] = [];
 
     pointer.segments.forEach((segment, index) => {
-      const record = parseGroupRecord(fetched(items, segment.group, 'commit record'));
-      if (record === undefined) throw new Reject('corrupt', `commit record ${segment.group} is malformed`);
+      const parsed = groups.get(fetched(items, segment.group, 'commit record'));
+      if (parsed === undefined) throw new Reject('corrupt', `commit record ${segment.group} is malformed`);
+      const record = parsed.record;
       if (record.status !== 'committed')
         throw new Reject('not-committed', `group ${segment.group} was aborted`);
       checkTtl(record.ttl, nowSeconds, segment.group);
-      const entry = record.calls.find((call) => call.call === pointer.callId && call.cut === segment.cut);
+      const entry = parsed.entry(pointer.callId, segment.cut);
       if (entry === undefined)
         throw new Reject('not-committed', `group ${segment.group} does not vouch for the call`);
       same(segment.cut === index, `segment ${index} is cut ${segment.cut}`);
@@ -89,7 +96,8 @@ export function verifyPrefix(
         checkTtl(row.ttl, nowSeconds, listed.key);
         if (sha256Hex(row.data) !== listed.digest)
           throw new Reject('corrupt', `row ${listed.key} digest mismatch`);
-        const item = decodeRowItem(row.data);
+        // The whole item matched the digest its commit record lists: its embedded digest needs no rehash.
+        const item = decodeRowItem(row.data, { digestChecked: true });
         same(
           item.callId === pointer.callId &&
             item.attempt === segment.attempt &&
@@ -124,6 +132,12 @@ export function verifyPrefix(
       'the prefix does not end where the pointer says',
     );
     same(weightVersion === pointer.weightVersion, 'the prefix weight version differs from the pointer');
+    const only = decoded.length === 1 ? decoded[0] : undefined;
+    if (only !== undefined) {
+      // One item holds the whole prefix (the common case): its freshly decoded arrays are the answer.
+      const { tokens, logprobs } = only;
+      return { kind: 'restored', callId: pointer.callId, pointer, tokens, logprobs, weightVersion };
+    }
     const tokens = new Uint32Array(length);
     const logprobs = new Float32Array(length);
     let at = 0;

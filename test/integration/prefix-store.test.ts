@@ -1,4 +1,4 @@
-import { type DynamoDBClient, ProvisionedThroughputExceededException } from '@aws-sdk/client-dynamodb';
+import { ProvisionedThroughputExceededException } from '@aws-sdk/client-dynamodb';
 import { BatchWriteCommand, DynamoDBDocumentClient, GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { localAwsClients } from '../../local/aws-clients.js';
@@ -9,22 +9,23 @@ import { createPrefixStore, type PrefixStoreOptions } from '../../shared/prefix/
 import type { PrefixTable } from '../../shared/prefix/table.js';
 import type { CutRow, PrefixPointer, SaveAck } from '../../shared/prefix/types.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
+import {
+  type Call,
+  type Hook,
+  instrumentedClient as instrumentedClientOn,
+  isPutBatch as isPutBatchIn,
+  type Json,
+  keysIn as keysInTable,
+  row,
+  saved,
+  unique,
+} from './prefix-support.js';
 
 /**
  * The prefix store on DynamoDB Local, with what AWS does and DynamoDB Local does not injected by SDK
  * middleware on the store's own client: UnprocessedItems/UnprocessedKeys, throttling, slow calls,
  * lost responses, failing keys.
  */
-
-type Json = Record<string, unknown>;
-type Next = (input?: Json) => Promise<{ output: Json }>;
-type Hook = (command: string, input: Json, next: Next) => Promise<{ output: Json }>;
-
-interface Call {
-  readonly command: string;
-  readonly input: Json;
-  readonly at: number;
-}
 
 const FAST_BACKOFF = { baseMs: 2, capMs: 20, maxRetries: 6 };
 const DAY_MS = 24 * 3600 * 1000;
@@ -38,26 +39,8 @@ beforeAll(async () => {
   tableName = cloud.names.tables.prefixes;
 });
 
-/** A fresh client (so middleware never leaks between tests) that records every command. */
-function instrumentedClient(hook?: Hook): { dynamo: DynamoDBClient; calls: Call[] } {
-  const { dynamo } = localAwsClients(cloud.endpoints);
-  const calls: Call[] = [];
-  dynamo.middlewareStack.add(
-    (next, context) => async (args) => {
-      const command = String(context.commandName).replace(/Command$/, '');
-      const input = args.input as Json;
-      calls.push({ command, input, at: Date.now() });
-      const proceed: Next = async (changed) =>
-        (await next(changed === undefined ? args : { ...args, input: changed })) as unknown as {
-          output: Json;
-        };
-      const result = hook === undefined ? await proceed() : await hook(command, input, proceed);
-      return result as unknown as Awaited<ReturnType<typeof next>>;
-    },
-    { step: 'initialize', name: 'prefixTestFaults', priority: 'high' },
-  );
-  return { dynamo, calls };
-}
+/** A fresh, recording client on this suite's cloud. */
+const instrumentedClient = (hook?: Hook) => instrumentedClientOn(cloud.endpoints, hook);
 
 function storeWith(options: Partial<PrefixStoreOptions> & { hook?: Hook } = {}) {
   const { hook, ...rest } = options;
@@ -74,50 +57,8 @@ function storeWith(options: Partial<PrefixStoreOptions> & { hook?: Hook } = {}) 
 
 const plainDoc = (): DynamoDBDocumentClient => localAwsClients(cloud.endpoints).doc;
 
-let uniqueCounter = 0;
-function unique(label: string): string {
-  uniqueCounter += 1;
-  return `${label}-${Date.now().toString(36)}-${uniqueCounter}`;
-}
-
-function row(callId: string, count: number, extra: Partial<CutRow> = {}): CutRow {
-  let seed = [...callId].reduce((sum, ch) => sum * 31 + ch.charCodeAt(0), 7) >>> 0;
-  const tokens = Array.from({ length: count }, () => {
-    seed = (seed * 1_103_515_245 + 12_345) >>> 0;
-    return seed % 150_000;
-  });
-  return {
-    callId,
-    contentId: 'c-ckpt',
-    weightVersion: 2,
-    tokens,
-    logprobs: tokens.map((t) => -t / 3000),
-    ...extra,
-  };
-}
-
-function saved(ack: SaveAck): PrefixPointer {
-  if (ack.status !== 'saved') throw new Error(`expected saved, got ${ack.reason}: ${ack.message}`);
-  return ack.pointer;
-}
-
-function keysIn(call: Call): string[] {
-  const requestItems = (call.input.RequestItems ?? {}) as Record<string, unknown>;
-  const entries = requestItems[tableName];
-  if (Array.isArray(entries)) {
-    return entries.map((entry: Json) => {
-      const put = entry.PutRequest as { Item: Json } | undefined;
-      const del = entry.DeleteRequest as { Key: Json } | undefined;
-      return String((put?.Item ?? del?.Key)?.pk);
-    });
-  }
-  return ((entries as { Keys?: Json[] } | undefined)?.Keys ?? []).map((key) => String(key.pk));
-}
-
-const isPutBatch = (call: Call): boolean =>
-  call.command === 'BatchWriteItem' &&
-  ((call.input.RequestItems as Record<string, Json[]>)[tableName]?.[0]?.PutRequest ?? undefined) !==
-    undefined;
+const keysIn = (call: Call): string[] => keysInTable(call, tableName);
+const isPutBatch = (call: Call): boolean => isPutBatchIn(call, tableName);
 const isDeleteBatch = (call: Call): boolean => call.command === 'BatchWriteItem' && !isPutBatch(call);
 
 async function exists(key: string): Promise<boolean> {

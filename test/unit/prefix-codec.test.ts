@@ -196,6 +196,66 @@ describe('cut rows', () => {
   });
 });
 
+describe('the packed format is stable', () => {
+  // Bytes the first release wrote, so every reader and writer agrees on them: delta, plain and
+  // bit-packed, with widths on both sides of the 24-bit integer fast path and the full 32 bits.
+  const written: [number[], TokenPackingMode, string][] = [
+    [[5, 9, 150_000, 3, 0], TokenPacking.delta, '000a08cea712d9a71205'],
+    [[5, 9, 150_000, 3, 0], TokenPacking.plain, '010509f093090300'],
+    [[5, 9, 150_000, 3, 0], TokenPacking.bitpacked, '021205002400009fe40000000000'],
+    [[16_777_215, 1, 0, 12_345], TokenPacking.bitpacked, '0218ffffff010000000000393000'],
+    [[16_777_216, 1, 0, 33_554_431], TokenPacking.bitpacked, '0219000000030000000000f8ffff0f'],
+    [[4_294_967_295, 0, 7], TokenPacking.delta, '00feffffff1ffdffffff1f0e'],
+    [[4_294_967_295, 0, 7], TokenPacking.bitpacked, '0220ffffffff0000000007000000'],
+  ];
+
+  it.each(written)('%j in mode %i', (ids, mode, hex) => {
+    expect(Buffer.from(packWith(ids, mode)).toString('hex')).toBe(hex);
+    expect(Array.from(unpackTokens(new ByteReader(Buffer.from(hex, 'hex')), ids.length))).toEqual(ids);
+  });
+
+  it('bit-packs every width from 0 to 32 exactly', () => {
+    for (let width = 0; width <= 32; width++) {
+      const max = width === 0 ? 0 : 2 ** width - 1;
+      const ids = [max, 0, Math.floor(max / 3), max, 1 % (max + 1), Math.floor(max / 2)];
+      const bytes = packWith(ids, TokenPacking.bitpacked);
+      expect(bytes.length).toBe(2 + Math.ceil((ids.length * width) / 8));
+      expect(Array.from(unpackTokens(new ByteReader(bytes), ids.length))).toEqual(ids);
+    }
+  });
+});
+
+describe('decoding after a trusted digest check', () => {
+  it('skips only the embedded digest: the structure is still checked', () => {
+    const bytes = encodeRowItem(rowItem([5, 9, 150_000, 3], [-0.5, -1.25, -3, 0]));
+    const trailerBroken = bytes.slice();
+    trailerBroken[bytes.length - 1] = (trailerBroken[bytes.length - 1] as number) ^ 1;
+    expect(() => decodeRowItem(trailerBroken)).toThrow(/digest mismatch/);
+    // A caller that matched the whole item to its commit record's digest has ruled this out already.
+    expect(Array.from(decodeRowItem(trailerBroken, { digestChecked: true }).tokens)).toEqual([
+      5, 9, 150_000, 3,
+    ]);
+    const truncated = bytes.subarray(0, 40);
+    expect(() => decodeRowItem(truncated, { digestChecked: true })).toThrow(PrefixCorruptError);
+  });
+});
+
+describe('token ids a cut row may hold', () => {
+  it.each([[-1], [1.5], [2 ** 32], [Number.NaN]])('rejects %s instead of wrapping it into range', (bad) => {
+    expect(() => encodeCutRow(cutRow([3, bad, 4]), 'a1')).toThrow(/token id/);
+  });
+
+  it('encodes typed arrays and plain arrays of the same ids to the same bytes', () => {
+    const ids = Array.from({ length: 500 }, (_, i) => (i * 7919) % 150_000);
+    const plain = encodeCutRow(cutRow(ids), 'a1');
+    const typed = encodeCutRow(
+      cutRow([], { tokens: Uint32Array.from(ids), logprobs: Float32Array.from(ids, (t) => -t / 1000) }),
+      'a1',
+    );
+    expect(typed.items.map((item) => item.digest)).toEqual(plain.items.map((item) => item.digest));
+  });
+});
+
 /** Deterministic PRNG, so the measured figures are reproducible. */
 function mulberry32(seed: number): () => number {
   let state = seed;

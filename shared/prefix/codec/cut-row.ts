@@ -1,7 +1,8 @@
 import { rowItemKey } from '../keys.js';
 import type { CutRow } from '../types.js';
-import { genesisChain, nextChain, sha256Hex } from './digest.js';
-import { encodeRowItem } from './row-item.js';
+import { genesisChain, nextChain } from './digest.js';
+import { encodeRowItemWithDigest } from './row-item.js';
+import { assertTokenIds } from './token-packing.js';
 
 /** DynamoDB's item limit is 400 KB (409,600 bytes) including names and keys: leave headroom. */
 export const DEFAULT_MAX_ITEM_BYTES = 380_000;
@@ -29,7 +30,8 @@ export interface EncodedCutRow {
   readonly items: readonly EncodedItem[];
 }
 
-function checkRow(row: CutRow): void {
+/** The checks that need no pass over the tokens: lengths, versions, the previous prefix. */
+export function checkCutRow(row: CutRow): void {
   if (row.tokens.length !== row.logprobs.length) {
     throw new RangeError(
       `tokens (${row.tokens.length}) and logprobs (${row.logprobs.length}) differ in length`,
@@ -57,10 +59,13 @@ export function encodeCutRow(
   attempt: string,
   options: { readonly maxItemBytes?: number } = {},
 ): EncodedCutRow {
-  checkRow(row);
+  checkCutRow(row);
+  // Checked before the conversion below, which would wrap a negative or fractional id silently.
+  assertTokenIds(row.tokens);
   const maxItemBytes = options.maxItemBytes ?? DEFAULT_MAX_ITEM_BYTES;
-  const tokens = Uint32Array.from(row.tokens);
-  const logprobs = Float32Array.from(row.logprobs);
+  // Typed arrays are used as they are: the row is read synchronously, here, and never kept.
+  const tokens = row.tokens instanceof Uint32Array ? row.tokens : new Uint32Array(row.tokens);
+  const logprobs = row.logprobs instanceof Float32Array ? row.logprobs : new Float32Array(row.logprobs);
   const previous = row.previous;
   const cut = previous?.segments.length ?? 0;
   const prevLength = previous?.length ?? 0;
@@ -70,7 +75,7 @@ export function encodeCutRow(
     return Array.from({ length: chunkCount }, (_, chunk) => {
       const start = Math.floor((chunk * tokens.length) / chunkCount);
       const end = Math.floor(((chunk + 1) * tokens.length) / chunkCount);
-      const bytes = encodeRowItem({
+      const { bytes, digest } = encodeRowItemWithDigest({
         callId: row.callId,
         attempt,
         contentId: row.contentId,
@@ -89,7 +94,7 @@ export function encodeCutRow(
         key: rowItemKey(row.callId, attempt, cut, chunk),
         chunk,
         bytes,
-        digest: sha256Hex(bytes),
+        digest,
         tokens: end - start,
       };
     });

@@ -15,6 +15,20 @@ export function sha256Hex(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
 }
 
+/**
+ * `body`'s sha256, and the sha256 of `body` followed by that digest (a stored item: its body and its
+ * trailer), in one pass over the body: the second hash resumes from a copy of the first one's state.
+ */
+export function sha256WithTrailer(body: Uint8Array): {
+  readonly trailer: Uint8Array;
+  readonly wholeHex: string;
+} {
+  const hash = createHash('sha256').update(body);
+  const whole = hash.copy();
+  const trailer = new Uint8Array(hash.digest());
+  return { trailer, wholeHex: whole.update(trailer).digest('hex') };
+}
+
 export function equalBytes(a: Uint8Array, b: Uint8Array): boolean {
   if (a.length !== b.length) return false;
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;

@@ -1,7 +1,7 @@
 import { PrefixCorruptError } from '../errors.js';
-import { DIGEST_BYTES, equalBytes, sha256 } from './digest.js';
-import { assertTokenIds, packTokens, unpackTokens } from './token-packing.js';
-import { ByteReader, ByteWriter } from './varint.js';
+import { DIGEST_BYTES, equalBytes, sha256, sha256WithTrailer } from './digest.js';
+import { assertTokenIds, packedSizes, packTokens, smallestPacking, unpackTokens } from './token-packing.js';
+import { ByteReader, ByteWriter, varintSize } from './varint.js';
 
 /**
  * Binary layout of one stored prefix item: one chunk of one call's delta at one cut. Everything a
@@ -40,27 +40,51 @@ export interface RowItem extends RowItemHeader {
 const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
-function writeString(out: ByteWriter, value: string): void {
-  const bytes = encoder.encode(value);
-  out.varint(bytes.length);
-  out.bytes(bytes);
-}
+/** Float32 is stored little-endian; on such a host (all that Node runs on) its bytes copy as they are. */
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 function readString(input: ByteReader): string {
   return decoder.decode(input.bytes(input.varint()));
 }
 
+function writeFloats(out: ByteWriter, values: Float32Array): void {
+  if (LITTLE_ENDIAN) {
+    out.bytes(new Uint8Array(values.buffer, values.byteOffset, values.byteLength));
+    return;
+  }
+  const target = out.claim(values.length * 4);
+  const view = new DataView(target.buffer, target.byteOffset, target.byteLength);
+  for (let i = 0; i < values.length; i++) view.setFloat32(i * 4, values[i] as number, true);
+}
+
+function readFloats(bytes: Uint8Array): Float32Array {
+  const values = new Float32Array(bytes.length / 4);
+  if (LITTLE_ENDIAN) {
+    new Uint8Array(values.buffer).set(bytes);
+    return values;
+  }
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  for (let i = 0; i < values.length; i++) values[i] = view.getFloat32(i * 4, true);
+  return values;
+}
+
 export function encodeRowItem(item: RowItem): Uint8Array {
+  return encodeRowItemWithDigest(item).bytes;
+}
+
+/** The item's bytes and their sha256 (hex), the digest its commit record lists. */
+export function encodeRowItemWithDigest(item: RowItem): {
+  readonly bytes: Uint8Array;
+  readonly digest: string;
+} {
   if (item.tokens.length !== item.logprobs.length) {
     throw new RangeError(`tokens (${item.tokens.length}) and logprobs (${item.logprobs.length}) differ`);
   }
   assertTokenIds(item.tokens);
-  const out = new ByteWriter(64 + item.tokens.length * 7);
-  out.byte(PREFIX_SCHEMA_VERSION);
-  writeString(out, item.callId);
-  writeString(out, item.attempt);
-  writeString(out, item.contentId);
-  for (const value of [
+  const sizes = packedSizes(item.tokens);
+  const mode = smallestPacking(sizes);
+  const strings = [item.callId, item.attempt, item.contentId].map((value) => encoder.encode(value));
+  const header = [
     item.cut,
     item.chunkIndex,
     item.chunkCount,
@@ -70,29 +94,45 @@ export function encodeRowItem(item: RowItem): Uint8Array {
     item.chunkStart,
     item.tokens.length,
     item.weightVersion,
-  ]) {
-    out.varint(value);
+  ];
+  // The exact size, so the buffer is allocated once and returned without a copy.
+  let size = 1 + sizes[mode] + item.logprobs.length * 4 + DIGEST_BYTES;
+  for (const bytes of strings) size += varintSize(bytes.length) + bytes.length;
+  for (const value of header) size += varintSize(value);
+  const out = new ByteWriter(size);
+  out.byte(PREFIX_SCHEMA_VERSION);
+  for (const bytes of strings) {
+    out.varint(bytes.length);
+    out.bytes(bytes);
   }
-  packTokens(item.tokens, out);
-  // Float32 little-endian whatever the host's byte order, so stored bytes are the same everywhere.
-  const floats = new DataView(new ArrayBuffer(item.logprobs.length * 4));
-  for (let i = 0; i < item.logprobs.length; i++) floats.setFloat32(i * 4, item.logprobs[i] as number, true);
-  out.bytes(new Uint8Array(floats.buffer));
-  const body = out.finish();
-  const whole = new Uint8Array(body.length + DIGEST_BYTES);
-  whole.set(body);
-  whole.set(sha256(body), body.length);
-  return whole;
+  for (const value of header) out.varint(value);
+  packTokens(item.tokens, out, mode);
+  writeFloats(out, item.logprobs);
+  const { trailer, wholeHex } = sha256WithTrailer(out.view());
+  out.bytes(trailer);
+  const whole = out.view();
+  return { bytes: whole.byteLength === whole.buffer.byteLength ? whole : out.finish(), digest: wholeHex };
 }
 
 function corrupt(message: string, cause?: unknown): PrefixCorruptError {
   return new PrefixCorruptError(message, cause === undefined ? {} : { cause });
 }
 
-export function decodeRowItem(bytes: Uint8Array): RowItem {
+export interface DecodeOptions {
+  /**
+   * The caller has already matched the whole item's sha256 to a digest it trusts (a commit record's),
+   * so the embedded digest of the body, which those bytes include, need not be hashed again.
+   */
+  readonly digestChecked?: boolean;
+}
+
+export function decodeRowItem(bytes: Uint8Array, options: DecodeOptions = {}): RowItem {
   if (bytes.length < DIGEST_BYTES + 1) throw corrupt('prefix item shorter than its digest');
   const body = bytes.subarray(0, bytes.length - DIGEST_BYTES);
-  if (!equalBytes(sha256(body), bytes.subarray(bytes.length - DIGEST_BYTES))) {
+  if (
+    options.digestChecked !== true &&
+    !equalBytes(sha256(body), bytes.subarray(bytes.length - DIGEST_BYTES))
+  ) {
     throw corrupt('prefix item digest mismatch');
   }
   try {
@@ -128,10 +168,7 @@ export function decodeRowItem(bytes: Uint8Array): RowItem {
     }
     if (chunkIndex >= chunkCount) throw corrupt('prefix item chunk index out of range');
     const tokens = unpackTokens(input, count);
-    const floatBytes = input.bytes(count * 4);
-    const view = new DataView(floatBytes.buffer, floatBytes.byteOffset, floatBytes.byteLength);
-    const logprobs = new Float32Array(count);
-    for (let i = 0; i < count; i++) logprobs[i] = view.getFloat32(i * 4, true);
+    const logprobs = readFloats(input.bytes(count * 4));
     if (input.remaining !== 0) throw corrupt('prefix item has trailing bytes');
     return {
       callId,

@@ -29,10 +29,17 @@ export function assertTokenIds(ids: ArrayLike<number>): void {
   }
 }
 
-/** 2^0 .. 2^40: every shift the bit-packing loops use (carried bits < 8, width <= 32). */
+/** 2^0 .. 2^40: every shift the wide bit-packing loops use (carried bits < 8, width <= 32). */
 const POWERS_OF_TWO = Float64Array.from({ length: 41 }, (_, exponent) => 2 ** exponent);
 
+/**
+ * Widths up to this pack with 32-bit integer operations: fewer than 8 bits are carried between ids,
+ * so the accumulator stays below 2^31. Wider ids (never a real vocabulary) take the float path.
+ */
+const NARROW_WIDTH = 24;
+
 function bitWidth(max: number): number {
+  if (max <= 0xffff_ffff) return max === 0 ? 0 : 32 - Math.clz32(max);
   let width = 0;
   let rest = max;
   while (rest > 0) {
@@ -40,6 +47,15 @@ function bitWidth(max: number): number {
     rest = Math.floor(rest / 2);
   }
   return width;
+}
+
+/** `varintSize` without a loop for the values token ids and their deltas take (below 2^28). */
+function varintBytes(value: number): number {
+  if (value < 0x80) return 1;
+  if (value < 0x4000) return 2;
+  if (value < 0x20_0000) return 3;
+  if (value < 0x1000_0000) return 4;
+  return varintSize(value);
 }
 
 /** Encoded size of each mode, computed without encoding (mode byte included). */
@@ -50,8 +66,8 @@ export function packedSizes(ids: ArrayLike<number>): Record<TokenPackingMode, nu
   let max = 0;
   for (let i = 0; i < ids.length; i++) {
     const id = ids[i] as number;
-    delta += varintSize(zigzag(id - previous));
-    plain += varintSize(id);
+    delta += varintBytes(zigzag(id - previous));
+    plain += varintBytes(id);
     previous = id;
     if (id > max) max = id;
   }
@@ -59,13 +75,79 @@ export function packedSizes(ids: ArrayLike<number>): Record<TokenPackingMode, nu
   return { [TokenPacking.delta]: delta, [TokenPacking.plain]: plain, [TokenPacking.bitpacked]: bitpacked };
 }
 
-export function chooseTokenPacking(ids: ArrayLike<number>): TokenPackingMode {
-  const sizes = packedSizes(ids);
+export function smallestPacking(sizes: Record<TokenPackingMode, number>): TokenPackingMode {
   let best: TokenPackingMode = TokenPacking.delta;
   for (const mode of [TokenPacking.plain, TokenPacking.bitpacked] as const) {
     if (sizes[mode] < sizes[best]) best = mode;
   }
   return best;
+}
+
+export function chooseTokenPacking(ids: ArrayLike<number>): TokenPackingMode {
+  return smallestPacking(packedSizes(ids));
+}
+
+/** Writes each id (or its zigzag delta to the previous id) as a varint, sized first, then in place. */
+function writeVarints(ids: ArrayLike<number>, out: ByteWriter, delta: boolean): void {
+  let size = 0;
+  let previous = 0;
+  for (let i = 0; i < ids.length; i++) {
+    const id = ids[i] as number;
+    size += varintBytes(delta ? zigzag(id - previous) : id);
+    previous = id;
+  }
+  const target = out.claim(size);
+  let at = 0;
+  previous = 0;
+  for (let i = 0; i < ids.length; i++) {
+    const id = ids[i] as number;
+    let value = delta ? zigzag(id - previous) : id;
+    previous = id;
+    // Above 2^32 the bit operators would truncate: divide instead (only deltas of huge ids get here).
+    while (value > 0xffff_ffff) {
+      target[at++] = (value % 0x80) | 0x80;
+      value = Math.floor(value / 0x80);
+    }
+    while (value >= 0x80) {
+      target[at++] = (value & 0x7f) | 0x80;
+      value >>>= 7;
+    }
+    target[at++] = value;
+  }
+}
+
+/** Bits accumulate little-endian; each full byte goes out as soon as it is complete. */
+function packBits(ids: ArrayLike<number>, width: number, target: Uint8Array): void {
+  let at = 0;
+  let bits = 0;
+  if (width <= NARROW_WIDTH) {
+    let accumulator = 0;
+    for (let i = 0; i < ids.length; i++) {
+      accumulator |= (ids[i] as number) << bits;
+      bits += width;
+      while (bits >= 8) {
+        target[at++] = accumulator & 0xff;
+        accumulator >>>= 8;
+        bits -= 8;
+      }
+    }
+    if (bits > 0) target[at] = accumulator;
+    return;
+  }
+  // Width up to 32: a float-safe integer accumulator (below 2^40); powers from a table and the
+  // remainder by floor-and-subtract, since `2 ** n` and `%` on doubles are library calls.
+  let accumulator = 0;
+  for (let i = 0; i < ids.length; i++) {
+    accumulator += (ids[i] as number) * (POWERS_OF_TWO[bits] as number);
+    bits += width;
+    while (bits >= 8) {
+      const high = Math.floor(accumulator / 256);
+      target[at++] = accumulator - high * 256;
+      accumulator = high;
+      bits -= 8;
+    }
+  }
+  if (bits > 0) target[at] = accumulator;
 }
 
 /** Appends the packed ids to `out`; the count is stored by the caller (the row header). */
@@ -75,40 +157,46 @@ export function packTokens(
   mode: TokenPackingMode = chooseTokenPacking(ids),
 ): void {
   out.byte(mode);
-  if (mode === TokenPacking.delta) {
-    let previous = 0;
-    for (let i = 0; i < ids.length; i++) {
-      const id = ids[i] as number;
-      out.varint(zigzag(id - previous));
-      previous = id;
-    }
-    return;
-  }
-  if (mode === TokenPacking.plain) {
-    for (let i = 0; i < ids.length; i++) out.varint(ids[i] as number);
+  if (mode === TokenPacking.delta || mode === TokenPacking.plain) {
+    writeVarints(ids, out, mode === TokenPacking.delta);
     return;
   }
   let max = 0;
   for (let i = 0; i < ids.length; i++) max = Math.max(max, ids[i] as number);
   const width = bitWidth(max);
   out.byte(width);
-  // Bits accumulate little-endian in a float-safe integer: width <= 32 and fewer than 8 bits are
-  // carried between ids, so the accumulator stays below 2^40. Powers come from a table and the
-  // remainder from floor-and-subtract: `2 ** n` and `%` on doubles are library calls, and this
-  // loop runs once per token.
-  let accumulator = 0;
+  packBits(ids, width, out.claim(Math.ceil((ids.length * width) / 8)));
+}
+
+function unpackBits(source: Uint8Array, width: number, ids: Uint32Array): void {
+  let at = 0;
   let bits = 0;
-  for (let i = 0; i < ids.length; i++) {
-    accumulator += (ids[i] as number) * (POWERS_OF_TWO[bits] as number);
-    bits += width;
-    while (bits >= 8) {
-      const high = Math.floor(accumulator / 256);
-      out.byte(accumulator - high * 256);
-      accumulator = high;
-      bits -= 8;
+  if (width <= NARROW_WIDTH) {
+    const mask = width === 0 ? 0 : (1 << width) - 1;
+    let accumulator = 0;
+    for (let i = 0; i < ids.length; i++) {
+      while (bits < width) {
+        accumulator |= (source[at++] as number) << bits;
+        bits += 8;
+      }
+      ids[i] = accumulator & mask;
+      accumulator >>>= width;
+      bits -= width;
     }
+    return;
   }
-  if (bits > 0) out.byte(accumulator);
+  let accumulator = 0;
+  const modulus = POWERS_OF_TWO[width] as number;
+  for (let i = 0; i < ids.length; i++) {
+    while (bits < width) {
+      accumulator += (source[at++] as number) * (POWERS_OF_TWO[bits] as number);
+      bits += 8;
+    }
+    const high = Math.floor(accumulator / modulus);
+    ids[i] = accumulator - high * modulus;
+    accumulator = high;
+    bits -= width;
+  }
 }
 
 export function unpackTokens(input: ByteReader, count: number): Uint32Array {
@@ -135,19 +223,8 @@ export function unpackTokens(input: ByteReader, count: number): Uint32Array {
   if (mode === TokenPacking.bitpacked) {
     const width = input.byte();
     if (width > 32) throw new TruncatedInputError(`bit width ${width} exceeds 32`);
-    let accumulator = 0;
-    let bits = 0;
-    const modulus = POWERS_OF_TWO[width] as number;
-    for (let i = 0; i < count; i++) {
-      while (bits < width) {
-        accumulator += input.byte() * (POWERS_OF_TWO[bits] as number);
-        bits += 8;
-      }
-      const high = Math.floor(accumulator / modulus);
-      ids[i] = accumulator - high * modulus;
-      accumulator = high;
-      bits -= width;
-    }
+    // Exactly the bytes the packer wrote: ceil(count * width / 8).
+    unpackBits(input.bytes(Math.ceil((count * width) / 8)), width, ids);
     return ids;
   }
   throw new TruncatedInputError(`unknown token packing mode ${mode}`);
