@@ -3,7 +3,7 @@ import { DynamoDBStreamsClient } from '@aws-sdk/client-dynamodb-streams';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import type { AwsClients } from '../shared/aws/clients.js';
+import { type AwsClients, dynamoClientSettings } from '../shared/aws/clients.js';
 import type { CloudEndpoints } from './cloud.js';
 import { LOCAL_CREDENTIALS, LOCAL_REGION } from './resources.js';
 
@@ -13,7 +13,7 @@ import { LOCAL_CREDENTIALS, LOCAL_REGION } from './resources.js';
  */
 export function localAwsClients(endpoints: CloudEndpoints): AwsClients {
   const common = { region: LOCAL_REGION, credentials: LOCAL_CREDENTIALS };
-  const dynamo = new DynamoDBClient({ ...common, endpoint: endpoints.dynamodb });
+  const dynamo = new DynamoDBClient({ ...common, ...dynamoClientSettings, endpoint: endpoints.dynamodb });
   return {
     dynamo,
     doc: DynamoDBDocumentClient.from(dynamo, { marshallOptions: { removeUndefinedValues: true } }),

@@ -15,7 +15,7 @@ import {
   type ProvisionedResources,
   provisionResources,
 } from '../../local/resources.js';
-import type { AwsClients } from '../../shared/aws/clients.js';
+import { type AwsClients, dynamoClientSettings } from '../../shared/aws/clients.js';
 import { physicalName, type TableId, topology } from '../../shared/topology.js';
 
 /**
@@ -57,6 +57,7 @@ export async function startBenchCloud(): Promise<BenchCloud> {
     admin,
     newDynamoClient: () =>
       new DynamoDBClient({
+        ...dynamoClientSettings,
         region: LOCAL_REGION,
         credentials: LOCAL_CREDENTIALS,
         endpoint: cloud.endpoints.dynamodb,
