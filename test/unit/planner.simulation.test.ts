@@ -340,8 +340,7 @@ function simulate(scenario: Scenario): void {
   });
   for (const r of requests) expect(r.commits, `request ${r.id} ends once`).toBe(1);
   if (scenario.crashRate === 0 && !scenario.staleScheduler) {
-    for (const r of requests)
-      expect(r.dispatches, `request ${r.id} dispatched once`).toBe(1);
+    for (const r of requests) expect(r.dispatches, `request ${r.id} dispatched once`).toBe(1);
   }
   // Failures only where the contract puts them.
   for (const index of scenario.models.keys()) {
