@@ -1,12 +1,39 @@
 import { GetObjectCommand, type S3Client } from '@aws-sdk/client-s3';
+import { TRANSIENT_AWS_ERROR_NAMES } from '../aws/transient-errors.js';
 import { isAwsError } from '../errors.js';
 import { sha256Hex } from '../ids.js';
 import { logger } from '../logger.js';
+import { backoffDelay, realSleep } from '../prefix/backoff.js';
 import { Limiter } from '../prefix/limiter.js';
 import { storageKeys } from '../storage-keys.js';
 
 /** S3 GETs in flight at once per tick. */
 const PAYLOAD_READ_CONCURRENCY = 32;
+/**
+ * Tries per GET on a transient error. A tick reads hundreds of payloads after it claimed their
+ * models, and one GET that fails fails the tick: every claimed model then waits for its lease to end
+ * and is charged an attempt (E2), so without retries a long backlog can exhaust attempts by itself.
+ */
+const PAYLOAD_GET_ATTEMPTS = 3;
+const PAYLOAD_GET_BACKOFF = { baseMs: 25, capMs: 400, maxRetries: PAYLOAD_GET_ATTEMPTS };
+
+/** The object's body and stored digest; both undefined when it does not exist. */
+async function getPayloadObject(
+  s3: S3Client,
+  bucket: string,
+  key: string,
+): Promise<{ body?: string; digest?: string }> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const answer = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+      return { body: await answer.Body?.transformToString('utf8'), digest: answer.Metadata?.sha256 };
+    } catch (error) {
+      if (isAwsError(error, 'NoSuchKey', 'NotFound')) return {};
+      if (attempt >= PAYLOAD_GET_ATTEMPTS || !isAwsError(error, ...TRANSIENT_AWS_ERROR_NAMES)) throw error;
+      await realSleep(backoffDelay(attempt, PAYLOAD_GET_BACKOFF, Math.random));
+    }
+  }
+}
 
 export interface PayloadReads {
   /** Parsed payloads by request id; a request left out has no readable payload. */
@@ -20,8 +47,9 @@ export interface PayloadReads {
 /**
  * GETs exactly the payloads of `requestIds` (R6: call it with the dispatched requests only). A
  * missing object, or one whose body does not match the sha256 the API stored in its metadata, is
- * reported as unreadable: the caller dispatches that step as a server-error fail step (R5). Any
- * other S3 error is thrown; the tick then fails and its claims expire.
+ * reported as unreadable: the caller dispatches that step as a server-error fail step (R5). A
+ * transient S3 error is tried again a few times; any other error, or one that persists, is thrown:
+ * the tick then fails and its claims expire.
  */
 export async function readPayloads(
   s3: S3Client,
@@ -36,15 +64,7 @@ export async function readPayloads(
     requestIds.map((requestId) =>
       limiter.run(async () => {
         const key = storageKeys.payload(requestId);
-        let body: string | undefined;
-        let digest: string | undefined;
-        try {
-          const answer = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
-          body = await answer.Body?.transformToString('utf8');
-          digest = answer.Metadata?.sha256;
-        } catch (error) {
-          if (!isAwsError(error, 'NoSuchKey', 'NotFound')) throw error;
-        }
+        const { body, digest } = await getPayloadObject(s3, bucket, key);
         if (body === undefined) {
           unreadable.push(requestId);
           return;

@@ -24,6 +24,9 @@ export interface TickLock {
 export const TICK_LOCK_LEASE_MS = 30_000;
 /** A put and a flag can race with a release at most this many times before one of them wins. */
 const ACQUIRE_ROUNDS = 5;
+/** Tries of a release that fails (throttling, a 5xx): each failure would cost a whole lease. */
+const RELEASE_ATTEMPTS = 3;
+const RELEASE_BACKOFF_MS = 25;
 
 export function tickLockKey(pool: string): string {
   return `tick#${pool}`;
@@ -31,6 +34,33 @@ export function tickLockKey(pool: string): string {
 
 export function tickLock(doc: DynamoDBDocumentClient, registryTable: string, pool: string): TickLock {
   const Key = { pk: tickLockKey(pool) };
+
+  const deleteMine = async (holder: string): Promise<void> => {
+    try {
+      await doc.send(
+        new DeleteCommand({
+          TableName: registryTable,
+          Key,
+          ConditionExpression: 'holder = :holder',
+          ExpressionAttributeValues: { ':holder': holder },
+        }),
+      );
+    } catch (error) {
+      if (!isAwsError(error, 'ConditionalCheckFailedException')) throw error;
+    }
+  };
+
+  /** A failed delete would leave the pool without ticks until the lease ends: try a few times. */
+  const release = async (holder: string): Promise<void> => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await deleteMine(holder);
+      } catch (error) {
+        if (attempt >= RELEASE_ATTEMPTS) throw error;
+        await new Promise((resolve) => setTimeout(resolve, RELEASE_BACKOFF_MS * 2 ** attempt));
+      }
+    }
+  };
 
   const tryPut = async (holder: string, now: number): Promise<boolean> => {
     try {
@@ -45,6 +75,9 @@ export function tickLock(doc: DynamoDBDocumentClient, registryTable: string, poo
       return true;
     } catch (error) {
       if (isAwsError(error, 'ConditionalCheckFailedException')) return false;
+      // The put may have landed (a timeout after the write): let go of what may be ours, or the
+      // pool has no tick until the lease ends.
+      await release(holder).catch(() => undefined);
       throw error;
     }
   };
@@ -113,20 +146,7 @@ export function tickLock(doc: DynamoDBDocumentClient, registryTable: string, poo
       }
     },
 
-    async release(holder) {
-      try {
-        await doc.send(
-          new DeleteCommand({
-            TableName: registryTable,
-            Key,
-            ConditionExpression: 'holder = :holder',
-            ExpressionAttributeValues: { ':holder': holder },
-          }),
-        );
-      } catch (error) {
-        if (!isAwsError(error, 'ConditionalCheckFailedException')) throw error;
-      }
-    },
+    release,
   };
 }
 

@@ -1,3 +1,4 @@
+import { faultHook } from '../fault-hook.js';
 import { logger } from '../logger.js';
 import { parseManifest } from './load-work-item.js';
 import { runWorkItem } from './runtime.js';
@@ -17,6 +18,7 @@ export type MessageVerdict =
 export async function processWorkMessage(body: string, options: WorkerOptions): Promise<MessageVerdict> {
   try {
     const outcome = await runWorkItem(parseManifest(body), options);
+    faultHook.crash('worker:after-commit');
     return { done: !outcome.retry, outcome };
   } catch (error) {
     const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);

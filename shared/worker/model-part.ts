@@ -1,3 +1,4 @@
+import { faultHook } from '../fault-hook.js';
 import { logger } from '../logger.js';
 import type { WorkItemModel } from '../scheduling/work-item.js';
 import { getBytes, putBytes } from './blobs.js';
@@ -74,6 +75,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
         seq: step.seq,
         failed: execution.outcome.status === 'failed',
       });
+      faultHook.crash('worker:mid-item');
     }
 
     // Fence: write nothing unless this work item still holds the model (a zombie stops here).
@@ -97,6 +99,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
       ...[...part.saved.values()].map((blob) => putBytes(clients.s3, blob.key, blob.bytes)),
     ]);
     await ctx.emit({ kind: 'model-written', model_id: model.model_id, state_ref: stateRef });
+    faultHook.crash('worker:after-state-write');
     stopIfAborted(ctx.signal, lease);
 
     // Renewals stop here: the commit removes the lease, and a renewal racing it would only fail.

@@ -1,0 +1,165 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { EquivalenceReport } from './equivalence.js';
+import type { DeadLetterReport } from './queue-checks.js';
+import type { StateReport } from './state-checks.js';
+import type { StorageReport } from './storage-checks.js';
+import type { ZombieReport } from './zombie.js';
+
+/**
+ * The chaos run's result (`bench/results/chaos.json`) and its verdict. A run passes only with no
+ * violation:
+ * - every accepted request terminal (`lost` = 0);
+ * - R1: every answer, and every saved checkpoint (final weights included), equal to the sequential
+ *   oracle's, bit-exact; every server failure one E2 allows;
+ * - R7: no request accepted twice, no future ended and no model seq applied by two commits, every
+ *   model settled with each seq applied once;
+ * - E5: after the sweeper's blob GC (run as of a time past every grace period) no orphan payload,
+ *   result, work item or model state, and nothing a row references gone;
+ * - the dead-letter queue holds only messages whose failures were injected, and every failed
+ *   delivery is explained by something injected;
+ * - no tenant's client hit an answer a Tinker client would not retry, and the work queue drained.
+ */
+export interface ChaosReport {
+  readonly name: 'chaos';
+  readonly seed: number;
+  readonly requests: number;
+  readonly wall_time_s: number;
+  readonly faults: Record<string, number>;
+  readonly crashes: Record<string, number>;
+  /** Times each crash point was reached (crashed or not). */
+  readonly crash_point_hits: Record<string, number>;
+  readonly terminal: number;
+  readonly lost: number;
+  readonly duplicated_effects: number;
+  readonly sequential_equivalence: boolean;
+  readonly violations: string[];
+  /** Seconds since the start at which each phase ended. */
+  readonly phases_s: Record<string, number>;
+  readonly workload: {
+    readonly tenants: number;
+    readonly models: number;
+    readonly planned_requests: number;
+    readonly actions: Record<string, number>;
+    readonly client_retries: Record<string, number>;
+    readonly samples_skipped_after_e2: number;
+    /** Time the tenants' submits waited for the backlog to shrink, summed. */
+    readonly backpressure_wait_s: number;
+  };
+  readonly recovery: {
+    readonly deliveries: number;
+    readonly failed_deliveries: number;
+    readonly unexplained_failed_deliveries: number;
+    readonly unexplained_details: readonly string[];
+    readonly worker_processes_started: number;
+    readonly sample_cuts: number;
+    readonly zombies: ZombieReport;
+    readonly sweeps: number;
+    readonly commit_transactions: number;
+    readonly work_queue_left: number;
+    readonly driver_errors: readonly string[];
+  };
+  readonly checks: {
+    readonly state: StateReport;
+    readonly equivalence: EquivalenceReport;
+    readonly storage: StorageReport;
+    readonly dead_letters: DeadLetterReport;
+  };
+  /** SDK calls the functions made, by operation (what the local cloud served). */
+  readonly sdk_calls: Record<string, number>;
+  readonly sdk_calls_by_function: Record<string, number>;
+  /** The harness process's event loop delay (every function runs in it: renewals wait behind compute). */
+  readonly event_loop_delay_ms: Record<string, number>;
+  readonly cpu_s: Record<string, number>;
+  readonly settings: Record<string, unknown>;
+}
+
+const sample = (items: readonly string[]) =>
+  items.slice(0, 5).join('; ') + (items.length > 5 ? `; ... (${items.length})` : '');
+
+export function violationsOf(report: ChaosReport): string[] {
+  const { state, equivalence, storage, dead_letters } = report.checks;
+  const violations: string[] = [];
+  const add = (count: number, what: string, items: readonly string[] = []) => {
+    if (count > 0) violations.push(`${count} ${what}${items.length > 0 ? `: ${sample(items)}` : ''}`);
+  };
+  add(state.lost.length, 'accepted requests not terminal', state.lost);
+  add(
+    state.unexpected_futures.length,
+    'futures nobody was given (a submit accepted twice)',
+    state.unexpected_futures,
+  );
+  add(state.duplicate_commits.length, 'effects committed twice', state.duplicate_commits);
+  add(state.unsettled_models.length, 'models not settled', state.unsettled_models);
+  add(
+    equivalence.mismatches.length,
+    'answers differ from the sequential oracle',
+    equivalence.mismatches.map((m) => `${m.kind} ${m.request_id} got ${m.got} expected ${m.expected}`),
+  );
+  add(
+    equivalence.checkpoint_mismatches.length,
+    'checkpoints differ from the oracle',
+    equivalence.checkpoint_mismatches,
+  );
+  add(
+    equivalence.server_failed_unexplained.length,
+    'server failures E2 does not explain',
+    equivalence.server_failed_unexplained,
+  );
+  add(storage.orphan_payloads.length, 'orphan payloads after GC', storage.orphan_payloads);
+  add(storage.orphan_results.length, 'orphan results after GC', storage.orphan_results);
+  add(storage.orphan_work_items.length, 'work items left after GC', storage.orphan_work_items);
+  add(storage.orphan_states.length, 'unreferenced model states after GC', storage.orphan_states);
+  add(storage.dangling.length, 'referenced blobs missing', storage.dangling);
+  add(
+    dead_letters.unexplained.length,
+    'dead-lettered messages nothing injected explains',
+    dead_letters.unexplained,
+  );
+  add(
+    report.recovery.unexplained_failed_deliveries,
+    'failed deliveries nothing injected explains',
+    report.recovery.unexplained_details,
+  );
+  add(
+    report.recovery.driver_errors.length,
+    'client errors a Tinker client would not retry',
+    report.recovery.driver_errors,
+  );
+  add(report.recovery.work_queue_left, 'work messages left on the queue after the run');
+  return violations;
+}
+
+const resultsDir = join(dirname(fileURLToPath(import.meta.url)), '..', 'results');
+
+export function writeReport(report: ChaosReport, file = 'chaos.json'): string {
+  mkdirSync(resultsDir, { recursive: true });
+  const path = join(resultsDir, file);
+  writeFileSync(path, `${JSON.stringify(report, null, 2)}\n`);
+  return path;
+}
+
+export function formatReport(report: ChaosReport): string {
+  const counts = (record: Record<string, number>) =>
+    Object.entries(record)
+      .map(([name, count]) => `${name} ${count}`)
+      .join(', ');
+  const { equivalence, storage, dead_letters } = report.checks;
+  const lines = [
+    `requests              ${report.requests} (${report.workload.tenants} tenants, ${report.workload.models} models), seed ${report.seed}`,
+    `wall time             ${report.wall_time_s} s`,
+    `faults                ${counts(report.faults)}`,
+    `crashes               ${counts(report.crashes)}`,
+    `terminal              ${report.terminal}/${report.requests} (lost ${report.lost})`,
+    `duplicated effects    ${report.duplicated_effects}`,
+    `sequential equivalence ${report.sequential_equivalence} (${equivalence.compared} answers, ${equivalence.checkpoints_compared} checkpoints; ${equivalence.server_failed} ended by E2's attempt limit)`,
+    `orphans after GC      payloads ${storage.orphan_payloads.length}, results ${storage.orphan_results.length}, work items ${storage.orphan_work_items.length}, states ${storage.orphan_states.length} (GC deleted ${storage.gc.payloads_deleted} payloads, ${storage.gc.work_items_deleted} work items, ${storage.gc.states_deleted} states)`,
+    `dead letters          ${dead_letters.messages} (${dead_letters.explained} explained)`,
+    `recovery              ${report.recovery.failed_deliveries}/${report.recovery.deliveries} deliveries failed, ${report.recovery.sample_cuts} sample cuts, zombies ${report.recovery.zombies.stalled} (refused ${report.recovery.zombies.refused}, committed ${report.recovery.zombies.committed}, other ${report.recovery.zombies.other.join('/') || 0}), ${report.recovery.worker_processes_started} worker processes started`,
+    report.violations.length === 0
+      ? 'verdict               PASS'
+      : `verdict               FAIL\n  - ${report.violations.join('\n  - ')}`,
+  ];
+  return lines.join('\n');
+}
