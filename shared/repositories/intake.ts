@@ -1,13 +1,13 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { type AwsClients, awsClients } from '../aws/clients.js';
 import { config } from '../config.js';
-import type { IdempotencyRecord, RequestType } from '../domain/records.js';
+import type { IdempotencyRecord } from '../domain/records.js';
 import { IdempotencyConflictError, InfrastructureError, NotFoundError } from '../errors.js';
 import { logger } from '../logger.js';
 import { deletePayloadQuietly, putPayload, type SerializedPayload } from '../payload-store.js';
 import { backoffDelay, realSleep } from '../prefix/backoff.js';
 import { storageKeys } from '../storage-keys.js';
-import { pendingFutureRow } from './futures.js';
+import { type PendingFutureInput, pendingFutureRow } from './futures.js';
 import { readRegistryItem } from './registry.js';
 import { type TransactItem, transactWrite } from './transact.js';
 
@@ -105,41 +105,27 @@ export function putOnce(item: { readonly pk: string }): TransactItem {
 }
 
 /** The pending future every submit creates, and the idempotency record its retries find (R7). */
-export interface NewFuture {
+export interface NewFuture extends Omit<PendingFutureInput, 'payloadKey' | 'payloadDigest'> {
   readonly idempotencyKey: string;
-  readonly requestId: string;
-  readonly tenant: string;
-  readonly modelId: string;
-  readonly seq?: number;
-  readonly requestType: RequestType;
-  readonly checkpointId?: string;
-  readonly tokens: number;
   readonly payload: SerializedPayload;
-  readonly now: number;
   /** Recorded on the idempotency record when a retry must answer it (create_model). */
   readonly answersModelId?: boolean;
 }
 
 /** The two transaction items of `NewFuture`: the row (written once) and its idempotency record. */
 export function newFutureItems(future: NewFuture): TransactItem[] {
+  const { idempotencyKey, payload, answersModelId, ...fields } = future;
   const row = pendingFutureRow({
-    requestId: future.requestId,
-    tenant: future.tenant,
-    modelId: future.modelId,
-    ...(future.seq === undefined ? {} : { seq: future.seq }),
-    requestType: future.requestType,
-    ...(future.checkpointId === undefined ? {} : { checkpointId: future.checkpointId }),
-    tokens: future.tokens,
+    ...fields,
     payloadKey: storageKeys.payload(future.requestId),
-    payloadDigest: future.payload.digest,
-    now: future.now,
+    payloadDigest: payload.digest,
   });
   const idem: IdempotencyRecord = {
-    pk: future.idempotencyKey,
+    pk: idempotencyKey,
     tenant: future.tenant,
     request_id: future.requestId,
-    payload_digest: future.payload.digest,
-    ...(future.answersModelId ? { model_id: future.modelId } : {}),
+    payload_digest: payload.digest,
+    ...(answersModelId ? { model_id: future.modelId } : {}),
     created_at: future.now,
   };
   return [

@@ -1,43 +1,18 @@
-import { existsSync, mkdirSync } from 'node:fs';
-import * as path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startDrain } from '../../shared/ops/control-store.js';
 import { createOperatorKey, revokeApiKey } from '../../shared/repositories/api-keys.js';
 import { type ApiHarness, startApiHarness } from '../integration/api-harness.js';
 import { putModel, putPending } from '../integration/ops-fixtures.js';
+import { haveChromium, launchChromium, screenshot, statusRowOf } from '../support/browser.js';
 
 /**
  * The status page as deployed: served by the api function through the local runtime's HTTP API at
  * `/status`, its data behind an operator key the operator pastes once (kept in sessionStorage).
  */
 
-const CHROMIUM = '/usr/bin/chromium';
-const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  '--no-first-run',
-];
-const SCREENSHOT = path.join(
-  fileURLToPath(new URL('../../', import.meta.url)),
-  'test-output',
-  'status-page-api.png',
-);
 const KEY_STORAGE = 'tinker-serverless.operator-key';
-const haveChromium = existsSync(CHROMIUM);
-if (!haveChromium)
-  console.warn(`status page browser test skipped: ${CHROMIUM} is missing (apt-get install chromium)`);
-
-async function rowOf(page: Page, modelId: string): Promise<Record<string, string>> {
-  const headers = await page.locator('#models thead th').allTextContents();
-  const cells = await page.locator(`#models tbody tr[data-model-id="${modelId}"] > *`).allTextContents();
-  return Object.fromEntries(cells.map((cell, index) => [headers[index] ?? `column ${index}`, cell]));
-}
+const canRun = haveChromium();
 
 function storedKey(page: Page): Promise<string | null> {
   return page.evaluate<string | null>(`sessionStorage.getItem(${JSON.stringify(KEY_STORAGE)})`);
@@ -48,7 +23,7 @@ async function submitKey(page: Page, key: string): Promise<void> {
   await page.click('#key-form button[type="submit"]');
 }
 
-describe.skipIf(!haveChromium)('status page behind the API, in headless Chromium', () => {
+describe.skipIf(!canRun)('status page behind the API, in headless Chromium', () => {
   let api: ApiHarness;
   let browser: Browser;
   let page: Page;
@@ -77,7 +52,7 @@ describe.skipIf(!haveChromium)('status page behind the API, in headless Chromium
     operatorKey = await createOperatorKey('ops@example.com', cloud.clients);
     tenantKey = (await api.tenant('acme')).key;
 
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+    browser = await launchChromium();
     page = await browser.newPage({ viewport: { width: 1400, height: 720 } });
     page.on('console', (message) => {
       if (message.type() === 'error') problems.push(message.text());
@@ -120,15 +95,14 @@ describe.skipIf(!haveChromium)('status page behind the API, in headless Chromium
     expect(await page.locator('#picture').isHidden()).toBe(true);
     expect(await storedKey(page)).toBeNull();
     expect(dataRequests.at(-1)).toEqual({ key: tenantKey, status: 403 });
-    mkdirSync(path.dirname(SCREENSHOT), { recursive: true });
-    await page.screenshot({ path: SCREENSHOT.replace(/\.png$/, '-key.png') });
+    await screenshot(page, 'status-page-api-key.png', false);
   });
 
   it('shows the per-model picture with an operator key, kept for this tab across a reload', async () => {
     await submitKey(page, operatorKey);
     await page.waitForSelector('#models tbody tr[data-model-id="m-fresh"]');
     expect(await page.locator('#key-panel').isHidden()).toBe(true);
-    expect(await rowOf(page, 'm-train')).toMatchObject({
+    expect(await statusRowOf(page, 'm-train')).toMatchObject({
       Model: 'm-train',
       Tenant: 'acme',
       State: 'active',
@@ -136,7 +110,7 @@ describe.skipIf(!haveChromium)('status page behind the API, in headless Chromium
       'First barrier': 'seq 3 optim_step',
       'Next tick': 'waits: inflight',
     });
-    expect((await rowOf(page, 'm-fresh')).Tenant).toBe('zeta');
+    expect((await statusRowOf(page, 'm-fresh')).Tenant).toBe('zeta');
     expect(await storedKey(page)).toBe(operatorKey);
 
     await page.reload();
@@ -155,9 +129,7 @@ describe.skipIf(!haveChromium)('status page behind the API, in headless Chromium
     await page.waitForSelector('#drain-banner:not([hidden])', { timeout: 10_000 });
     expect(await page.locator('#drain-banner').textContent()).toMatch(/\(by ops@test: maintenance\)/);
 
-    mkdirSync(path.dirname(SCREENSHOT), { recursive: true });
-    await page.screenshot({ path: SCREENSHOT, fullPage: true });
-    console.log(`status page (through the API) screenshot: ${SCREENSHOT}`);
+    console.log(`status page (through the API) screenshot: ${await screenshot(page, 'status-page-api.png')}`);
   });
 
   it('is not shared with a new tab, and is forgotten on request', async () => {

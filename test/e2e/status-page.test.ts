@@ -1,41 +1,15 @@
-import { existsSync, mkdirSync } from 'node:fs';
-import * as path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StatusPageServer, startStatusPage } from '../../local/status-page/server.js';
 import { startDrain } from '../../shared/ops/control-store.js';
 import { readPoolStatus } from '../../shared/ops/status-reader.js';
 import { putModel, putPending } from '../integration/ops-fixtures.js';
+import { haveChromium, launchChromium, screenshot, statusRowOf } from '../support/browser.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 
-const CHROMIUM = '/usr/bin/chromium';
-const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  '--no-first-run',
-];
-const SCREENSHOT = path.join(
-  fileURLToPath(new URL('../../', import.meta.url)),
-  'test-output',
-  'status-page.png',
-);
-const haveChromium = existsSync(CHROMIUM);
-if (!haveChromium)
-  console.warn(`status page browser test skipped: ${CHROMIUM} is missing (apt-get install chromium)`);
+const canRun = haveChromium();
 
-/** The text of each cell of a model's row, keyed by the column headers. */
-async function rowOf(page: Page, modelId: string): Promise<Record<string, string>> {
-  const headers = await page.locator('#models thead th').allTextContents();
-  const cells = await page.locator(`#models tbody tr[data-model-id="${modelId}"] > *`).allTextContents();
-  return Object.fromEntries(cells.map((cell, index) => [headers[index] ?? `column ${index}`, cell]));
-}
-
-describe.skipIf(!haveChromium)('status page in headless Chromium', () => {
+describe.skipIf(!canRun)('status page in headless Chromium', () => {
   let cloud: TestCloud;
   let server: StatusPageServer;
   let browser: Browser;
@@ -63,7 +37,7 @@ describe.skipIf(!haveChromium)('status page in headless Chromium', () => {
     await putPending(cloud, 'm-fresh', 'load_weights', 2, now - 9_000);
 
     server = await startStatusPage({ readStatus: () => readPoolStatus({ clients: cloud.clients }) });
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+    browser = await launchChromium();
     page = await browser.newPage({ viewport: { width: 1400, height: 720 } });
     page.on('console', (message) => {
       if (message.type() === 'error') problems.push(message.text());
@@ -85,7 +59,7 @@ describe.skipIf(!haveChromium)('status page in headless Chromium', () => {
     await page.waitForSelector('#models tbody tr[data-model-id="m-fresh"]');
     expect(await page.locator('#models tbody tr').count()).toBe(2);
 
-    const train = await rowOf(page, 'm-train');
+    const train = await statusRowOf(page, 'm-train');
     expect(train).toMatchObject({
       Model: 'm-train',
       Tenant: 'acme',
@@ -100,7 +74,7 @@ describe.skipIf(!haveChromium)('status page in headless Chromium', () => {
     expect(train['Last completion']).toMatch(/s ago$/);
     expect(train['Oldest pending']).toMatch(/^1 m \d\d s$/);
 
-    const fresh = await rowOf(page, 'm-fresh');
+    const fresh = await statusRowOf(page, 'm-fresh');
     expect(fresh).toMatchObject({
       Tenant: 'zeta',
       Pending: '2',
@@ -127,8 +101,8 @@ describe.skipIf(!haveChromium)('status page in headless Chromium', () => {
     await startDrain(cloud.env.POOL!, 'ops@test', { reason: 'maintenance', doc: cloud.clients.doc });
 
     await page.waitForSelector('#models tbody tr[data-model-id="m-late"]', { timeout: 10_000 });
-    expect((await rowOf(page, 'm-fresh')).Pending).toBe('3');
-    expect(await rowOf(page, 'm-late')).toMatchObject({
+    expect((await statusRowOf(page, 'm-fresh')).Pending).toBe('3');
+    expect(await statusRowOf(page, 'm-late')).toMatchObject({
       Tenant: 'late',
       'First barrier': 'seq 1 optim_step',
     });
@@ -137,9 +111,7 @@ describe.skipIf(!haveChromium)('status page in headless Chromium', () => {
       /^Draining since .* \(by ops@test: maintenance\)/,
     );
 
-    mkdirSync(path.dirname(SCREENSHOT), { recursive: true });
-    await page.screenshot({ path: SCREENSHOT, fullPage: true });
-    console.log(`status page screenshot: ${SCREENSHOT}`);
+    console.log(`status page screenshot: ${await screenshot(page, 'status-page.png')}`);
   });
 
   it('loads nothing from elsewhere and logs no errors (CSP violations included)', () => {
