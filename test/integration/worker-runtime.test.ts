@@ -72,7 +72,9 @@ describe('the worker runtime on the local cloud', () => {
     });
 
     const backend = countingBackend();
-    const outcomes = await drain(backend);
+    // A window, so both models' passes meet in the batcher although each first reads its own row and
+    // state over the network (with the default, a loaded machine can split them).
+    const outcomes = await drain(backend, { passWindowMs: 250 });
     expect(outcomes.every((outcome) => !outcome.retry)).toBe(true);
     expect(outcomes.flatMap((o) => o.models).every((m) => m.outcome === 'committed')).toBe(true);
     // The first work item holds both models' passes, fused into one backend batch.
