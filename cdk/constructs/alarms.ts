@@ -76,32 +76,36 @@ export class OperationsAlarms extends Construct {
     const minute = Duration.minutes(1);
     const notBreaching = cloudwatch.TreatMissingData.NOT_BREACHING;
 
+    /** Any visible message at all, within a minute. */
+    const queueNotEmpty = (queue: sqs.IQueue, id: string, suffix: string, description: string) =>
+      queue
+        .metricApproximateNumberOfMessagesVisible({ period: minute, statistic: cloudwatch.Stats.MAXIMUM })
+        .createAlarm(this, id, {
+          alarmName: name(suffix),
+          alarmDescription: description,
+          threshold: 0,
+          comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+          evaluationPeriods: 1,
+          treatMissingData: notBreaching,
+        });
+
     this.alarms = {
       // A message the worker failed maxReceiveCount times: a work item nobody can run.
-      dlqNotEmpty: props.deadLetterQueue
-        .metricApproximateNumberOfMessagesVisible({ period: minute, statistic: cloudwatch.Stats.MAXIMUM })
-        .createAlarm(this, 'DlqNotEmpty', {
-          alarmName: name('dlq-not-empty'),
-          alarmDescription: 'The work dead-letter queue holds messages: work items that repeatedly failed.',
-          threshold: 0,
-          comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-          evaluationPeriods: 1,
-          treatMissingData: notBreaching,
-        }),
+      dlqNotEmpty: queueNotEmpty(
+        props.deadLetterQueue,
+        'DlqNotEmpty',
+        'dlq-not-empty',
+        'The work dead-letter queue holds messages: work items that repeatedly failed.',
+      ),
       // A stream batch the scheduler failed on through every retry (and every bisection): what it
       // would have woken waits for the sweeper's safety tick, and the failing input is still there.
-      streamDlqNotEmpty: props.streamDeadLetterQueue
-        .metricApproximateNumberOfMessagesVisible({ period: minute, statistic: cloudwatch.Stats.MAXIMUM })
-        .createAlarm(this, 'StreamDlqNotEmpty', {
-          alarmName: name('stream-dlq-not-empty'),
-          alarmDescription:
-            'The stream dead-letter queue holds failure records: the scheduler gave up on a stream batch ' +
-            'after its retries (each record names the shard and sequence range).',
-          threshold: 0,
-          comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-          evaluationPeriods: 1,
-          treatMissingData: notBreaching,
-        }),
+      streamDlqNotEmpty: queueNotEmpty(
+        props.streamDeadLetterQueue,
+        'StreamDlqNotEmpty',
+        'stream-dlq-not-empty',
+        'The stream dead-letter queue holds failure records: the scheduler gave up on a stream batch ' +
+          'after its retries (each record names the shard and sequence range).',
+      ),
       // One expiry is a crashed worker, recovered by a re-plan (E7); expiries in 2 of 3 five-minute
       // windows mean workers keep dying or hanging.
       leasesExpiring: leasesExpiredMetric(props.pool).createAlarm(this, 'LeasesExpiring', {
