@@ -1,28 +1,17 @@
-import { spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { TinkerClient } from '../../shared/client/tinker-client.js';
+import { runScript } from '../support/processes.js';
 import { waitFor } from '../support/wait.js';
-
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 /** `npm start` tells any Tinker client where to go: the base URL and a working development key. */
 describe('npm start', () => {
   it('prints the API base URL and a development key on lines of their own, and their export lines', async () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'local/start.ts'], {
-      cwd: ROOT,
-      env: { ...process.env, AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    const { child, output: printed, exited } = runScript('local/start.ts');
     try {
-      await waitFor('the ready banner', () => output.includes('Press Ctrl-C to stop.'), 60_000, 100);
-      const lines = output.split('\n');
-      const baseUrl = /^export TINKER_BASE_URL=(http:\/\/127\.0\.0\.1:\d+)$/m.exec(output)?.[1];
-      const apiKey = /^export TINKER_API_KEY=(\S+)$/m.exec(output)?.[1];
+      await waitFor('the ready banner', () => printed().includes('Press Ctrl-C to stop.'), 60_000, 100);
+      const lines = printed().split('\n');
+      const baseUrl = /^export TINKER_BASE_URL=(http:\/\/127\.0\.0\.1:\d+)$/m.exec(printed())?.[1];
+      const apiKey = /^export TINKER_API_KEY=(\S+)$/m.exec(printed())?.[1];
       expect(baseUrl).toBeDefined();
       expect(apiKey).toBeDefined();
       // The values also stand alone on their own lines, for copying.

@@ -1,26 +1,24 @@
-import { type ChildProcessByStdio, spawn } from 'node:child_process';
-import type { Readable } from 'node:stream';
+import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import { descendantsMatching, isAlive, isDynamoDbLocalJvm, pgrep } from '../support/processes.js';
+import {
+  descendantsMatching,
+  isAlive,
+  isDynamoDbLocalJvm,
+  pgrep,
+  runScript,
+  type ScriptProcess,
+} from '../support/processes.js';
 import { waitFor } from '../support/wait.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const JVM_MARKER = 'DynamoDBLocal';
 
-type StartProcess = ChildProcessByStdio<null, Readable, Readable>;
+type StartProcess = ScriptProcess;
 
 /** Runs local/start.ts the way `npm start` does, minus npm: one node process to signal. */
 function startStack(env: NodeJS.ProcessEnv = process.env): { child: StartProcess; output: () => string } {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'local/start.ts'], {
-    cwd: ROOT,
-    env: { ...env, AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  return { child, output: () => output };
+  return runScript('local/start.ts', env);
 }
 
 function exitOf(child: StartProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {

@@ -1,4 +1,6 @@
-import { execFileSync } from 'node:child_process';
+import { type ChildProcessByStdio, execFileSync, spawn } from 'node:child_process';
+import type { Readable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
 
 /** Pids of every live descendant of `root` whose command line passes `matches`. */
 export function descendantsMatching(root: number, matches: (commandLine: string) => boolean): number[] {
@@ -47,4 +49,28 @@ export function isAlive(pid: number): boolean {
 /** The DynamoDB Local JVM itself (its watchdog shell names the jar too, but is not `java`). */
 export function isDynamoDbLocalJvm(commandLine: string): boolean {
   return /^\S*java\s/.test(commandLine) && commandLine.includes('DynamoDBLocal');
+}
+
+export type ScriptProcess = ChildProcessByStdio<null, Readable, Readable>;
+
+export interface RunningScript {
+  readonly child: ScriptProcess;
+  /** Everything the script printed so far, stdout and stderr interleaved. */
+  output(): string;
+  /** Its exit code, once it exits. */
+  readonly exited: Promise<number | null>;
+}
+
+/** Runs a repository script the way its npm script does, minus npm: one node process to signal. */
+export function runScript(script: string, env: NodeJS.ProcessEnv = process.env): RunningScript {
+  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+    cwd: fileURLToPath(new URL('../../', import.meta.url)),
+    env: { ...env, AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  return { child, output: () => output, exited };
 }
