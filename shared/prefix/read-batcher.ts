@@ -8,7 +8,9 @@ import type { PrefixTable } from './table.js';
  * Shared, strongly consistent reads of the `prefixes` table (P4). Keys asked for within a short
  * window are merged into one batch, deduplicated, and read in BatchGetItem calls of at most 100 keys
  * (keys marked `early` go in the first calls, in arrival order, then the others). Each key is answered
- * as soon as the call that holds it returns, not when the whole batch is in. Answers come unordered
+ * as soon as the call that holds it returns, not when the whole batch is in. A batch sends its calls a
+ * few at a time, in order: its answers then arrive steadily and each response is decoded while the
+ * table serves the next, instead of all arriving together and queueing for one CPU to decode them. Answers come unordered
  * and are matched by key; UnprocessedKeys are retried with backoff; a call that fails as a whole is
  * bisected until the failing key stands alone, so only that key's askers see an error. Nothing is
  * cached across batches: every restore sees the table as of its own read.
@@ -28,6 +30,8 @@ export interface ReadBatcherOptions {
   readonly maxBatchSize: number;
   /** BatchGetItem calls in flight at once, across batches. */
   readonly readConcurrency: number;
+  /** BatchGetItem calls of one batch in flight at once (within `readConcurrency`). */
+  readonly readsInFlightPerBatch: number;
   readonly backoff: BackoffPolicy;
   readonly clock: Clock;
 }
@@ -71,6 +75,21 @@ class Batch {
   };
 }
 
+/**
+ * The fewest calls, the odd-sized one first: it holds the early keys and, being the smallest, tends
+ * to come back first, so requests can be answered as each later call returns.
+ */
+function callChunks(keys: readonly string[]): string[][] {
+  const chunks: string[][] = [];
+  const first = keys.length % BATCH_GET_MAX_KEYS || BATCH_GET_MAX_KEYS;
+  for (let start = 0; start < keys.length; ) {
+    const end = start === 0 ? first : start + BATCH_GET_MAX_KEYS;
+    chunks.push(keys.slice(start, end));
+    start = end;
+  }
+  return chunks;
+}
+
 export class ReadBatcher {
   private readonly limiter: Limiter;
   private current: Batch | undefined;
@@ -81,6 +100,9 @@ export class ReadBatcher {
     private readonly options: ReadBatcherOptions,
   ) {
     if (options.maxBatchSize < 1) throw new RangeError('maxBatchSize must be at least 1');
+    if (options.readsInFlightPerBatch < 1) {
+      throw new RangeError('readsInFlightPerBatch must be at least 1');
+    }
     this.limiter = new Limiter(options.readConcurrency);
   }
 
@@ -112,22 +134,23 @@ export class ReadBatcher {
   }
 
   private dispatch(batch: Batch): void {
-    const keys = batch.keys();
-    // The fewest calls, the odd-sized one first: it holds the early keys and, being the smallest,
-    // tends to come back first, so requests can be answered as each later call returns.
-    const first = keys.length % BATCH_GET_MAX_KEYS || BATCH_GET_MAX_KEYS;
-    for (let start = 0; start < keys.length; ) {
-      const end = start === 0 ? first : start + BATCH_GET_MAX_KEYS;
-      const chunk = keys.slice(start, end);
-      start = end;
-      void this.limiter
-        .run(() => this.readChunk(chunk, batch.deliver))
-        .catch((error: unknown) => {
-          // Not expected (readChunk answers every key); still, nobody is left waiting.
-          const failure = new ReadBatchError(`read failed: ${String(error)}`, { cause: error });
-          for (const key of chunk) batch.deliver(key, failure);
-        });
-    }
+    const chunks = callChunks(batch.keys());
+    let next = 0;
+    // Each lane sends the batch's next call when its previous one is answered.
+    const lane = async (): Promise<void> => {
+      for (let chunk = chunks[next++]; chunk !== undefined; chunk = chunks[next++]) {
+        const keys = chunk;
+        await this.limiter
+          .run(() => this.readChunk(keys, batch.deliver))
+          .catch((error: unknown) => {
+            // Not expected (readChunk answers every key); still, nobody is left waiting.
+            const failure = new ReadBatchError(`read failed: ${String(error)}`, { cause: error });
+            for (const key of keys) batch.deliver(key, failure);
+          });
+      }
+    };
+    const lanes = Math.min(this.options.readsInFlightPerBatch, chunks.length);
+    for (let index = 0; index < lanes; index++) void lane();
   }
 
   /** Reads `keys` and delivers every one of them: each answer as soon as its response is in. */

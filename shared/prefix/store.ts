@@ -29,7 +29,16 @@ export interface PrefixStoreOptions extends PrefixTableOptions {
   readonly readWindowMs?: number;
   readonly readMaxBatchSize?: number;
   readonly readConcurrency?: number;
+  /** One batch's BatchGetItem calls in flight at once; see `ReadBatcher`. */
+  readonly readsInFlightPerBatch?: number;
 }
+
+/**
+ * Two: the client decodes one response while the table serves the next. Measured on the restore
+ * bench (512 calls, 6 calls of up to 100 rows): 2 or 3 in flight answered the batch about a fifth
+ * sooner than all 6 at once; 1 left the table idle while each response was decoded.
+ */
+export const DEFAULT_READS_IN_FLIGHT_PER_BATCH = 2;
 
 /** Prefixes outlive any cut-and-resume cycle of a sample by far; DynamoDB TTL then collects them. */
 export const DEFAULT_PREFIX_TTL_SECONDS = 24 * 3600;
@@ -57,6 +66,7 @@ export function createPrefixStore(options: PrefixStoreOptions = {}): PrefixStore
       windowMs: options.readWindowMs ?? 2,
       maxBatchSize: options.readMaxBatchSize ?? 1024,
       readConcurrency: options.readConcurrency ?? 8,
+      readsInFlightPerBatch: options.readsInFlightPerBatch ?? DEFAULT_READS_IN_FLIGHT_PER_BATCH,
       backoff,
       clock,
     }),

@@ -1,6 +1,10 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { realSleep } from '../../shared/prefix/backoff.js';
-import { createPrefixStore, type PrefixStoreOptions } from '../../shared/prefix/store.js';
+import {
+  createPrefixStore,
+  DEFAULT_READS_IN_FLIGHT_PER_BATCH,
+  type PrefixStoreOptions,
+} from '../../shared/prefix/store.js';
 import type { CutRow, PrefixPointer } from '../../shared/prefix/types.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import {
@@ -210,6 +214,40 @@ describe('restore pipelining', () => {
       }
     });
     expect(early).toBe(50);
+  });
+
+  it("sends one batch's calls a few at a time, each next call as soon as one returns", async () => {
+    // 450 rows and 1 group record: 5 calls (51 keys, then 4 of 100).
+    const pointers = await savedPointers(450, 'inflight', 8);
+    const inFlightDuring = async (readsInFlightPerBatch?: number) => {
+      let inFlight = 0;
+      let most = 0;
+      const { store, calls } = storeWith({
+        ...(readsInFlightPerBatch === undefined ? {} : { readsInFlightPerBatch }),
+        hook: async (command, _input, next) => {
+          if (command !== 'BatchGetItem') return next();
+          inFlight += 1;
+          most = Math.max(most, inFlight);
+          try {
+            await realSleep(40);
+            return await next();
+          } finally {
+            inFlight -= 1;
+          }
+        },
+      });
+      const outcomes = await Promise.all(
+        store.restoreMany(pointers.map((pointer) => ({ pointer, contentId: 'c-ckpt' }))),
+      );
+      expect(outcomes.every((outcome) => outcome.kind === 'restored')).toBe(true);
+      expect(calls.filter((call) => call.command === 'BatchGetItem')).toHaveLength(5);
+      return most;
+    };
+    expect(await inFlightDuring()).toBe(DEFAULT_READS_IN_FLIGHT_PER_BATCH);
+    expect(await inFlightDuring(1)).toBe(1);
+    // The store-wide bound (8) still applies above it.
+    expect(await inFlightDuring(16)).toBe(5);
+    expect(() => storeWith({ readsInFlightPerBatch: 0 })).toThrow(RangeError);
   });
 
   it('reads a group record shared by every restore of a batch once, in the first call', async () => {
