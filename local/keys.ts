@@ -20,6 +20,21 @@ export const printDevelopmentApiKey: ReadyHook = async ({ clients }) => {
   return [`Development API key (tenant "${DEV_TENANT}"; export TINKER_API_KEY=...):`, key];
 };
 
+export const DEV_OPERATOR = 'dev-operator';
+
+/**
+ * `npm start` hook: an operator key for the API's own status page (`<API URL>/status`, served as
+ * deployed, whose data needs an operator key), printed on a line of its own after the page's URL.
+ */
+export const printOperatorKey: ReadyHook = async ({ apiUrl, clients }) => {
+  const key = await createOperatorKey(DEV_OPERATOR, clients);
+  return [
+    'Status page as the deployed API serves it (paste this operator key into it once):',
+    `${apiUrl}/status`,
+    key,
+  ];
+};
+
 const USAGE =
   'usage: npm run keys -- create --tenant NAME | npm run keys -- create --operator NAME | npm run keys -- revoke KEY';
 

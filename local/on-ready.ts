@@ -1,5 +1,5 @@
 import type { AwsClients } from '../shared/aws/clients.js';
-import { printDevelopmentApiKey } from './keys.js';
+import { printDevelopmentApiKey, printOperatorKey } from './keys.js';
 import type { ProvisionedResources } from './resources.js';
 
 /** What `npm start` knows once the local stack is up. process.env already points at the local cloud. */
@@ -14,4 +14,4 @@ export interface ReadyContext {
 export type ReadyHook = (context: ReadyContext) => Promise<readonly string[]>;
 
 /** Hooks `npm start` (local/start.ts) runs, in order, once the stack is up. */
-export const readyHooks: readonly ReadyHook[] = [printDevelopmentApiKey];
+export const readyHooks: readonly ReadyHook[] = [printDevelopmentApiKey, printOperatorKey];

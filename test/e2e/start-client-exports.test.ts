@@ -5,7 +5,7 @@ import { waitFor } from '../support/wait.js';
 
 /** `npm start` tells any Tinker client where to go: the base URL and a working development key. */
 describe('npm start', () => {
-  it('prints the API base URL and a development key on lines of their own, and their export lines', async () => {
+  it('prints the API base URL, a development key and an operator key on lines of their own, and export lines', async () => {
     const { child, output: printed, exited } = runScript('local/start.ts');
     try {
       await waitFor('the ready banner', () => printed().includes('Press Ctrl-C to stop.'), 60_000, 100);
@@ -22,6 +22,13 @@ describe('npm start', () => {
       expect((await client.createSession({ tags: ['start'] })).session_id).toEqual(expect.any(String));
       const stranger = new TinkerClient({ baseUrl: baseUrl as string, apiKey: 'not-a-key' });
       expect((await stranger.raw('POST', '/api/v1/create_session', { tags: [] })).status).toBe(401);
+
+      // The API's own status page, as deployed, with an operator key for its data.
+      expect(lines).toContain(`${baseUrl}/status`);
+      const operatorKey = lines.find((line) => line.startsWith('tso-'));
+      expect(operatorKey).toBeDefined();
+      const operator = new TinkerClient({ baseUrl: baseUrl as string, apiKey: operatorKey });
+      expect((await operator.raw('GET', '/status/data')).status).toBe(200);
 
       child.kill('SIGINT');
       expect(await exited).toBe(0);

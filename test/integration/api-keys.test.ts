@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { printDevelopmentApiKey } from '../../local/keys.js';
+import { printDevelopmentApiKey, printOperatorKey } from '../../local/keys.js';
 import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 const run = promisify(execFile);
@@ -72,5 +72,22 @@ describe('the keys command', () => {
     const key = lines.at(-1)!;
     expect(key).toMatch(/^tml-/);
     expect((await api.client(key).raw('POST', '/api/v1/create_session', {})).status).toBe(200);
+  });
+
+  it("the npm start hook prints the API's status page and an operator key that reads its data", async () => {
+    const context = {
+      apiUrl: api.url,
+      env: api.cloud.env,
+      resources: api.cloud.names,
+      clients: api.cloud.clients,
+    };
+    const lines = await printOperatorKey(context);
+    expect(lines.at(-2)).toBe(`${api.url}/status`);
+    const key = lines.at(-1)!;
+    expect(key).toMatch(/^tso-/);
+    expect((await api.client(key).raw('GET', '/status/data')).status).toBe(200);
+    expect(
+      (await api.client('tso-notakeynotakeynotakeynotakeynotakeynotakey').raw('GET', '/status/data')).status,
+    ).toBe(401);
   });
 });
