@@ -1,16 +1,17 @@
 import { type AwsClients, awsClients } from '../aws/clients.js';
 import type { LiveRow, ModelRow } from '../domain/records.js';
 import { isPoolDraining } from '../ops/control-store.js';
-import type { ModelClaim } from '../scheduling/claim.js';
+import type { ModelClaim, ModelRelease, SampleRelease } from '../scheduling/claim.js';
 import type { WorkItem } from '../scheduling/work-item.js';
 import { sendManifest, writeWorkItem } from './dispatch.js';
 import { scanLiveIndex } from './live-index.js';
-import { claimModel, readModels } from './models.js';
+import { claimModel, readModels, releaseModel } from './models.js';
 import { type PayloadReads, readPayloads } from './payloads.js';
 import {
   claimSample,
   readLiveSampleClaims,
   readSampleRows,
+  releaseSample,
   type SampleClaimRecord,
   type SampleRowFacts,
 } from './samples.js';
@@ -27,6 +28,10 @@ export interface SchedulerAdapters {
   readSampleClaims(requestIds: Iterable<string>, now: number): Promise<Set<string>>;
   claimModel(claim: ModelClaim): Promise<boolean>;
   claimSample(claim: Omit<SampleClaimRecord, 'pk' | 'ttl'>, now: number): Promise<boolean>;
+  /** Gives back a model claim a failed pass could not dispatch; `false` when its condition failed. */
+  releaseModel(release: ModelRelease): Promise<boolean>;
+  /** Deletes a sample claim a failed pass could not dispatch; `false` when it is no longer the pass's. */
+  releaseSample(release: SampleRelease): Promise<boolean>;
   readSampleRows(requestIds: Iterable<string>): Promise<Map<string, SampleRowFacts>>;
   readPayloads(requestIds: readonly string[]): Promise<PayloadReads>;
   writeWorkItem(workItem: WorkItem): Promise<number>;
@@ -50,6 +55,8 @@ export function schedulerAdapters(
     readSampleClaims: (ids, now) => readLiveSampleClaims(doc, tables.registry, ids, now),
     claimModel: (claim) => claimModel(doc, tables.models, claim),
     claimSample: (claim, now) => claimSample(doc, tables.registry, claim, now),
+    releaseModel: (release) => releaseModel(doc, tables.models, release),
+    releaseSample: (release) => releaseSample(doc, tables.registry, release),
     readSampleRows: (ids) => readSampleRows(doc, tables.futures, ids),
     readPayloads: (ids) => readPayloads(s3, settings.bucket, ids),
     writeWorkItem: (workItem) => writeWorkItem(s3, settings.bucket, workItem),

@@ -24,6 +24,12 @@ export interface TickCounters {
   fail_samples_dispatched: number;
   work_items: number;
   work_item_bytes: number;
+  /** Model and sample claims a failed pass gave back (it failed after claiming, before sending). */
+  claims_released: number;
+  /** Releases whose condition failed: the row or claim had moved on, or the claim never landed. */
+  releases_refused: number;
+  /** Releases that errored: those claims are left to their leases and the sweeper. */
+  release_errors: number;
 }
 
 export function emptyTickCounters(): TickCounters {
@@ -48,6 +54,9 @@ export function emptyTickCounters(): TickCounters {
     fail_samples_dispatched: 0,
     work_items: 0,
     work_item_bytes: 0,
+    claims_released: 0,
+    releases_refused: 0,
+    release_errors: 0,
   };
 }
 

@@ -1,7 +1,7 @@
 import { type DynamoDBDocumentClient, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import type { ModelRow } from '../domain/records.js';
 import { isAwsError } from '../errors.js';
-import type { ModelClaim } from '../scheduling/claim.js';
+import type { ModelClaim, ModelRelease } from '../scheduling/claim.js';
 import { batchGetByKey } from './batch-get.js';
 
 /** The model rows of `modelIds`, read strongly (R5): one BatchGetItem per 100 models. */
@@ -38,6 +38,37 @@ export async function claimModel(
           ':lease_until': claim.set.lease_until,
           ':planned_through': claim.set.planned_through,
           ':expected_epoch': claim.condition.expected_epoch,
+        },
+      }),
+    );
+    return true;
+  } catch (error) {
+    if (isAwsError(error, 'ConditionalCheckFailedException')) return false;
+    throw error;
+  }
+}
+
+/**
+ * Gives back a claim the pass could not dispatch (`releaseFor`): one conditional UpdateItem. `false`
+ * when the condition failed: the row no longer carries this claim (re-planned, committed, claimed
+ * again), or the claim never landed. That changes nothing and is an answer, never an error.
+ */
+export async function releaseModel(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  release: ModelRelease,
+): Promise<boolean> {
+  try {
+    await doc.send(
+      new UpdateCommand({
+        TableName: table,
+        Key: { model_id: release.model_id },
+        UpdateExpression: `SET planned_through = :planned_through REMOVE ${release.remove.join(', ')}`,
+        ConditionExpression: 'epoch = :epoch AND inflight = :inflight',
+        ExpressionAttributeValues: {
+          ':planned_through': release.set.planned_through,
+          ':epoch': release.condition.epoch,
+          ':inflight': release.condition.inflight,
         },
       }),
     );

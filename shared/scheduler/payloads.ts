@@ -11,8 +11,8 @@ import { storageKeys } from '../storage-keys.js';
 const PAYLOAD_READ_CONCURRENCY = 32;
 /**
  * Tries per GET on a transient error. A tick reads hundreds of payloads after it claimed their
- * models, and one GET that fails fails the tick: every claimed model then waits for its lease to end
- * and is charged an attempt (E2), so without retries a long backlog can exhaust attempts by itself.
+ * models, and one GET that fails fails the pass: it gives its claims back, but every model it claimed
+ * waits for the next tick (and, if a release fails too, for its lease and an attempt charged, E2).
  */
 const PAYLOAD_GET_ATTEMPTS = 3;
 const PAYLOAD_GET_BACKOFF = { baseMs: 25, capMs: 400, maxRetries: PAYLOAD_GET_ATTEMPTS };
@@ -49,7 +49,7 @@ export interface PayloadReads {
  * missing object, or one whose body does not match the sha256 the API stored in its metadata, is
  * reported as unreadable: the caller dispatches that step as a server-error fail step (R5). A
  * transient S3 error is tried again a few times; any other error, or one that persists, is thrown:
- * the tick then fails and its claims expire.
+ * the pass then fails and gives its claims back.
  */
 export async function readPayloads(
   s3: S3Client,

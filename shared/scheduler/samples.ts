@@ -1,6 +1,7 @@
-import { type DynamoDBDocumentClient, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { DeleteCommand, type DynamoDBDocumentClient, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { type FutureStatus, registryKey } from '../domain/records.js';
 import { isAwsError } from '../errors.js';
+import type { SampleRelease } from '../scheduling/claim.js';
 import { batchGetByKey } from './batch-get.js';
 
 /** Claim items outlive their lease by this much before TTL removes them (nothing reads them then). */
@@ -61,6 +62,31 @@ export async function claimSample(
         Item: item,
         ConditionExpression: 'attribute_not_exists(pk) OR lease_until <= :now',
         ExpressionAttributeValues: { ':now': now },
+      }),
+    );
+    return true;
+  } catch (error) {
+    if (isAwsError(error, 'ConditionalCheckFailedException')) return false;
+    throw error;
+  }
+}
+
+/**
+ * Gives back a sample claim the pass could not dispatch (`sampleReleaseFor`): deletes the claim only
+ * if it is still this pass's. `false` when it is not (another work item's, or gone): nothing changed.
+ */
+export async function releaseSample(
+  doc: DynamoDBDocumentClient,
+  registryTable: string,
+  release: SampleRelease,
+): Promise<boolean> {
+  try {
+    await doc.send(
+      new DeleteCommand({
+        TableName: registryTable,
+        Key: { pk: registryKey.sampleClaim(release.request_id) },
+        ConditionExpression: 'claim_token = :token',
+        ExpressionAttributeValues: { ':token': release.condition.claim_token },
       }),
     );
     return true;

@@ -10,8 +10,10 @@ import { assembleWorkItem, payloadsToRead, type SampleClaimed } from '../schedul
 import { claimFor, type ModelClaim } from '../scheduling/claim.js';
 import type { Plan, Snapshot } from '../scheduling/plan-types.js';
 import { plan } from '../scheduling/planner.js';
+import type { WorkItem } from '../scheduling/work-item.js';
 import { type SchedulerAdapters, schedulerAdapters } from './adapters.js';
 import { addTickCounters, emptyTickCounters, type TickCounters } from './counters.js';
+import { type HeldClaims, noClaimsHeld, releaseClaims } from './release.js';
 import { type SchedulerSettings, schedulerSettings } from './settings.js';
 
 /** Plans per pass: a pass plans again while a work-item cap cut its previous plan short. */
@@ -68,8 +70,9 @@ export function tickContext(options: TickOptions = {}): TickContext {
  * whatever makes work dispatchable (a commit, a new row) triggers a tick of its own. When the look
  * plans something, the tick takes the lock (or asks its holder for another pass), dispatches from the
  * look's snapshot, and runs further passes until nobody asks for more. Every step is safe to repeat
- * and to overlap with another tick: a crash leaves nothing claimed, or claims whose leases expire and
- * which the sweeper re-plans; a stale snapshot only loses claims (E2).
+ * and to overlap with another tick: a pass that fails after claiming gives its claims back; a crash
+ * leaves nothing claimed, or claims whose leases expire and which the sweeper re-plans; a stale
+ * snapshot only loses claims (E2).
  */
 export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
   const ctx = tickContext(options);
@@ -173,8 +176,9 @@ export async function readSnapshot(
  * claimed requests (R6), the work item to S3 and its manifest to SQS. While a cap cut the plan short
  * it plans again from the same snapshot, updated with this pass's own claims (claimed models are in
  * flight, lost ones left out), so one pass may send several work items. Request rows are never
- * written here (R6): what is in flight lives on the model row and the sample claim. The operator's
- * drain switch is read only once there is something to dispatch: while it is on, nothing is.
+ * written here (R6): what is in flight lives on the model row and the sample claim. A plan that fails
+ * after claiming and before its manifest is sent gives its claims back, then rethrows (E7). The
+ * operator's drain switch is read only once there is something to dispatch: while it is on, nothing is.
  */
 export async function dispatchSnapshot(ctx: TickContext, snapshot: Snapshot): Promise<TickCounters> {
   const counters = emptyTickCounters();
@@ -204,18 +208,85 @@ async function dispatchPlan(
   now: number,
   counters: TickCounters,
 ): Promise<void> {
-  const { adapters, settings } = ctx;
   const workItemId = `wi-${mintRequestId(now)}`;
+  const held = noClaimsHeld();
+  let workItem: WorkItem | undefined;
+  try {
+    workItem = await claimAndSend(ctx, planned, { models, sampleClaims, now, workItemId, held }, counters);
+  } catch (error) {
+    // A real crash runs no code: a simulated one leaves its claims to the leases too (the tests of
+    // that path rely on it). Any other failure before the send gives the claims back (E7).
+    if (faultHook.isCrash(error)) throw error;
+    if (held.models.length > 0 || held.samples.length > 0) {
+      await releaseClaims(
+        ctx.adapters,
+        held,
+        CLAIM_CONCURRENCY,
+        { pool: ctx.settings.pool, work_item_id: workItemId, error },
+        counters,
+      );
+    }
+    throw error;
+  }
+  if (workItem === undefined) return;
+  counters.work_items++;
+  for (const model of workItem.models) {
+    for (const step of model.steps) {
+      if (step.fail === undefined) counters.steps_dispatched++;
+      else counters.fail_steps_dispatched++;
+    }
+  }
+  for (const sample of workItem.samples) {
+    if (sample.fail === undefined) counters.samples_dispatched++;
+    else counters.fail_samples_dispatched++;
+  }
+  logger.info('work item dispatched', {
+    work_item_id: workItem.work_item_id,
+    models: workItem.models.map((model) => model.model_id),
+    steps: workItem.models.reduce((sum, model) => sum + model.steps.length, 0),
+    samples: workItem.samples.length,
+  });
+}
+
+interface PassState {
+  readonly models: Map<string, ModelRow>;
+  readonly sampleClaims: Set<string>;
+  readonly now: number;
+  readonly workItemId: string;
+  /** Filled as claims are written, so a failure can give back exactly those. */
+  readonly held: HeldClaims;
+}
+
+/**
+ * Claims, then reads, writes and sends: everything of a dispatch that a failure before the send must
+ * undo. Returns the work item sent, or undefined when nothing was left to send.
+ */
+async function claimAndSend(
+  ctx: TickContext,
+  planned: Plan,
+  pass: PassState,
+  counters: TickCounters,
+): Promise<WorkItem | undefined> {
+  const { adapters, settings } = ctx;
+  const { models, sampleClaims, now, workItemId, held } = pass;
   const limiter = new Limiter(CLAIM_CONCURRENCY);
 
   const claims = new Map<string, ModelClaim>();
-  await Promise.all(
+  await allSettledOrThrow(
     planned.models.map((model) =>
       limiter.run(async () => {
         // The planner only plans models present in the snapshot.
         const row = models.get(model.model_id)!;
         const claim = claimFor(row, model, now, settings.leaseMs);
-        if (await adapters.claimModel(claim)) {
+        let won: boolean;
+        try {
+          won = await adapters.claimModel(claim);
+        } catch (error) {
+          held.models.push(claim);
+          throw error;
+        }
+        if (won) {
+          held.models.push(claim);
           claims.set(model.model_id, claim);
           models.set(model.model_id, { ...row, ...claim.set });
         } else {
@@ -229,7 +300,7 @@ async function dispatchPlan(
   counters.models_claimed += claims.size;
 
   const won: string[] = [];
-  await Promise.all(
+  await allSettledOrThrow(
     planned.samples.map((sample) =>
       limiter.run(async () => {
         const claim = {
@@ -238,8 +309,17 @@ async function dispatchPlan(
           work_item_id: workItemId,
           lease_until: now + settings.leaseMs,
         };
-        if (await adapters.claimSample(claim, now)) won.push(sample.request_id);
-        else counters.sample_claims_lost++;
+        let claimed: boolean;
+        try {
+          claimed = await adapters.claimSample(claim, now);
+        } catch (error) {
+          held.samples.push(claim);
+          throw error;
+        }
+        if (claimed) {
+          held.samples.push(claim);
+          won.push(sample.request_id);
+        } else counters.sample_claims_lost++;
         sampleClaims.add(sample.request_id);
       }),
     ),
@@ -274,26 +354,19 @@ async function dispatchPlan(
     sampleClaims: sampleClaimed,
     payloads: reads.payloads,
   });
-  if (workItem !== undefined) {
-    counters.work_item_bytes += await adapters.writeWorkItem(workItem);
-    faultHook.crash('scheduler:after-write-work-item');
-    await adapters.sendManifest(workItem.work_item_id);
-    counters.work_items++;
-    for (const model of workItem.models) {
-      for (const step of model.steps) {
-        if (step.fail === undefined) counters.steps_dispatched++;
-        else counters.fail_steps_dispatched++;
-      }
-    }
-    for (const sample of workItem.samples) {
-      if (sample.fail === undefined) counters.samples_dispatched++;
-      else counters.fail_samples_dispatched++;
-    }
-    logger.info('work item dispatched', {
-      work_item_id: workItem.work_item_id,
-      models: workItem.models.map((model) => model.model_id),
-      steps: workItem.models.reduce((sum, model) => sum + model.steps.length, 0),
-      samples: workItem.samples.length,
-    });
-  }
+  if (workItem === undefined) return undefined;
+  counters.work_item_bytes += await adapters.writeWorkItem(workItem);
+  faultHook.crash('scheduler:after-write-work-item');
+  await adapters.sendManifest(workItem.work_item_id);
+  return workItem;
+}
+
+/**
+ * Waits for every task, then throws the first failure: a claim still in flight when another failed
+ * must have landed or lost before the pass gives its claims back.
+ */
+async function allSettledOrThrow(tasks: readonly Promise<void>[]): Promise<void> {
+  const results = await Promise.allSettled(tasks);
+  const failed = results.find((result) => result.status === 'rejected');
+  if (failed !== undefined) throw failed.reason;
 }

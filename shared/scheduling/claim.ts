@@ -28,6 +28,8 @@ export interface ModelClaim {
     readonly lease_until: number;
     readonly planned_through: number;
   };
+  /** What the claim replaced, so a pass that cannot dispatch it can give it back (`releaseFor`). */
+  readonly before: { readonly planned_through: number };
 }
 
 export function claimFor(model: ModelRow, planned: PlannedModel, now: number, leaseMs: number): ModelClaim {
@@ -51,7 +53,63 @@ export function claimFor(model: ModelRow, planned: PlannedModel, now: number, le
       lease_until: now + leaseMs,
       planned_through: planned.last_seq,
     },
+    before: { planned_through: model.planned_through },
   };
+}
+
+/**
+ * A pass's release of a claim it won but could not dispatch (a payload read, the work item's PUT or
+ * the manifest's send threw, E7), as data:
+ * `SET planned_through = :planned_through REMOVE inflight, lease_until IF epoch = :epoch AND inflight = :inflight`.
+ * The condition makes it exact: a row that moved on (re-planned, committed by a worker that got an
+ * ambiguously sent manifest, claimed again) or a claim that never landed is left alone. Attempts are
+ * not charged: the failure was the infrastructure's, and no step of the model ran.
+ *
+ * The epoch stays at the claimed value: it is neither put back nor bumped again. Putting it back would
+ * hand the next claim this claim's token again (`<model>@<epoch>`, E1), and a manifest whose send
+ * failed ambiguously may still reach a worker, whose renewal (`IF inflight = :token`) and commit
+ * (`IF inflight = :token AND applied_through = :base`, E4) must fail for good. Kept, it fences as a
+ * bump would: the next claim is conditional on this epoch and sets the next one (E2), so the token
+ * and the (model, epoch) blob keys of E3 are never issued again, and a tick holding a snapshot from
+ * before the claim loses its claim although planned_through is back where it saw it (E2's reason for
+ * claiming on the epoch). A zombie's E5 re-read sees its own epoch with nothing in flight but
+ * applied_through below its last seq, so it does not mistake the release for its commit. A second
+ * bump would add no fence and would make the release look like a re-plan, which it is not.
+ */
+export interface ModelRelease {
+  readonly model_id: string;
+  readonly condition: { readonly epoch: number; readonly inflight: string };
+  readonly set: { readonly planned_through: number };
+  readonly remove: readonly ['inflight', 'lease_until'];
+}
+
+export function releaseFor(claim: ModelClaim): ModelRelease {
+  return {
+    model_id: claim.model_id,
+    condition: { epoch: claim.set.epoch, inflight: claim.set.inflight },
+    set: { planned_through: claim.before.planned_through },
+    remove: ['inflight', 'lease_until'],
+  };
+}
+
+/** A sample's claim as the pass wrote it: `registry` item `claim#<request_id>` (R4). */
+export interface SampleClaimWritten {
+  readonly request_id: string;
+  /** The work item id of the pass that wrote it. */
+  readonly claim_token: string;
+}
+
+/**
+ * The release of a sample claim a pass could not dispatch, as data: `DELETE IF claim_token = :token`.
+ * A claim another work item holds by now (this one's expired and was claimed again) is left alone.
+ */
+export interface SampleRelease {
+  readonly request_id: string;
+  readonly condition: { readonly claim_token: string };
+}
+
+export function sampleReleaseFor(claim: SampleClaimWritten): SampleRelease {
+  return { request_id: claim.request_id, condition: { claim_token: claim.claim_token } };
 }
 
 /** True when a model is in flight and its lease has ended: the sweeper may re-plan it. */

@@ -7,6 +7,7 @@ import type { WorkItem } from '../../shared/scheduling/work-item.js';
 import { replanExpiredLeases } from '../../shared/sweeper/replan.js';
 import { sweep } from '../../shared/sweeper/sweep.js';
 import type { TestCloud } from '../support/cloud.js';
+import { SimulatedCrash } from '../support/faults.js';
 import {
   commitWorkItem,
   drainManifests,
@@ -29,13 +30,16 @@ function requestIds(items: readonly WorkItem[]): string[] {
   ]);
 }
 
-/** A scheduler that dies after claiming: the work item is written, the manifest never sent. */
+/**
+ * A scheduler that dies after claiming: the work item is written, the manifest never sent. A crash,
+ * not an error: a pass that fails with an error gives its claims back (scheduler-release.test.ts).
+ */
 function crashingBeforeSend(): SchedulerAdapters {
   const adapters = schedulerAdapters(schedulerSettings());
   return {
     ...adapters,
     sendManifest: async () => {
-      throw new Error('scheduler crashed between claim and send');
+      throw new SimulatedCrash('scheduler: between claim and send');
     },
   };
 }

@@ -26,6 +26,15 @@ describe('the production hook', () => {
   });
 });
 
+describe('telling a simulated crash from an error (faultHook.isCrash)', () => {
+  it("knows the fault library's crash however it is thrown, and nothing else", () => {
+    expect(faultHook.isCrash(new SimulatedCrash('test:anywhere'))).toBe(true);
+    expect(faultHook.isCrash(new Error('simulated crash at test:anywhere'))).toBe(false);
+    expect(faultHook.isCrash(Object.assign(new Error('x'), { name: 'InternalFailure' }))).toBe(false);
+    expect(faultHook.isCrash('SimulatedCrash')).toBe(false);
+  });
+});
+
 describe('crash points', () => {
   it('an armed point crashes after the work before it and before the work after it', async () => {
     const points = new CrashPoints();

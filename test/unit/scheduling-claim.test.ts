@@ -4,7 +4,9 @@ import {
   inflightToken,
   leaseExpired,
   PlanMismatchError,
+  releaseFor,
   replanFor,
+  sampleReleaseFor,
 } from '../../shared/scheduling/claim.js';
 import { plan } from '../../shared/scheduling/planner.js';
 import { modelRow, rowsOf, snapshotOf, UNCAPPED } from './scheduling-fixtures.js';
@@ -28,6 +30,7 @@ describe('claimFor (E2)', () => {
       model_id: 'm',
       condition: { expected_epoch: 4, inflight_absent: true },
       set: { epoch: 5, inflight: 'm@5', lease_until: NOW + LEASE_MS, planned_through: 9 },
+      before: { planned_through: 6 },
     });
     expect(inflightToken('m', 5)).toBe('m@5');
   });
@@ -41,6 +44,41 @@ describe('claimFor (E2)', () => {
     expect(() => claimFor(modelRow('other', { epoch: 4 }), planned, NOW, LEASE_MS)).toThrow(
       PlanMismatchError,
     );
+  });
+});
+
+describe('releaseFor (a pass that failed before its send, E7)', () => {
+  const row = modelRow('m', { epoch: 4, planned_through: 6, applied_through: 6, attempts: 1 });
+  const claim = claimFor(row, plannedFor(row, 3), NOW, LEASE_MS);
+
+  it('only on the row this claim wrote; puts planned_through back and drops the lease', () => {
+    expect(releaseFor(claim)).toEqual({
+      model_id: 'm',
+      condition: { epoch: 5, inflight: 'm@5' },
+      set: { planned_through: 6 },
+      remove: ['inflight', 'lease_until'],
+    });
+  });
+
+  it('leaves the epoch claimed and attempts alone: the next claim gets a fresh token', () => {
+    const release = releaseFor(claim);
+    expect(release.set).not.toHaveProperty('epoch');
+    expect(release.set).not.toHaveProperty('attempts');
+    const { inflight: _inflight, lease_until: _lease, ...claimed } = { ...row, ...claim.set };
+    const released = { ...claimed, ...release.set };
+    expect(released).toMatchObject({ epoch: 5, planned_through: 6, attempts: 1 });
+    // The same steps are planned again, under a token the failed pass never issued.
+    const again = claimFor(released, plannedFor(released, 3), NOW, LEASE_MS);
+    expect(again.condition.expected_epoch).toBe(5);
+    expect(again.set).toMatchObject({ epoch: 6, inflight: 'm@6', planned_through: 9 });
+    expect(again.set.inflight).not.toBe(claim.set.inflight);
+  });
+
+  it("a sample claim is deleted only while it carries this pass's work item id", () => {
+    expect(sampleReleaseFor({ request_id: 'r1', claim_token: 'wi-1' })).toEqual({
+      request_id: 'r1',
+      condition: { claim_token: 'wi-1' },
+    });
   });
 });
 

@@ -9,6 +9,11 @@ export class SimulatedCrash extends Error {
   }
 }
 
+// Production code skips its cleanup after a crash (a real one runs no code): it asks the hook. Set
+// when this module loads, so every `SimulatedCrash` counts, however it is thrown (an armed point,
+// the chaos run's own routing, an adapter a test wraps); no production code ever throws one.
+faultHook.isCrash = (error) => error instanceof SimulatedCrash;
+
 export interface CrashArming {
   /** Chance that a hit crashes (default 1), drawn from the registry's seed. */
   readonly probability?: number;
