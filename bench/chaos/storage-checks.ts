@@ -8,9 +8,9 @@ import { type BlobGcCounters, collectGarbage, DEFAULT_BLOB_GC_POLICY } from '../
 /**
  * Orphans (E5: only the sweeper deletes blobs, only blobs no committed row references). The
  * sweeper's blob GC is run as of a time past every retention and grace period; then nothing may be
- * left that no row references (payloads, results, work items, model states), and nothing a row
- * references may be gone. Checkpoint blobs are outside the GC's scope: those no completed save
- * names are reported, not counted as violations.
+ * left that no row references (payloads, results, work items, model states, checkpoints of saves
+ * that ended failed), and nothing a row references may be gone. Every future is terminal by then, so
+ * a checkpoint blob no completed save names is one the GC should have collected.
  */
 
 export interface StorageReport {
@@ -23,7 +23,7 @@ export interface StorageReport {
   /** Blobs a row references that are gone. */
   readonly dangling: readonly string[];
   /** Checkpoint blobs no completed save names (e.g. written by an attempt later failed by E2). */
-  readonly unreferenced_checkpoints: readonly string[];
+  readonly orphan_checkpoints: readonly string[];
 }
 
 async function listAll(s3: S3Client, bucket: string): Promise<string[]> {
@@ -63,6 +63,7 @@ const PAST_EVERY_GRACE_MS =
     DEFAULT_BLOB_GC_POLICY.workItemRetentionMs,
     DEFAULT_BLOB_GC_POLICY.stateGraceMs,
     DEFAULT_BLOB_GC_POLICY.orphanGraceMs,
+    DEFAULT_BLOB_GC_POLICY.checkpointGraceMs,
   ) + 3600_000;
 
 export async function checkStorage(input: {
@@ -97,9 +98,7 @@ export async function checkStorage(input: {
     orphan_results: keys.filter((key) => key.startsWith('results/') && !futures.has(requestOf(key))),
     orphan_work_items: keys.filter((key) => key.startsWith('work/')),
     orphan_states: keys.filter((key) => key.startsWith('state/') && !states.has(key)),
-    unreferenced_checkpoints: keys.filter(
-      (key) => key.startsWith('checkpoints/') && !completedSaves.has(key),
-    ),
+    orphan_checkpoints: keys.filter((key) => key.startsWith('checkpoints/') && !completedSaves.has(key)),
     dangling: [] as string[],
   };
   const present = new Set(keys);

@@ -3,6 +3,7 @@ import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { logger } from '../logger.js';
 import { batchGetByKey } from '../scheduler/batch-get.js';
 import { readModels } from '../scheduler/models.js';
+import { checkpointContentId, storageKeys } from '../storage-keys.js';
 
 /**
  * E5: only the sweeper deletes blobs, and only blobs no committed row references. Ages are judged
@@ -21,12 +22,19 @@ export interface BlobGcPolicy {
    * payload before the row's transaction, so a young payload may belong to a row not written yet).
    */
   readonly orphanGraceMs: number;
+  /**
+   * A checkpoint blob whose save request ended `failed` is deleted after this long. A failed future
+   * never changes again, so no commit can come to reference the blob: this is not a race window but
+   * time to inspect what a failed save wrote, and it can be tuned apart from the windows above.
+   */
+  readonly checkpointGraceMs: number;
 }
 
 export const DEFAULT_BLOB_GC_POLICY: BlobGcPolicy = {
   workItemRetentionMs: 24 * 3600_000,
   stateGraceMs: 3600_000,
   orphanGraceMs: 3600_000,
+  checkpointGraceMs: 24 * 3600_000,
 };
 
 export interface BlobGcCounters {
@@ -35,6 +43,7 @@ export interface BlobGcCounters {
   states_deleted: number;
   payloads_deleted: number;
   results_deleted: number;
+  checkpoints_deleted: number;
   delete_errors: number;
 }
 
@@ -102,6 +111,8 @@ export interface BlobGcTarget {
 
 const STATE_KEY = /^state\/(.+)\/(\d+)\.bin$/;
 const REQUEST_BLOB_KEY = /^(payloads|results)\/(.+)\.json$/;
+const CHECKPOINT_KEY = /^checkpoints\/([^/]+)\/c-([^/]+)\.bin$/;
+const SAVE_REQUEST_TYPES: ReadonlySet<unknown> = new Set(['save_weights', 'save_weights_for_sampler']);
 
 export async function collectGarbage(
   target: BlobGcTarget,
@@ -114,6 +125,7 @@ export async function collectGarbage(
     states_deleted: 0,
     payloads_deleted: 0,
     results_deleted: 0,
+    checkpoints_deleted: 0,
     delete_errors: 0,
   };
   const remove = async (keys: readonly string[]): Promise<number> => {
@@ -141,6 +153,11 @@ export async function collectGarbage(
       if (prefix === 'payloads/') counters.payloads_deleted += deleted;
       else counters.results_deleted += deleted;
     }
+  }
+
+  for await (const page of listPages(target.s3, target.bucket, 'checkpoints/')) {
+    counters.objects_listed += page.length;
+    counters.checkpoints_deleted += await remove(await failedSaveCheckpoints(target, page, now, policy));
   }
   return counters;
 }
@@ -194,4 +211,60 @@ async function orphanRequestBlobs(
     { table: target.futuresTable, keyName: 'request_id', consistent: true, attributes: ['request_id'] },
   );
   return candidates.filter((candidate) => !rows.has(candidate.requestId)).map((candidate) => candidate.key);
+}
+
+/** The model and save request a checkpoint key belongs to; undefined for a key the worker never writes. */
+function parseCheckpointKey(key: string): { modelId: string; requestId: string } | undefined {
+  const match = CHECKPOINT_KEY.exec(key);
+  if (match === null) return undefined;
+  const modelId = match[1]!;
+  const requestId = match[2]!;
+  // Only keys that the storage layout gives back unchanged: anything else is not ours to judge.
+  if (storageKeys.checkpoint(modelId, checkpointContentId(requestId)) !== key) return undefined;
+  return { modelId, requestId };
+}
+
+/**
+ * Checkpoint blobs past their grace whose save request (its future, read strongly) ended `failed`.
+ * Every attempt of a request writes the same key (E3), and a save's name record is committed in the
+ * same transaction that completes its future, on condition the future is still pending (E4); the
+ * failed status is final (every terminal write is conditional on `pending`, and a retried submit
+ * answers the original future, R7). So a failed save's blob is referenced by nothing and never will
+ * be. Anything less certain keeps the blob: a row that is missing, pending or completed, or that
+ * does not describe a save of this key's model. Deleting a referenced checkpoint cannot be undone.
+ */
+async function failedSaveCheckpoints(
+  target: BlobGcTarget,
+  page: readonly ListedObject[],
+  now: number,
+  policy: BlobGcPolicy,
+): Promise<string[]> {
+  const candidates: { key: string; modelId: string; requestId: string }[] = [];
+  for (const object of page) {
+    if (object.lastModified + policy.checkpointGraceMs > now) continue;
+    const parsed = parseCheckpointKey(object.key);
+    if (parsed !== undefined) candidates.push({ key: object.key, ...parsed });
+  }
+  if (candidates.length === 0) return [];
+  const rows = await batchGetByKey(
+    target.doc,
+    candidates.map((candidate) => candidate.requestId),
+    {
+      table: target.futuresTable,
+      keyName: 'request_id',
+      consistent: true,
+      attributes: ['request_id', 'status', 'model_id', 'request_type'],
+    },
+  );
+  return candidates
+    .filter(({ modelId, requestId }) => {
+      const row = rows.get(requestId);
+      return (
+        row !== undefined &&
+        row.status === 'failed' &&
+        row.model_id === modelId &&
+        SAVE_REQUEST_TYPES.has(row.request_type)
+      );
+    })
+    .map((candidate) => candidate.key);
 }

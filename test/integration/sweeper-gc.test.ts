@@ -1,13 +1,17 @@
 import { ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
-import { beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { config } from '../../shared/config.js';
+import { type CheckpointNameRecord, type LiveRow, registryKey } from '../../shared/domain/records.js';
 import { mintRequestId } from '../../shared/ids.js';
 import { runTick } from '../../shared/scheduler/tick.js';
-import { storageKeys } from '../../shared/storage-keys.js';
+import { checkpointContentId, storageKeys } from '../../shared/storage-keys.js';
 import { type BlobGcTarget, collectGarbage, DEFAULT_BLOB_GC_POLICY } from '../../shared/sweeper/blob-gc.js';
 import { sweep } from '../../shared/sweeper/sweep.js';
+import { runWorkItem } from '../../shared/worker/index.js';
 import type { TestCloud } from '../support/cloud.js';
 import { drainWorkItems, readModelRow, readyModel, schedulerCloud, submitStep } from './scheduler-harness.js';
+import { crossEntropy, type TenantClient, textDatum, WorkerHarness } from './worker-harness.js';
 
 /** E5: the sweeper deletes exactly the blobs no committed row references, and only old ones. */
 describe('sweeper: unreferenced blobs', () => {
@@ -119,5 +123,152 @@ describe('sweeper: unreferenced blobs', () => {
     const left = await keys();
     expect(left).toEqual(expect.arrayContaining([blobs.workItem, blobs.committed, blobs.livePayload]));
     expect(left).not.toContain(blobs.inflight);
+  });
+});
+
+/**
+ * Checkpoint blobs, made by the real worker: a save whose every attempt wrote its blob but never
+ * committed, until K attempts failed it (E2), is the orphan; committed saves, a save still pending, a
+ * blob with no future row and keys the worker never writes are not the GC's to take.
+ */
+describe('sweeper: checkpoint blobs', () => {
+  const backend = new ReferenceBackend();
+  const grace = DEFAULT_BLOB_GC_POLICY.checkpointGraceMs;
+  let h: WorkerHarness;
+  let t: TenantClient;
+  let target: BlobGcTarget;
+  let kept: string;
+  let blobs: Record<
+    'training' | 'sampler' | 'failed' | 'pending' | 'noRow' | 'otherModel' | 'unparsable',
+    string
+  >;
+
+  const onlyModel = (modelId: string) => (row: LiveRow) => row.model_id === modelId;
+  const keyOf = (modelId: string, requestId: string) =>
+    storageKeys.checkpoint(modelId, checkpointContentId(requestId));
+  const put = (key: string) =>
+    h.cloud.clients.s3.send(new PutObjectCommand({ Bucket: config().bucket, Key: key, Body: 'x' }));
+  const checkpointKeys = async (): Promise<string[]> => {
+    const answer = await h.cloud.clients.s3.send(
+      new ListObjectsV2Command({ Bucket: config().bucket, Prefix: 'checkpoints/' }),
+    );
+    return (answer.Contents ?? []).map((object) => object.Key!).sort();
+  };
+
+  async function drainModel(modelId: string): Promise<void> {
+    for (let d = await h.dispatch({ only: onlyModel(modelId) }); d; ) {
+      expect((await runWorkItem(d.manifest, { backend })).retry).toBe(false);
+      d = await h.dispatch({ only: onlyModel(modelId) });
+    }
+  }
+
+  /** A save whose worker wrote the checkpoint blob and was stopped before its commit. */
+  async function saveWrittenNotCommitted(modelId: string, name: string): Promise<string> {
+    const saveId = await t.saveWeights(modelId, name);
+    const dispatched = await h.dispatch({ only: onlyModel(modelId) });
+    const stop = new AbortController();
+    const outcome = await runWorkItem(dispatched!.manifest, {
+      backend,
+      signal: stop.signal,
+      onEvent: (event) => {
+        if (event.kind === 'model-written') stop.abort();
+      },
+    });
+    expect(outcome.models.map((m) => m.outcome)).toEqual(['abandoned']);
+    return saveId;
+  }
+
+  beforeAll(async () => {
+    h = await WorkerHarness.start();
+    target = {
+      s3: h.cloud.clients.s3,
+      doc: h.cloud.clients.doc,
+      bucket: config().bucket,
+      futuresTable: config().table('futures'),
+      modelsTable: config().table('models'),
+    };
+    t = h.tenant('gc-checkpoints');
+
+    const model = (await t.createModel(4, 7)).model_id;
+    kept = model;
+    const trainingSave = await t.saveWeights(model, 'kept');
+    const samplerSave = await t.saveForSampler(model, 'sampler-kept');
+    await drainModel(model);
+
+    // Every attempt writes the same key; after K attempts the save is failed by a fail step (E2).
+    const doomedModel = (await t.createModel(4, 8)).model_id;
+    await drainModel(doomedModel);
+    const doomed = await saveWrittenNotCommitted(doomedModel, 'doomed');
+    for (let attempt = 0; ; attempt++) {
+      expect(attempt).toBeLessThanOrEqual(config().tunables.maxAttempts);
+      await h.replan(doomedModel);
+      const next = await h.dispatch({ only: onlyModel(doomedModel) });
+      if (next?.item.models[0]?.steps[0]?.fail !== undefined) {
+        await runWorkItem(next.manifest, { backend });
+        break;
+      }
+    }
+    expect(await h.future(doomed)).toMatchObject({ status: 'failed', error: { category: 'server' } });
+
+    const pendingModel = (await t.createModel(4, 9)).model_id;
+    await drainModel(pendingModel);
+    const pending = await saveWrittenNotCommitted(pendingModel, 'in-flight');
+    expect(await h.future(pending)).toMatchObject({ status: 'pending' });
+
+    blobs = {
+      training: keyOf(model, trainingSave),
+      sampler: keyOf(model, samplerSave),
+      failed: keyOf(doomedModel, doomed),
+      pending: keyOf(pendingModel, pending),
+      noRow: keyOf(model, mintRequestId()),
+      // The failed save's content id under a model that is not the save's.
+      otherModel: keyOf(model, doomed),
+      unparsable: `checkpoints/${doomedModel}/c-${doomed}.bin.bak`,
+    };
+    for (const key of [blobs.noRow, blobs.otherModel, blobs.unparsable]) await put(key);
+    expect(await checkpointKeys()).toEqual(Object.values(blobs).sort());
+    // The saves that completed are the ones their name records commit.
+    for (const [name, kind, key] of [
+      ['kept', 'weights', blobs.training],
+      ['sampler-kept', 'sampler', blobs.sampler],
+    ] as const) {
+      expect(
+        await h.registry<CheckpointNameRecord>(registryKey.checkpointName(model, kind, name)),
+      ).toMatchObject({ status: 'committed', blob_key: key });
+    }
+  });
+
+  afterAll(() => h?.cloud.clients.dynamo.destroy());
+
+  it("deletes only a failed save's blob, and only once it is past its grace", async () => {
+    const young = await collectGarbage(target, Date.now() + grace - 120_000);
+    expect(young).toMatchObject({ checkpoints_deleted: 0, delete_errors: 0 });
+    expect(await checkpointKeys()).toEqual(Object.values(blobs).sort());
+
+    const old = await collectGarbage(target, Date.now() + grace + 120_000);
+    expect(old).toMatchObject({ checkpoints_deleted: 1, delete_errors: 0 });
+    const { failed, ...others } = blobs;
+    expect(await checkpointKeys()).toEqual(Object.values(others).sort());
+  });
+
+  it('leaves committed checkpoints loadable: a load and a sample answer as the sequential oracle', async () => {
+    await collectGarbage(target, Date.now() + grace + 120_000);
+    const load = await t.loadWeights(kept, `tinker://${kept}/weights/kept`);
+    // The loaded weights show in a forward's loss, so the answer depends on the blob's bytes.
+    const forward = await t.pass('forward', kept, crossEntropy(textDatum('after the load')));
+    const session = await t.samplingSession({ model_path: `tinker://${kept}/sampler-kept` });
+    const sample = await t.sample(session, {
+      num_samples: 1,
+      prompt: { chunks: [{ type: 'encoded_text', tokens: [104, 105] }] },
+      sampling_params: { max_tokens: 5, temperature: 1, seed: 3 },
+    });
+    await drainModel(kept);
+    const doomed = h.submissions.find((s) => s.kind === 'save_weights' && s.path.endsWith('/doomed'));
+    const expected = await h.oracle({ serverFailed: new Set([doomed!.request_id]) });
+    for (const id of [load, forward, sample]) {
+      const answer = await h.answer(t.tenant, id);
+      expect(answer).not.toHaveProperty('error');
+      expect(answer).toEqual(expected.get(id));
+    }
   });
 });
