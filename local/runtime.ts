@@ -5,12 +5,13 @@ import { GetQueueAttributesCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { resetAwsClients } from '../shared/aws/clients.js';
 import { resetConfig } from '../shared/config.js';
 import { logger } from '../shared/logger.js';
-import { FUNCTION_IDS, type FunctionId, type Topology } from '../shared/topology.js';
+import { FUNCTION_IDS, type FunctionId, type QueueId, type Topology } from '../shared/topology.js';
 import { LOCAL_REGION } from './resources.js';
 import { type HttpTrigger, startHttpTrigger } from './triggers/http-trigger.js';
 import { type HandlerOverrides, Invoker } from './triggers/invoker.js';
 import { startQueueTrigger } from './triggers/queue-trigger.js';
 import { type ScheduleTrigger, startScheduleTrigger } from './triggers/schedule-trigger.js';
+import { sqsFailureDestination } from './triggers/stream-failure-report.js';
 import { type RunningTrigger, startStreamTrigger } from './triggers/stream-trigger.js';
 
 export type { HandlerOverrides, LocalHandler } from './triggers/invoker.js';
@@ -19,6 +20,12 @@ export interface LocalRuntimeOptions {
   readonly topology: Topology;
   /** The functions' environment (see `envFor`); written into process.env before handlers load. */
   readonly env: Readonly<Record<string, string>>;
+  /**
+   * Every provisioned queue's URL. The runtime itself writes to the queues no function is granted
+   * (a stream mapping's on-failure destination), so their URLs are in no function's env. Required
+   * when a wired function has a stream trigger.
+   */
+  readonly queueUrls?: Readonly<Record<QueueId, string>>;
   /** Handlers to use instead of importing `topology.functions[id].entry`. */
   readonly handlers?: HandlerOverrides;
   /** Wire the triggers of these functions only (default: every function). */
@@ -89,6 +96,12 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
             const described = await dynamo.send(new DescribeTableCommand({ TableName: table }));
             const streamArn = described.Table?.LatestStreamArn;
             if (streamArn === undefined) throw new Error(`table ${table} has no stream for ${functionId}`);
+            const onFailureUrl = options.queueUrls?.[trigger.onFailure];
+            if (onFailureUrl === undefined) {
+              throw new Error(
+                `the local runtime needs queueUrls.${trigger.onFailure}: ${functionId}'s stream trigger reports failed batches there`,
+              );
+            }
             pollers.push(
               await startStreamTrigger({
                 functionId,
@@ -97,6 +110,7 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
                 client: streams,
                 invoker,
                 region,
+                onFailure: sqsFailureDestination(sqs, onFailureUrl),
                 pollIntervalMs: options.streamPollIntervalMs,
               }),
             );

@@ -59,6 +59,7 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
     runtime = await startLocalRuntime({
       topology,
       env,
+      queueUrls: resources.queueUrls,
       httpPort: options.httpPort,
       streamPollIntervalMs: options.streamPollIntervalMs,
       ...options.runtime,

@@ -62,7 +62,13 @@ async function main(args: readonly string[]): Promise<number> {
         names,
         cpuSeconds: () => processCpuSeconds(cloud.dynamodbPid),
         startRuntime: ({ handlers, env: extra }) =>
-          startLocalRuntime({ topology, env: { ...env, ...extra }, handlers, streamPollIntervalMs: 50 }),
+          startLocalRuntime({
+            topology,
+            env: { ...env, ...extra },
+            queueUrls: names.queueUrls,
+            handlers,
+            streamPollIntervalMs: 50,
+          }),
       },
       { requests, seed, logLevel, progress: say },
     );

@@ -15,6 +15,7 @@ import { matchesAnyPattern } from '../event-filter.js';
 import { backoffMs, sleep } from './abortable-sleep.js';
 import { failedItems } from './batch-response.js';
 import type { Invoker } from './invoker.js';
+import { type StreamFailureDestination, streamFailureRecord } from './stream-failure-report.js';
 import { toLambdaStreamRecord } from './stream-records.js';
 
 export type StreamTriggerDecl = Extract<Trigger, { kind: 'stream' }>;
@@ -26,6 +27,8 @@ export interface StreamTriggerOptions {
   readonly client: DynamoDBStreamsClient;
   readonly invoker: Invoker;
   readonly region: string;
+  /** The queue `trigger.onFailure` names, where a batch given up on is reported. */
+  readonly onFailure: StreamFailureDestination;
   /** Pause between empty reads of a shard (Lambda polls about four times a second). */
   readonly pollIntervalMs?: number;
   /** How often the stream is described to find new shards. */
@@ -38,11 +41,31 @@ export interface RunningTrigger {
 
 type ShardState = 'polling' | 'done';
 
+/** How one invocation of a batch ended. */
+type BatchOutcome =
+  | { readonly kind: 'succeeded' }
+  /** The handler answered batchItemFailures (or a malformed answer, which fails the whole batch). */
+  | { readonly kind: 'failed-items'; readonly failedFrom: number }
+  /** The handler threw or timed out: a function error. */
+  | { readonly kind: 'function-error' };
+
 /**
  * Delivers a table's stream to a function as Lambda's event source mapping does: per shard, in
- * order, filtered by the trigger's patterns, in batches of at most `batchSize`; a batch is retried
- * from its first failed record (or whole, when the handler throws) up to `retryAttempts`, then
- * skipped. Resolves once every open shard has an iterator, so writes after it are seen.
+ * order, filtered by the trigger's patterns, in batches of at most `batchSize`. Resolves once every
+ * open shard has an iterator, so writes after it are seen.
+ *
+ * Failures follow the Lambda developer guide (DynamoDB: "Error handling" / services-dynamodb-errors,
+ * and services-ddb-batchfailurereporting):
+ * - a function error with `bisectBatchOnError` splits the batch in two and each half is delivered on
+ *   its own, first half first, whatever ReportBatchItemFailures says; splitting does not count
+ *   towards the retry quota, so only a batch that can no longer split (one record) spends retries;
+ * - a batchItemFailures answer retries only from the first failed record (with bisection on, AWS
+ *   splits at that sequence number and retries the rest, which is the same thing), spending a retry;
+ * - after `retryAttempts` retries the batch is discarded and reported to the on-failure destination
+ *   (condition RetryAttemptsExhausted, the shard and sequence range, not the records), and the shard
+ *   moves on.
+ * Not documented, so chosen here: the halves of a split inherit the retries their parent had spent,
+ * and approximateInvokeCount counts the invocations of the batch as last split.
  */
 export async function startStreamTrigger(options: StreamTriggerOptions): Promise<RunningTrigger> {
   const { client, streamArn, trigger } = options;
@@ -95,7 +118,10 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
         const records = page.Records ?? [];
         if (records.length > 0) {
           lastSequence = records.at(-1)?.dynamodb?.SequenceNumber ?? lastSequence;
-          await deliver(records.map((record) => toLambdaStreamRecord(record, streamArn, options.region)));
+          await deliver(
+            shardId,
+            records.map((record) => toLambdaStreamRecord(record, streamArn, options.region)),
+          );
         }
         iterator = page.NextShardIterator;
         if (records.length === 0) await sleep(pollIntervalMs, signal);
@@ -126,36 +152,92 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
     }
   }
 
-  async function deliver(records: readonly DynamoDBRecord[]): Promise<void> {
-    let pending = records.filter((record) => matchesAnyPattern(record, trigger.filters));
-    for (let retries = 0; pending.length > 0 && !signal.aborted; retries += 1) {
-      const failedFrom = await invokeBatch(pending);
-      if (failedFrom === undefined) return;
-      if (retries >= trigger.retryAttempts) {
-        logger.error('stream batch still failing after its retries; skipping it', {
-          functionId: options.functionId,
-          records: pending.length - failedFrom,
-          retries,
-        });
+  async function deliver(shardId: string, records: readonly DynamoDBRecord[]): Promise<void> {
+    const batch = records.filter((record) => matchesAnyPattern(record, trigger.filters));
+    if (batch.length > 0) await deliverBatch(shardId, batch, 0);
+  }
+
+  /** Delivers `batch` until it succeeds or is given up on; `retriesSpent` were spent on it before. */
+  async function deliverBatch(
+    shardId: string,
+    batch: readonly DynamoDBRecord[],
+    retriesSpent: number,
+  ): Promise<void> {
+    let pending = batch;
+    let retries = retriesSpent;
+    for (let invocations = 1; pending.length > 0 && !signal.aborted; invocations += 1) {
+      const outcome = await invokeBatch(pending);
+      if (outcome.kind === 'succeeded') return;
+      if (outcome.kind === 'function-error' && trigger.bisectBatchOnError && pending.length > 1) {
+        const middle = Math.ceil(pending.length / 2);
+        await deliverBatch(shardId, pending.slice(0, middle), retries);
+        await deliverBatch(shardId, pending.slice(middle), retries);
         return;
       }
-      pending = pending.slice(failedFrom);
-      await sleep(backoffMs(retries + 1), signal);
+      if (outcome.kind === 'failed-items') pending = pending.slice(outcome.failedFrom);
+      if (retries >= trigger.retryAttempts) {
+        await giveUp(shardId, pending, invocations, outcome.kind === 'function-error');
+        return;
+      }
+      retries += 1;
+      await sleep(backoffMs(retries), signal);
     }
   }
 
-  /** Position of the first record to retry, or undefined when the whole batch succeeded. */
-  async function invokeBatch(batch: readonly DynamoDBRecord[]): Promise<number | undefined> {
+  async function invokeBatch(batch: readonly DynamoDBRecord[]): Promise<BatchOutcome> {
     const event: DynamoDBStreamEvent = { Records: [...batch] };
     const sequences = batch.map((record) => record.dynamodb?.SequenceNumber ?? '');
+    let answer: unknown;
     try {
-      const failed = failedItems(await options.invoker.invoke(options.functionId, event), sequences);
-      if (failed === 'all') return 0;
-      const positions = sequences.flatMap((sequence, position) => (failed.has(sequence) ? [position] : []));
-      return positions.length === 0 ? undefined : Math.min(...positions);
+      answer = await options.invoker.invoke(options.functionId, event);
     } catch (error) {
       logger.error('stream handler failed', { functionId: options.functionId, error: error as Error });
-      return 0;
+      return { kind: 'function-error' };
+    }
+    const failed = failedItems(answer, sequences);
+    if (failed === 'all') return { kind: 'failed-items', failedFrom: 0 };
+    const positions = sequences.flatMap((sequence, position) => (failed.has(sequence) ? [position] : []));
+    return positions.length === 0
+      ? { kind: 'succeeded' }
+      : { kind: 'failed-items', failedFrom: Math.min(...positions) };
+  }
+
+  /** Reports a discarded batch; keeps trying (the shard waits) so that no failure goes unrecorded. */
+  async function giveUp(
+    shardId: string,
+    records: readonly DynamoDBRecord[],
+    invocations: number,
+    functionError: boolean,
+  ): Promise<void> {
+    const record = streamFailureRecord({
+      functionId: options.functionId,
+      streamArn,
+      shardId,
+      records,
+      invocations,
+      functionError,
+    });
+    const { startSequenceNumber, endSequenceNumber } = record.DDBStreamBatchInfo;
+    logger.error('stream batch still failing after its retries; reporting it to its on-failure queue', {
+      functionId: options.functionId,
+      shardId,
+      records: records.length,
+      startSequenceNumber,
+      endSequenceNumber,
+      onFailure: trigger.onFailure,
+    });
+    for (let attempt = 1; !signal.aborted; attempt += 1) {
+      try {
+        await options.onFailure.report(record);
+        return;
+      } catch (error) {
+        logger.warn('reporting a failed stream batch failed; retrying', {
+          functionId: options.functionId,
+          onFailure: trigger.onFailure,
+          error: error as Error,
+        });
+        await sleep(backoffMs(attempt), signal);
+      }
     }
   }
 

@@ -33,7 +33,13 @@ describe('chaos: faults, crashes, duplicate and late deliveries, zombies, Lambda
         admin: cloud.clients,
         names: cloud.names,
         startRuntime: ({ handlers, env }) =>
-          startLocalRuntime({ topology, env: { ...cloud.env, ...env }, handlers, streamPollIntervalMs: 50 }),
+          startLocalRuntime({
+            topology,
+            env: { ...cloud.env, ...env },
+            queueUrls: cloud.names.queueUrls,
+            handlers,
+            streamPollIntervalMs: 50,
+          }),
       },
       { requests: REQUESTS, seed: SEED },
     );

@@ -17,7 +17,12 @@ describe('load driver against the local runtime', () => {
 
   beforeAll(async () => {
     cloud = await setupTestCloud();
-    runtime = await startLocalRuntime({ topology, env: cloud.env, streamPollIntervalMs: 50 });
+    runtime = await startLocalRuntime({
+      topology,
+      env: cloud.env,
+      queueUrls: cloud.names.queueUrls,
+      streamPollIntervalMs: 50,
+    });
   });
   afterAll(async () => {
     await runtime?.stop();
@@ -78,6 +83,7 @@ describe('load driver against a runtime with no worker', () => {
       topology,
       // Short long polls, so the runtime stops without waiting out a 25 s poll.
       env: { ...cloud.env, LONG_POLL_SECONDS: '1' },
+      queueUrls: cloud.names.queueUrls,
       functions: FUNCTION_IDS.filter((id) => id !== 'worker'),
       streamPollIntervalMs: 50,
     });

@@ -39,6 +39,7 @@ describe('local runtime: DynamoDB stream triggers', () => {
     runtime = await startLocalRuntime({
       topology,
       env: cloud.env,
+      queueUrls: cloud.names.queueUrls,
       functions: ['scheduler'],
       handlers: { scheduler },
       streamPollIntervalMs: 50,

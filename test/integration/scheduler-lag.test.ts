@@ -154,6 +154,7 @@ describe('a tick during index lag (R5)', () => {
       runtime = await startLocalRuntime({
         topology,
         env: cloud.env,
+        queueUrls: cloud.names.queueUrls,
         functions: ['scheduler', 'worker'],
         handlers: { scheduler, worker: fakeWorker(cloud.clients, executed) },
         streamPollIntervalMs: 50,

@@ -40,6 +40,7 @@ describe('scheduler through streams and ticks (local runtime)', () => {
     runtime = await startLocalRuntime({
       topology,
       env: cloud.env,
+      queueUrls: cloud.names.queueUrls,
       functions: ['scheduler', 'worker', 'sweeper'],
       handlers: { worker: fakeWorker(cloud.clients, executed) },
       streamPollIntervalMs: 50,

@@ -64,6 +64,7 @@ export class Pipeline {
     const runtime = await startLocalRuntime({
       topology,
       env: { ...harness.cloud.env, ...options.env },
+      queueUrls: harness.cloud.names.queueUrls,
       functions,
       handlers: options.lambdaWorker ? { worker: countedWorker } : {},
       streamPollIntervalMs: 50,
