@@ -3,6 +3,7 @@ import { formatCheckpointPath, parseCheckpointPath } from '../api/tinker-path.js
 import { awsClients } from '../aws/clients.js';
 import { type CheckpointKind, type CheckpointNameRecord, registryKey } from '../domain/records.js';
 import { NotFoundError, ValidationError } from '../errors.js';
+import { readFuture } from './futures.js';
 import { readRegistryItem } from './registry.js';
 
 export async function readCheckpointName(
@@ -10,6 +11,22 @@ export async function readCheckpointName(
   doc: DynamoDBDocumentClient = awsClients().doc,
 ): Promise<CheckpointNameRecord | undefined> {
   return readRegistryItem<CheckpointNameRecord>(pk, doc);
+}
+
+/**
+ * Whether a name record is a stale reservation: still pending, reserved by a save whose future (read
+ * strongly) ended failed. Such a save never commits the name (a commit needs its future pending, and
+ * failed is final). A save failed with a user error frees its name at commit; one failed without
+ * running (E2's attempt limit, a missing payload) cannot, since its worker reads no payload and so
+ * does not know the name: the next save of that name takes it over instead.
+ */
+export async function staleReservation(
+  record: CheckpointNameRecord,
+  doc: DynamoDBDocumentClient = awsClients().doc,
+): Promise<boolean> {
+  if (record.status !== 'pending') return false;
+  const future = await readFuture(record.request_id, doc, true);
+  return future?.status === 'failed';
 }
 
 /**

@@ -9,7 +9,7 @@ import {
 } from '../domain/records.js';
 import { IdempotencyConflictError, ValidationError } from '../errors.js';
 import type { SerializedPayload } from '../payload-store.js';
-import { readCheckpointName } from './checkpoints.js';
+import { readCheckpointName, staleReservation } from './checkpoints.js';
 import { findOriginalFuture, type IntakeClients, newFutureItems, putOnce, runIntake } from './intake.js';
 import { modelNotFound, requireSeqCounter } from './seq-counters.js';
 import type { TransactItem } from './transact.js';
@@ -160,12 +160,8 @@ export async function submitTrainingStep(
           return { answer: { request_id: original.request_id, model_id: input.modelId } };
         }
         if (counter.unloaded) throw modelNotFound(input.modelId, 'is unloaded');
-        if (input.reservation && (await readCheckpointName(input.reservation.pk, clients.doc))) {
-          throw new ValidationError(
-            `path: checkpoint name "${input.reservation.name}" is already used for model ${input.modelId} (names are write-once)`,
-            { context: { field: 'path' } },
-          );
-        }
+        const reservation =
+          input.reservation && (await reserveName(input.reservation, input.modelId, clients.doc));
         const seq = counter.seq + 1;
         const items: TransactItem[] = [
           ...newFutureItems({
@@ -197,11 +193,40 @@ export async function submitTrainingStep(
             },
           },
         ];
-        if (input.reservation) items.push(putOnce(input.reservation));
+        if (reservation) items.push(reservation);
         return { answer, items };
       },
     },
     clients,
+  );
+}
+
+/**
+ * The write that reserves a checkpoint name in the submit's transaction: a put where the name is
+ * free, or over a stale reservation (see `staleReservation`), on that reservation's own request id, so
+ * a concurrent submit taking the same name makes this one plan again and find it used.
+ */
+async function reserveName(
+  reservation: CheckpointNameRecord,
+  modelId: string,
+  doc: IntakeClients['doc'],
+): Promise<TransactItem> {
+  const existing = await readCheckpointName(reservation.pk, doc);
+  if (existing === undefined) return putOnce(reservation);
+  if (await staleReservation(existing, doc)) {
+    return {
+      Put: {
+        TableName: config().table('registry'),
+        Item: { ...reservation },
+        ConditionExpression: 'request_id = :stale AND #status = :pending',
+        ExpressionAttributeNames: { '#status': 'status' },
+        ExpressionAttributeValues: { ':stale': existing.request_id, ':pending': 'pending' },
+      },
+    };
+  }
+  throw new ValidationError(
+    `path: checkpoint name "${reservation.name}" is already used for model ${modelId} (names are write-once)`,
+    { context: { field: 'path' } },
   );
 }
 

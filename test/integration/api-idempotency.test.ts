@@ -2,7 +2,9 @@ import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { ScanCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
-import type { FutureRow } from '../../shared/domain/records.js';
+import { type FutureRow, registryKey } from '../../shared/domain/records.js';
+import { readCheckpointName } from '../../shared/repositories/checkpoints.js';
+import { failFuture } from '../../shared/repositories/futures.js';
 import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 let api: ApiHarness;
@@ -163,6 +165,71 @@ describe('duplicates (R7)', () => {
     expect(
       (await client.raw('POST', '/api/v1/save_weights_for_sampler', { ...save, seq_id: 3 })).status,
     ).toBe(200);
+  });
+});
+
+describe('checkpoint names of saves that failed', () => {
+  /** Ends a pending save as a fail step does (E2's attempt limit): future failed, name left reserved. */
+  const failWithoutRunning = (requestId: string) =>
+    failFuture(requestId, { message: 'failed after 3 attempts', category: 'server' }, api.cloud.clients);
+  const reservationOf = (modelId: string, name: string) =>
+    readCheckpointName(registryKey.checkpointName(modelId, 'weights', name), api.cloud.clients.doc);
+
+  it('a save that failed without running leaves its name to the next save of it', async () => {
+    const modelId = await newModel();
+    const first = await client.raw('POST', '/api/v1/save_weights', {
+      model_id: modelId,
+      seq_id: 1,
+      path: 'best',
+    });
+    expect(first.status).toBe(200);
+    const firstId = (first.body as { request_id: string }).request_id;
+    // Still pending: the name is held.
+    const early = await client.raw('POST', '/api/v1/save_weights', {
+      model_id: modelId,
+      seq_id: 2,
+      path: 'best',
+    });
+    expect(early.status).toBe(400);
+
+    await failWithoutRunning(firstId);
+    expect(await reservationOf(modelId, 'best')).toMatchObject({ request_id: firstId, status: 'pending' });
+    const again = await client.raw('POST', '/api/v1/save_weights', {
+      model_id: modelId,
+      seq_id: 3,
+      path: 'best',
+    });
+    expect(again.status).toBe(200);
+    const againId = (again.body as { request_id: string }).request_id;
+    expect(await reservationOf(modelId, 'best')).toMatchObject({ request_id: againId, status: 'pending' });
+    // The new reservation holds the name as the first did.
+    const third = await client.raw('POST', '/api/v1/save_weights', {
+      model_id: modelId,
+      seq_id: 4,
+      path: 'best',
+    });
+    expect(third.status).toBe(400);
+  });
+
+  it('several saves of a stale name at once: exactly one takes it', async () => {
+    const modelId = await newModel();
+    const first = await client.raw('POST', '/api/v1/save_weights', {
+      model_id: modelId,
+      seq_id: 1,
+      path: 'x',
+    });
+    await failWithoutRunning((first.body as { request_id: string }).request_id);
+    const answers = await Promise.all(
+      [2, 3, 4, 5].map((seq) =>
+        client.raw('POST', '/api/v1/save_weights', { model_id: modelId, seq_id: seq, path: 'x' }),
+      ),
+    );
+    const taken = answers.filter((answer) => answer.status === 200);
+    expect(taken).toHaveLength(1);
+    expect(answers.filter((answer) => answer.status === 400)).toHaveLength(3);
+    const winner = (taken[0]?.body as { request_id?: string } | undefined)?.request_id;
+    expect(winner).toEqual(expect.any(String));
+    expect(await reservationOf(modelId, 'x')).toMatchObject({ request_id: winner });
   });
 });
 
