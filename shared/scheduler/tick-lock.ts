@@ -1,12 +1,15 @@
 import { DeleteCommand, type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { isAwsError } from '../errors.js';
+import { logger } from '../logger.js';
 
 /**
  * One tick at a time per pool. The lock is a registry item `tick#<pool>` taken by a conditional put
  * with a short lease. An invocation that finds it held sets `again` and returns: the holder runs one
  * more pass before it lets go, so a burst of triggers coalesces into a few passes instead of
  * stacking overlapping ticks. Safety never rests on this lock (the claim condition does, E2, E7): it
- * only saves work. A holder that dies leaves the lock to expire with its lease.
+ * only saves work. The lease is short and a live holder renews it while it works (`hold`), so a
+ * holder that dies (a Lambda timeout, an out-of-memory kill: no code runs to release) stalls the
+ * pool's ticks for at most one short lease, not for the longest pass a live holder could run.
  */
 export interface TickLock {
   /** `acquired`, or `held` by someone else (who was asked to run again). */
@@ -18,10 +21,16 @@ export interface TickLock {
   finishPass(holder: string, now: number): Promise<'released' | 'again' | 'lost'>;
   /** Lets go whatever was asked (at the pass limit, or after an error). */
   release(holder: string): Promise<void>;
+  /**
+   * Renews the holder's lease every quarter lease until `stop()`, so passes may run longer than the
+   * lease. It stops by itself once a renewal finds the lock lost; a renewal that errors is skipped
+   * (the next one tries again, three of them fit in a lease).
+   */
+  hold(holder: string, now: () => number): { stop(): void };
 }
 
-/** Longer than any pass takes; renewed before every further pass. */
-export const TICK_LOCK_LEASE_MS = 30_000;
+/** How long a holder that stopped renewing keeps the lock; renewed every quarter of it. */
+export const TICK_LOCK_LEASE_MS = 10_000;
 /** A put and a flag can race with a release at most this many times before one of them wins. */
 const ACQUIRE_ROUNDS = 5;
 /** Tries of a release that fails (throttling, a 5xx): each failure would cost a whole lease. */
@@ -32,8 +41,39 @@ export function tickLockKey(pool: string): string {
   return `tick#${pool}`;
 }
 
-export function tickLock(doc: DynamoDBDocumentClient, registryTable: string, pool: string): TickLock {
+export function tickLock(
+  doc: DynamoDBDocumentClient,
+  registryTable: string,
+  pool: string,
+  leaseMs: number = TICK_LOCK_LEASE_MS,
+): TickLock {
   const Key = { pk: tickLockKey(pool) };
+  /** TTL (epoch seconds) removes a lock whose holder vanished, long after its lease. */
+  const ttlFor = (now: number): number => Math.ceil((now + leaseMs) / 1000) + 3600;
+
+  /** The holder's lease from `now`; false when the lock is no longer the holder's. */
+  const renew = async (holder: string, now: number): Promise<boolean> => {
+    try {
+      await doc.send(
+        new UpdateCommand({
+          TableName: registryTable,
+          Key,
+          UpdateExpression: 'SET lease_until = :lease_until, #ttl = :ttl',
+          ConditionExpression: 'holder = :holder',
+          ExpressionAttributeNames: { '#ttl': 'ttl' },
+          ExpressionAttributeValues: {
+            ':holder': holder,
+            ':lease_until': now + leaseMs,
+            ':ttl': ttlFor(now),
+          },
+        }),
+      );
+      return true;
+    } catch (error) {
+      if (isAwsError(error, 'ConditionalCheckFailedException')) return false;
+      throw error;
+    }
+  };
 
   const deleteMine = async (holder: string): Promise<void> => {
     try {
@@ -67,7 +107,7 @@ export function tickLock(doc: DynamoDBDocumentClient, registryTable: string, poo
       await doc.send(
         new PutCommand({
           TableName: registryTable,
-          Item: { ...Key, holder, lease_until: now + TICK_LOCK_LEASE_MS, ttl: ttlFor(now) },
+          Item: { ...Key, holder, lease_until: now + leaseMs, ttl: ttlFor(now) },
           ConditionExpression: 'attribute_not_exists(pk) OR lease_until <= :now',
           ExpressionAttributeValues: { ':now': now },
         }),
@@ -134,7 +174,7 @@ export function tickLock(doc: DynamoDBDocumentClient, registryTable: string, poo
             ExpressionAttributeNames: { '#ttl': 'ttl' },
             ExpressionAttributeValues: {
               ':holder': holder,
-              ':lease_until': now + TICK_LOCK_LEASE_MS,
+              ':lease_until': now + leaseMs,
               ':ttl': ttlFor(now),
             },
           }),
@@ -147,10 +187,26 @@ export function tickLock(doc: DynamoDBDocumentClient, registryTable: string, poo
     },
 
     release,
-  };
-}
 
-/** TTL (epoch seconds) removes a lock whose holder vanished, long after its lease. */
-function ttlFor(now: number): number {
-  return Math.ceil((now + TICK_LOCK_LEASE_MS) / 1000) + 3600;
+    hold(holder, now) {
+      let renewing = false;
+      const timer = setInterval(() => {
+        if (renewing) return;
+        renewing = true;
+        renew(holder, now())
+          .then(
+            (kept) => {
+              if (!kept) clearInterval(timer);
+            },
+            (error: unknown) => logger.debug('tick lock renewal failed; the next one tries again', { error }),
+          )
+          .finally(() => {
+            renewing = false;
+          });
+      }, leaseMs / 4);
+      // Never keeps a process alive on its own.
+      timer.unref();
+      return { stop: () => clearInterval(timer) };
+    },
+  };
 }

@@ -89,6 +89,7 @@ export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
     return { status: 'coalesced', counters, seen };
   }
   const maxPasses = options.maxPasses ?? MAX_PASSES_PER_TICK;
+  const held = lock.hold(holder, ctx.now);
   try {
     let pass: Promise<{ counters: TickCounters; seen: Set<string> }> = dispatchPass(ctx, look.snapshot);
     for (;;) {
@@ -109,6 +110,8 @@ export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
   } catch (error) {
     await lock.release(holder).catch(() => undefined);
     throw error;
+  } finally {
+    held.stop();
   }
   logger.info('tick', { pool: ctx.settings.pool, ...counters });
   return { status: 'ran', counters, seen };

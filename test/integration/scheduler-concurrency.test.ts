@@ -153,6 +153,7 @@ describe('overlapping ticks, crashes and late claims (E2, E7)', () => {
         },
         finishPass: adapters.lock.finishPass,
         release: adapters.lock.release,
+        hold: adapters.lock.hold,
       },
     };
     const outcome = await runTick({ adapters: watched });
