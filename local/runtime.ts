@@ -6,6 +6,8 @@ import { resetAwsClients } from '../shared/aws/clients.js';
 import { resetConfig } from '../shared/config.js';
 import { logger } from '../shared/logger.js';
 import { FUNCTION_IDS, type FunctionId, type QueueId, type Topology } from '../shared/topology.js';
+import { AccessPolicy, installGrantEnforcement } from './grant-enforcement.js';
+import { resourceIndex } from './iam-requests.js';
 import { LOCAL_REGION } from './resources.js';
 import { type HttpTrigger, startHttpTrigger } from './triggers/http-trigger.js';
 import { type HandlerOverrides, Invoker } from './triggers/invoker.js';
@@ -58,7 +60,9 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
   applyEnvironment(env);
   const region = env.AWS_REGION ?? LOCAL_REGION;
   const wired = options.functions ?? FUNCTION_IDS;
-  const invoker = new Invoker(topology, options.handlers);
+  // Handlers may do locally only what their IAM role lets them do on AWS (see grant-enforcement.ts).
+  const access = new AccessPolicy(topology, resourceIndex(topology, env, options.queueUrls, region));
+  const invoker = new Invoker(topology, options.handlers, access);
 
   const dynamo = new DynamoDBClient({});
   const sqs = new SQSClient({});
@@ -156,12 +160,16 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
   };
 }
 
-/** Points this process (config, SDK clients, log level) at the local cloud before handlers load. */
+/**
+ * Points this process (config, SDK clients, log level) at the local cloud before handlers load; the
+ * shared SDK clients created from now on carry the grant enforcement.
+ */
 function applyEnvironment(env: Readonly<Record<string, string>>): void {
   const level = env.POWERTOOLS_LOG_LEVEL ?? process.env.POWERTOOLS_LOG_LEVEL ?? 'WARN';
   Object.assign(process.env, env, { POWERTOOLS_LOG_LEVEL: level });
   logger.setLogLevel(level as LogLevel);
   resetConfig();
+  installGrantEnforcement();
   resetAwsClients();
 }
 

@@ -105,7 +105,8 @@ export type Trigger =
     }
   | { readonly kind: 'schedule'; readonly rateMinutes: number };
 
-export type TableAction = 'read' | 'write' | 'query-index' | 'transact';
+/** `scan`: a Scan of the whole table (never its index); only a bounded sweep should need it. */
+export type TableAction = 'read' | 'write' | 'query-index' | 'transact' | 'scan';
 export type BucketAction = 'get' | 'put' | 'delete' | 'list';
 /** `depth`: read the queue's message counts (GetQueueAttributes) and nothing else. */
 export type QueueAction = 'send' | 'consume' | 'depth';
@@ -280,11 +281,17 @@ export const topology: Topology = {
         tables: {
           futures: ['query-index', 'read'],
           models: ['read', 'write'],
-          registry: ['read'],
+          // write: the tick lock `tick#<pool>` (put, renew, release) and sample claims `claim#<request_id>`
+          // (put, and delete when a failed pass gives them back): shared/scheduler/tick-lock.ts, samples.ts.
+          registry: ['read', 'write'],
         },
         bucket: [
           { prefix: 'payloads/', actions: ['get'] },
           { prefix: 'work/', actions: ['put'] },
+          // list (the bucket, unconditioned): S3 answers a GET of a missing object with 404 only to a
+          // caller that may list the bucket, 403 otherwise; a missing payload must read as missing so the
+          // tick fails that one step (R5) instead of failing every pass (shared/scheduler/payloads.ts).
+          { prefix: '', actions: ['list'] },
         ],
         queues: { work: ['send'] },
       },
@@ -366,7 +373,8 @@ export const topology: Topology = {
       grants: {
         tables: {
           futures: ['query-index', 'read', 'write'],
-          models: ['read', 'write'],
+          // scan: expired leases are found by a filtered Scan of the models table (shared/sweeper/replan.ts).
+          models: ['read', 'write', 'scan'],
           registry: ['read', 'write'],
           prefixes: ['read', 'write'],
         },

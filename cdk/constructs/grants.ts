@@ -3,8 +3,8 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as s3 from 'aws-cdk-lib/aws-s3';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import { INDEX_ACTIONS, OBJECT_ACTIONS, QUEUE_ACTIONS, TABLE_ACTIONS } from '../../shared/grants.js';
 import type {
-  BucketAction,
   BucketDecl,
   FunctionGrants,
   QueueAction,
@@ -13,42 +13,14 @@ import type {
   TableDecl,
 } from '../../shared/topology.js';
 
+// The meaning of each topology action lives in shared/, where the local runtime's enforcement reads it too.
+export { INDEX_ACTIONS, OBJECT_ACTIONS, QUEUE_ACTIONS, TABLE_ACTIONS } from '../../shared/grants.js';
+
 /**
  * Each helper here grants a function exactly the actions its topology entry lists and, in the same
  * place, hands it the resource's name through the declared environment variable: a function can only
  * learn of a resource it is allowed to touch.
  */
-
-/** IAM actions on the table itself, per topology action. */
-export const TABLE_ACTIONS: Readonly<Record<Exclude<TableAction, 'query-index'>, readonly string[]>> = {
-  read: ['dynamodb:GetItem', 'dynamodb:BatchGetItem', 'dynamodb:Query'],
-  write: ['dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:BatchWriteItem'],
-  // TransactWriteItems is authorised item by item: its puts, updates and deletes need `write`, its
-  // condition checks need this (and TransactGetItems needs `read`).
-  transact: ['dynamodb:ConditionCheckItem'],
-};
-
-/** `query-index` is a Query on the table's index ARNs only; `read` does not reach an index. */
-export const INDEX_ACTIONS: readonly string[] = ['dynamodb:Query'];
-
-/** IAM actions on objects under a granted prefix; `list` is a bucket action, handled apart. */
-export const OBJECT_ACTIONS: Readonly<Record<Exclude<BucketAction, 'list'>, readonly string[]>> = {
-  get: ['s3:GetObject'],
-  put: ['s3:PutObject'],
-  delete: ['s3:DeleteObject'],
-};
-
-export const QUEUE_ACTIONS: Readonly<Record<QueueAction, readonly string[]>> = {
-  send: ['sqs:SendMessage'],
-  consume: [
-    'sqs:ReceiveMessage',
-    'sqs:DeleteMessage',
-    'sqs:ChangeMessageVisibility',
-    'sqs:GetQueueAttributes',
-    'sqs:GetQueueUrl',
-  ],
-  depth: ['sqs:GetQueueAttributes'],
-};
 
 export function bindTable(
   fn: lambda.Function,

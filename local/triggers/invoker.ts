@@ -4,6 +4,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Context } from 'aws-lambda';
 import { logger } from '../../shared/logger.js';
 import type { FunctionId, Topology } from '../../shared/topology.js';
+import { type AccessPolicy, runAsFunction } from '../grant-enforcement.js';
 import { LOCAL_REGION } from '../resources.js';
 
 /**
@@ -22,16 +23,22 @@ export class InvocationTimeoutError extends Error {
   }
 }
 
-/** Invokes the topology's functions in this process, with a Lambda-like context and timeout. */
+/**
+ * Invokes the topology's functions in this process, with a Lambda-like context and timeout. Each
+ * handler runs inside its function's scope (`grant-enforcement.ts`): with an `access` policy, its SDK
+ * calls are checked against its grants as its IAM role would check them.
+ */
 export class Invoker {
   readonly #topology: Topology;
   readonly #overrides: HandlerOverrides;
+  readonly #access: AccessPolicy | undefined;
   readonly #loaded = new Map<FunctionId, Promise<LocalHandler>>();
   readonly #inflight = new Set<Promise<unknown>>();
 
-  constructor(topology: Topology, overrides: HandlerOverrides = {}) {
+  constructor(topology: Topology, overrides: HandlerOverrides = {}, access?: AccessPolicy) {
     this.#topology = topology;
     this.#overrides = overrides;
+    this.#access = access;
   }
 
   /** Loads a handler module now (so start-up fails fast on a broken entry). */
@@ -62,10 +69,13 @@ export class Invoker {
     const handler = await this.load(functionId);
     const { timeoutSeconds, memoryMb } = this.#topology.functions[functionId];
     const deadline = Date.now() + timeoutSeconds * 1000;
+    const scope = { functionId, ...(this.#access === undefined ? {} : { access: this.#access }) };
     const run = Promise.resolve().then(() =>
-      (handler as (event: unknown, context: Context) => unknown)(
-        event,
-        lambdaContext(functionId, memoryMb, deadline),
+      runAsFunction(scope, () =>
+        (handler as (event: unknown, context: Context) => unknown)(
+          event,
+          lambdaContext(functionId, memoryMb, deadline),
+        ),
       ),
     );
     this.#inflight.add(run);

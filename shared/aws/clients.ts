@@ -31,12 +31,24 @@ export const dynamoClientSettings = {
 
 export function createAwsClients(options: { s3ForcePathStyle?: boolean } = {}): AwsClients {
   const dynamo = new DynamoDBClient({ ...dynamoClientSettings });
-  return {
+  const clients: AwsClients = {
     dynamo,
     doc: DynamoDBDocumentClient.from(dynamo, { marshallOptions: { removeUndefinedValues: true } }),
     s3: new S3Client({ forcePathStyle: options.s3ForcePathStyle ?? config().s3ForcePathStyle }),
     sqs: new SQSClient({}),
   };
+  clientsCreated?.(clients);
+  return clients;
+}
+
+let clientsCreated: ((clients: AwsClients) => void) | undefined;
+
+/**
+ * Local only: the local runtime adds its grant enforcement (local/grant-enforcement.ts) to every set
+ * of clients created from then on. Nothing sets it on AWS, where clients are exactly as created above.
+ */
+export function onAwsClientsCreated(hook: ((clients: AwsClients) => void) | undefined): void {
+  clientsCreated = hook;
 }
 
 let shared: AwsClients | undefined;

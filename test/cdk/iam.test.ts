@@ -1,5 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import {
+  grantsAllow,
+  type IamRequest,
+  type IamResource,
+  INDEX_ACTIONS,
+  LIST_ACTIONS,
+  OBJECT_ACTIONS,
+  QUEUE_ACTIONS,
+  TABLE_ACTIONS,
+} from '../../shared/grants.js';
+import {
   FUNCTION_IDS,
   type FunctionId,
   physicalName,
@@ -19,8 +29,13 @@ const TABLE_SPEC = {
   read: ['dynamodb:GetItem', 'dynamodb:BatchGetItem', 'dynamodb:Query'],
   write: ['dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:BatchWriteItem'],
   transact: ['dynamodb:ConditionCheckItem'],
+  scan: ['dynamodb:Scan'],
 } as const;
-const OBJECT_SPEC = { get: 's3:GetObject', put: 's3:PutObject', delete: 's3:DeleteObject' } as const;
+const OBJECT_SPEC = {
+  get: ['s3:GetObject'],
+  put: ['s3:PutObject', 's3:AbortMultipartUpload'],
+  delete: ['s3:DeleteObject'],
+} as const;
 const SQS_CONSUME = [
   'sqs:ReceiveMessage',
   'sqs:DeleteMessage',
@@ -93,9 +108,9 @@ function permissions(functionId: FunctionId): Set<string> {
   return granted;
 }
 
-/** What the topology says a function may do, plus what its triggers need to read their sources. */
-function expectedPermissions(functionId: FunctionId): Set<string> {
-  const { grants, triggers } = topology.functions[functionId];
+/** What the topology's grants say a function may do. */
+function grantPermissions(functionId: FunctionId): Set<string> {
+  const { grants } = topology.functions[functionId];
   const expected = new Set<string>();
   for (const [tableId, actions] of Object.entries(grants.tables)) {
     for (const action of actions ?? []) {
@@ -114,7 +129,7 @@ function expectedPermissions(functionId: FunctionId): Set<string> {
         const condition = prefix === '' ? '' : ` if {"StringLike":{"s3:prefix":"${prefix}*"}}`;
         expected.add(`s3:ListBucket bucket.Arn${condition}`);
       } else {
-        expected.add(`${OBJECT_SPEC[action]} bucket.Arn/${prefix}*`);
+        for (const iamAction of OBJECT_SPEC[action]) expected.add(`${iamAction} bucket.Arn/${prefix}*`);
       }
     }
   }
@@ -126,7 +141,13 @@ function expectedPermissions(functionId: FunctionId): Set<string> {
       }
     }
   }
-  for (const trigger of triggers) {
+  return expected;
+}
+
+/** What a function's triggers (its event source mappings, which use its role) need. */
+function triggerPermissions(functionId: FunctionId): Set<string> {
+  const expected = new Set<string>();
+  for (const trigger of topology.functions[functionId].triggers) {
     if (trigger.kind === 'stream') {
       expected.add('dynamodb:ListStreams *');
       for (const action of STREAM_READ) expected.add(`${action} table:${trigger.table}.StreamArn`);
@@ -137,6 +158,73 @@ function expectedPermissions(functionId: FunctionId): Set<string> {
     }
   }
   return expected;
+}
+
+/** What the topology says a function may do, plus what its triggers need to read their sources. */
+function expectedPermissions(functionId: FunctionId): Set<string> {
+  return new Set([...grantPermissions(functionId), ...triggerPermissions(functionId)]);
+}
+
+/** Whether a role's permissions (as `permissions` renders them) allow one request. */
+function roleAllows(role: ReadonlySet<string>, { action, resource }: IamRequest): boolean {
+  switch (resource.kind) {
+    case 'table':
+      return role.has(`${action} table:${resource.table}.Arn`);
+    case 'index':
+      return role.has(`${action} table:${resource.table}.Arn/index/${resource.index}`);
+    case 'object':
+      return [...role].some((permission) => {
+        const prefix = permission.startsWith(`${action} bucket.Arn/`) && permission.endsWith('*');
+        return prefix && resource.key.startsWith(permission.slice(`${action} bucket.Arn/`.length, -1));
+      });
+    case 'bucket':
+      return [...role].some((permission) => {
+        if (permission === `${action} bucket.Arn`) return true;
+        const conditioned = /^(\S+) bucket\.Arn if \{"StringLike":\{"s3:prefix":"(.*)\*"\}\}$/.exec(
+          permission,
+        );
+        return (
+          conditioned?.[1] === action &&
+          resource.prefix !== undefined &&
+          resource.prefix.startsWith(conditioned[2] ?? '')
+        );
+      });
+    case 'queue':
+      return role.has(`${action} queue:${resource.queue}.Arn`);
+    case 'undeclared':
+      return false;
+  }
+}
+
+/** Every request worth asking about: each granted IAM action (and some never granted) on each resource. */
+function candidateRequests(): IamRequest[] {
+  const actions = new Set([
+    ...Object.values(TABLE_ACTIONS).flat(),
+    ...INDEX_ACTIONS,
+    ...Object.values(OBJECT_ACTIONS).flat(),
+    ...LIST_ACTIONS,
+    ...Object.values(QUEUE_ACTIONS).flat(),
+    'dynamodb:DescribeTable',
+    's3:AbortMultipartUpload',
+    'sqs:PurgeQueue',
+  ]);
+  const prefixes = new Set(
+    FUNCTION_IDS.flatMap((id) => topology.functions[id].grants.bucket.map((g) => g.prefix)),
+  );
+  const resources: IamResource[] = [
+    ...TABLE_IDS.flatMap((table): IamResource[] => [
+      { kind: 'table', table },
+      ...topology.tables[table].indexes.map(
+        (index): IamResource => ({ kind: 'index', table, index: index.name }),
+      ),
+      { kind: 'index', table, index: 'undeclared' },
+    ]),
+    ...[...prefixes, 'elsewhere/'].map((prefix): IamResource => ({ kind: 'object', key: `${prefix}k` })),
+    { kind: 'bucket' },
+    ...[...prefixes, 'elsewhere/'].map((prefix): IamResource => ({ kind: 'bucket', prefix: `${prefix}k` })),
+    ...QUEUE_IDS.map((queue): IamResource => ({ kind: 'queue', queue })),
+  ];
+  return [...actions].flatMap((action) => resources.map((resource) => ({ action, resource })));
 }
 
 function sorted(values: Iterable<string>): string[] {
@@ -178,23 +266,54 @@ describe('IAM', () => {
     expect(onFutures).toContain('dynamodb:GetItem table:futures.Arn');
   });
 
+  it.each(FUNCTION_IDS)('lets the local runtime allow %s exactly what its role allows', (functionId) => {
+    // The role minus what only its triggers need (the event source mapping, not the handler, uses those).
+    const triggersOnly = [...triggerPermissions(functionId)].filter(
+      (p) => !grantPermissions(functionId).has(p),
+    );
+    const role = new Set([...permissions(functionId)].filter((p) => !triggersOnly.includes(p)));
+    const grants = topology.functions[functionId].grants;
+    const disagreements = candidateRequests().filter(
+      (request) => grantsAllow(grants, request, topology.tables) !== roleAllows(role, request),
+    );
+    expect(disagreements).toEqual([]);
+  });
+
+  it('lets the scheduler write the registry (tick lock, sample claims) and only the sweeper scan', () => {
+    const scheduler = sorted(permissions('scheduler'));
+    for (const action of ['PutItem', 'UpdateItem', 'DeleteItem']) {
+      expect(scheduler).toContain(`dynamodb:${action} table:registry.Arn`);
+    }
+    for (const functionId of FUNCTION_IDS) {
+      const scans = sorted(permissions(functionId)).filter((p) => p.startsWith('dynamodb:Scan '));
+      expect(scans).toEqual(functionId === 'sweeper' ? ['dynamodb:Scan table:models.Arn'] : []);
+    }
+  });
+
   it('limits object access to the granted key prefixes', () => {
+    // ListBucket: S3 tells a missing payload (404) from a denied one (403) only to a caller that may list.
     expect(sorted(permissions('scheduler')).filter((p) => p.startsWith('s3:'))).toEqual([
+      's3:AbortMultipartUpload bucket.Arn/work/*',
       's3:GetObject bucket.Arn/payloads/*',
+      's3:ListBucket bucket.Arn',
       's3:PutObject bucket.Arn/work/*',
     ]);
     expect(sorted(permissions('api')).filter((p) => p.startsWith('s3:'))).toEqual([
+      's3:AbortMultipartUpload bucket.Arn/payloads/*',
       's3:DeleteObject bucket.Arn/payloads/*',
       's3:GetObject bucket.Arn/payloads/*',
       's3:GetObject bucket.Arn/results/*',
       's3:PutObject bucket.Arn/payloads/*',
     ]);
-    // Only the sweeper deletes blobs (E5) or lists the bucket; the API may delete only under payloads/
-    // (the payload of an intake transaction that definitively failed).
+    // Only the sweeper deletes blobs (E5); the API may delete only under payloads/ (the payload of an
+    // intake transaction that definitively failed). Only the sweeper and the scheduler list the bucket.
     for (const functionId of FUNCTION_IDS.filter((id) => id !== 'sweeper' && id !== 'api')) {
       const s3 = sorted(permissions(functionId)).filter((p) => p.startsWith('s3:'));
-      expect(s3.filter((p) => /^s3:(DeleteObject|ListBucket) /.test(p))).toEqual([]);
+      expect(s3.filter((p) => /^s3:DeleteObject /.test(p))).toEqual([]);
       expect(s3.filter((p) => p.endsWith('bucket.Arn/*'))).toEqual([]);
+    }
+    for (const functionId of FUNCTION_IDS.filter((id) => id !== 'sweeper' && id !== 'scheduler')) {
+      expect(sorted(permissions(functionId)).filter((p) => p.startsWith('s3:ListBucket '))).toEqual([]);
     }
     expect(permissions('sweeper')).toContain('s3:DeleteObject bucket.Arn/*');
   });

@@ -1,0 +1,208 @@
+import type { IamRequest, IamResource } from '../shared/grants.js';
+import type { QueueId, TableId, Topology } from '../shared/topology.js';
+
+/**
+ * The IAM authorisations AWS makes for one SDK call, with the resources named by their topology ids.
+ * Pure: the local runtime's grant enforcement (`grant-enforcement.ts`) asks `grantsAllow` about
+ * each. Operations not listed map to `<service>:<Operation>` on the resource their input names, which
+ * no topology action grants: a call the project has never made is denied until the mapping and a
+ * grant both say what it needs.
+ */
+
+export type AwsService = 'dynamodb' | 's3' | 'sqs';
+
+/** An IAM request and the ARN AWS would name in its denial. */
+export interface LocalIamRequest extends IamRequest {
+  readonly arn: string;
+}
+
+/** Physical names (and queue URLs) of the provisioned resources, back to their topology ids. */
+export interface ResourceIndex {
+  readonly region: string;
+  readonly account: string;
+  readonly tables: ReadonlyMap<string, TableId>;
+  readonly bucket: string | undefined;
+  /** By URL and by queue name (the URL's last segment, what GetQueueUrl is asked with). */
+  readonly queues: ReadonlyMap<string, QueueId>;
+}
+
+export const LOCAL_ACCOUNT = '000000000000';
+
+/**
+ * Builds the index from the functions' environment (each resource's declared variable, as `envFor`
+ * writes it) and the queue URLs of queues that declare no variable.
+ */
+export function resourceIndex(
+  topology: Topology,
+  env: Readonly<Record<string, string | undefined>>,
+  queueUrls: Readonly<Partial<Record<QueueId, string>>> = {},
+  region = 'us-east-1',
+): ResourceIndex {
+  const tables = new Map<string, TableId>();
+  for (const id of Object.keys(topology.tables) as TableId[]) {
+    const name = env[topology.tables[id].envVar];
+    if (name !== undefined && name !== '') tables.set(name, id);
+  }
+  const queues = new Map<string, QueueId>();
+  for (const id of Object.keys(topology.queues) as QueueId[]) {
+    const envVar = topology.queues[id].envVar;
+    const url = queueUrls[id] ?? (envVar === undefined ? undefined : env[envVar]);
+    if (url === undefined || url === '') continue;
+    queues.set(url, id);
+    queues.set(queueNameOf(url), id);
+  }
+  const bucket = env[topology.bucket.envVar];
+  return { region, account: LOCAL_ACCOUNT, tables, bucket: bucket === '' ? undefined : bucket, queues };
+}
+
+type Input = Readonly<Record<string, unknown>>;
+
+export function iamRequestsFor(
+  service: AwsService,
+  operation: string,
+  input: Input,
+  index: ResourceIndex,
+): LocalIamRequest[] {
+  switch (service) {
+    case 'dynamodb':
+      return dynamoRequests(operation, input, index);
+    case 's3':
+      return s3Requests(operation, input, index);
+    case 'sqs':
+      return sqsRequests(operation, input, index);
+  }
+}
+
+const DYNAMO_WRITE_ITEMS: Readonly<Record<string, string>> = {
+  Put: 'dynamodb:PutItem',
+  Update: 'dynamodb:UpdateItem',
+  Delete: 'dynamodb:DeleteItem',
+  ConditionCheck: 'dynamodb:ConditionCheckItem',
+};
+
+function dynamoRequests(operation: string, input: Input, index: ResourceIndex): LocalIamRequest[] {
+  switch (operation) {
+    case 'BatchGetItem':
+    case 'BatchWriteItem':
+      return Object.keys(record(input.RequestItems)).map((name) =>
+        onTable(`dynamodb:${operation}`, name, index),
+      );
+    case 'TransactWriteItems':
+      // Authorised item by item, each as the single-item action it performs.
+      return list(input.TransactItems).flatMap((item) =>
+        Object.entries(record(item)).flatMap(([kind, body]) => {
+          const action = DYNAMO_WRITE_ITEMS[kind] ?? `dynamodb:${kind}`;
+          return [onTable(action, string(record(body).TableName), index)];
+        }),
+      );
+    case 'TransactGetItems':
+      return list(input.TransactItems).map((item) =>
+        onTable('dynamodb:GetItem', string(record(record(item).Get).TableName), index),
+      );
+    case 'Query':
+    case 'Scan': {
+      const request = onTable(`dynamodb:${operation}`, string(input.TableName), index);
+      const indexName = input.IndexName;
+      if (typeof indexName !== 'string' || request.resource.kind !== 'table') return [request];
+      return [
+        {
+          action: request.action,
+          resource: { kind: 'index', table: request.resource.table, index: indexName },
+          arn: `${request.arn}/index/${indexName}`,
+        },
+      ];
+    }
+    default:
+      return [onTable(`dynamodb:${operation}`, string(input.TableName), index)];
+  }
+}
+
+function onTable(action: string, nameOrArn: string, index: ResourceIndex): LocalIamRequest {
+  const name = nameOrArn.startsWith('arn:') ? nameOrArn.slice(nameOrArn.indexOf(':table/') + 7) : nameOrArn;
+  const table = index.tables.get(name);
+  const resource: IamResource = table === undefined ? { kind: 'undeclared', name } : { kind: 'table', table };
+  return { action, resource, arn: `arn:aws:dynamodb:${index.region}:${index.account}:table/${name}` };
+}
+
+/** S3 operations whose IAM action is not `s3:<Operation>` on the object the input names. */
+const S3_OBJECT_ACTIONS: Readonly<Record<string, string>> = {
+  HeadObject: 's3:GetObject',
+  CreateMultipartUpload: 's3:PutObject',
+  UploadPart: 's3:PutObject',
+  CompleteMultipartUpload: 's3:PutObject',
+};
+
+function s3Requests(operation: string, input: Input, index: ResourceIndex): LocalIamRequest[] {
+  const bucket = string(input.Bucket);
+  switch (operation) {
+    case 'ListObjectsV2':
+    case 'ListObjects': {
+      const prefix = typeof input.Prefix === 'string' ? input.Prefix : undefined;
+      const resource: IamResource =
+        bucket === index.bucket
+          ? prefix === undefined
+            ? { kind: 'bucket' }
+            : { kind: 'bucket', prefix }
+          : { kind: 'undeclared', name: bucket };
+      return [{ action: 's3:ListBucket', resource, arn: `arn:aws:s3:::${bucket}` }];
+    }
+    case 'DeleteObjects':
+      // Authorised key by key as DeleteObject.
+      return list(record(input.Delete).Objects).map((object) =>
+        onObject('s3:DeleteObject', bucket, string(record(object).Key), index),
+      );
+    default:
+      if (input.Key === undefined) {
+        return [
+          {
+            action: `s3:${operation}`,
+            resource: { kind: 'undeclared', name: bucket },
+            arn: `arn:aws:s3:::${bucket}`,
+          },
+        ];
+      }
+      return [onObject(S3_OBJECT_ACTIONS[operation] ?? `s3:${operation}`, bucket, string(input.Key), index)];
+  }
+}
+
+function onObject(action: string, bucket: string, key: string, index: ResourceIndex): LocalIamRequest {
+  const resource: IamResource =
+    bucket === index.bucket ? { kind: 'object', key } : { kind: 'undeclared', name: `${bucket}/${key}` };
+  return { action, resource, arn: `arn:aws:s3:::${bucket}/${key}` };
+}
+
+/** Batch operations are authorised as their single-message action. */
+const SQS_ACTIONS: Readonly<Record<string, string>> = {
+  SendMessageBatch: 'sqs:SendMessage',
+  DeleteMessageBatch: 'sqs:DeleteMessage',
+  ChangeMessageVisibilityBatch: 'sqs:ChangeMessageVisibility',
+};
+
+function sqsRequests(operation: string, input: Input, index: ResourceIndex): LocalIamRequest[] {
+  const locator = typeof input.QueueUrl === 'string' ? input.QueueUrl : string(input.QueueName);
+  const queue = index.queues.get(locator);
+  const name = queueNameOf(locator);
+  return [
+    {
+      action: SQS_ACTIONS[operation] ?? `sqs:${operation}`,
+      resource: queue === undefined ? { kind: 'undeclared', name: locator } : { kind: 'queue', queue },
+      arn: `arn:aws:sqs:${index.region}:${index.account}:${name}`,
+    },
+  ];
+}
+
+function queueNameOf(urlOrName: string): string {
+  return urlOrName.slice(urlOrName.lastIndexOf('/') + 1);
+}
+
+function record(value: unknown): Input {
+  return typeof value === 'object' && value !== null ? (value as Input) : {};
+}
+
+function list(value: unknown): readonly unknown[] {
+  return Array.isArray(value) ? value : [];
+}
+
+function string(value: unknown): string {
+  return typeof value === 'string' ? value : '';
+}

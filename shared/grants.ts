@@ -1,0 +1,113 @@
+import type {
+  BucketAction,
+  FunctionGrants,
+  QueueAction,
+  QueueId,
+  TableAction,
+  TableDecl,
+  TableId,
+} from './topology.js';
+
+/**
+ * What each topology action means in IAM actions. One table, read by the CDK when it builds the
+ * functions' roles (`cdk/constructs/grants.ts`) and by the local runtime when it checks a handler's
+ * SDK calls (`local/grant-enforcement.ts`): a grant means the same on AWS and on a laptop. Pure data
+ * and pure functions; no AWS construct or SDK client is imported here.
+ */
+
+/** IAM actions on the table itself, per topology action. */
+export const TABLE_ACTIONS: Readonly<Record<Exclude<TableAction, 'query-index'>, readonly string[]>> = {
+  read: ['dynamodb:GetItem', 'dynamodb:BatchGetItem', 'dynamodb:Query'],
+  write: ['dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:BatchWriteItem'],
+  // TransactWriteItems is authorised item by item: its puts, updates and deletes need `write`, its
+  // condition checks need this (and TransactGetItems needs `read`).
+  transact: ['dynamodb:ConditionCheckItem'],
+  scan: ['dynamodb:Scan'],
+};
+
+/** `query-index` is a Query on the table's index ARNs only; `read` does not reach an index. */
+export const INDEX_ACTIONS: readonly string[] = ['dynamodb:Query'];
+
+/** IAM actions on objects under a granted prefix; `list` is a bucket action (`LIST_ACTIONS`). */
+export const OBJECT_ACTIONS: Readonly<Record<Exclude<BucketAction, 'list'>, readonly string[]>> = {
+  get: ['s3:GetObject'],
+  // A multipart put that fails is aborted by its writer (shared/scheduler/dispatch.ts), so its parts
+  // are not kept until the bucket's lifecycle rule removes them.
+  put: ['s3:PutObject', 's3:AbortMultipartUpload'],
+  delete: ['s3:DeleteObject'],
+};
+
+/** `list` is ListBucket on the bucket, conditioned on `s3:prefix` unless the grant's prefix is empty. */
+export const LIST_ACTIONS: readonly string[] = ['s3:ListBucket'];
+
+export const QUEUE_ACTIONS: Readonly<Record<QueueAction, readonly string[]>> = {
+  send: ['sqs:SendMessage'],
+  consume: [
+    'sqs:ReceiveMessage',
+    'sqs:DeleteMessage',
+    'sqs:ChangeMessageVisibility',
+    'sqs:GetQueueAttributes',
+    'sqs:GetQueueUrl',
+  ],
+  depth: ['sqs:GetQueueAttributes'],
+};
+
+/** A resource an IAM request names, by its topology id (`undeclared`: nothing in the topology). */
+export type IamResource =
+  | { readonly kind: 'table'; readonly table: TableId }
+  | { readonly kind: 'index'; readonly table: TableId; readonly index: string }
+  | { readonly kind: 'object'; readonly key: string }
+  /** The bucket itself; `prefix` is the `s3:prefix` condition key of a listing (absent: not set). */
+  | { readonly kind: 'bucket'; readonly prefix?: string }
+  | { readonly kind: 'queue'; readonly queue: QueueId }
+  | { readonly kind: 'undeclared'; readonly name: string };
+
+/** One authorisation IAM makes: an action (`dynamodb:PutItem`, `s3:GetObject`...) on one resource. */
+export interface IamRequest {
+  readonly action: string;
+  readonly resource: IamResource;
+}
+
+/**
+ * Whether a role built from `grants` allows `request`, statement by statement as the CDK writes
+ * them: table actions on the table ARN, `query-index` on the table's declared index ARNs, object
+ * actions on `<prefix>*`, ListBucket on the bucket with `StringLike s3:prefix <prefix>*` (no
+ * condition for the empty prefix), queue actions on the queue ARN. Nothing else is allowed.
+ */
+export function grantsAllow(
+  grants: FunctionGrants,
+  request: IamRequest,
+  tables: Readonly<Record<TableId, Pick<TableDecl, 'indexes'>>>,
+): boolean {
+  const { action, resource } = request;
+  switch (resource.kind) {
+    case 'table':
+      return (grants.tables[resource.table] ?? []).some(
+        (granted) => granted !== 'query-index' && TABLE_ACTIONS[granted].includes(action),
+      );
+    case 'index':
+      return (
+        (grants.tables[resource.table] ?? []).includes('query-index') &&
+        INDEX_ACTIONS.includes(action) &&
+        tables[resource.table].indexes.some((index) => index.name === resource.index)
+      );
+    case 'object':
+      return grants.bucket.some(
+        ({ prefix, actions }) =>
+          resource.key.startsWith(prefix) &&
+          actions.some((granted) => granted !== 'list' && OBJECT_ACTIONS[granted].includes(action)),
+      );
+    case 'bucket':
+      return grants.bucket.some(
+        ({ prefix, actions }) =>
+          actions.includes('list') &&
+          LIST_ACTIONS.includes(action) &&
+          // A condition on a key the request does not carry does not match (IAM's StringLike).
+          (prefix === '' || (resource.prefix?.startsWith(prefix) ?? false)),
+      );
+    case 'queue':
+      return (grants.queues[resource.queue] ?? []).some((granted) => QUEUE_ACTIONS[granted].includes(action));
+    case 'undeclared':
+      return false;
+  }
+}

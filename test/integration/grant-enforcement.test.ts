@@ -1,0 +1,225 @@
+import { GetObjectCommand, HeadObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { GetQueueAttributesCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
+import { GetCommand, PutCommand, QueryCommand, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type LocalRuntime, startLocalRuntime } from '../../local/runtime.js';
+import { awsClients } from '../../shared/aws/clients.js';
+import { config } from '../../shared/config.js';
+import { mintRequestId } from '../../shared/ids.js';
+import { type PayloadReads, readPayloads } from '../../shared/scheduler/payloads.js';
+import {
+  FUNCTION_IDS,
+  type FunctionDecl,
+  type FunctionId,
+  LIVE_INDEX,
+  type Topology,
+  topology,
+} from '../../shared/topology.js';
+import { setupTestCloud, type TestCloud } from '../support/cloud.js';
+
+type Probe = () => Promise<unknown>;
+type Outcome = 'allowed' | { readonly name: string; readonly message: string };
+
+/**
+ * The local runtime enforces each function's grants as its IAM role would on AWS. Every function
+ * runs the same probe handler, with the real topology's grants; only the triggers are schedules, so
+ * a test fires a function and gets the probe's outcome back.
+ */
+describe('local runtime: grant enforcement', () => {
+  let cloud: TestCloud;
+  let runtime: LocalRuntime;
+  let probe: Probe = async () => undefined;
+
+  const probeHandler = async (): Promise<Outcome> => {
+    try {
+      await probe();
+      return 'allowed';
+    } catch (error) {
+      if (!(error instanceof Error)) throw error;
+      return { name: error.name, message: error.message };
+    }
+  };
+
+  /** Runs `call` as `functionId`, through the runtime's invoker. */
+  const runAs = async (functionId: FunctionId, call: Probe): Promise<Outcome> => {
+    probe = call;
+    return (await runtime.runSchedule(functionId)) as Outcome;
+  };
+
+  beforeAll(async () => {
+    cloud = await setupTestCloud();
+    const functions: Partial<Record<FunctionId, FunctionDecl>> = {};
+    for (const id of FUNCTION_IDS) {
+      functions[id] = { ...topology.functions[id], triggers: [{ kind: 'schedule', rateMinutes: 60 }] };
+    }
+    const probed: Topology = { ...topology, functions: functions as Topology['functions'] };
+    runtime = await startLocalRuntime({
+      topology: probed,
+      env: cloud.env,
+      queueUrls: cloud.names.queueUrls,
+      handlers: Object.fromEntries(FUNCTION_IDS.map((id) => [id, probeHandler])),
+    });
+  });
+  afterAll(async () => {
+    await runtime?.stop();
+  });
+
+  const readPrefixRow = async (pk: string) =>
+    (await cloud.clients.doc.send(new GetCommand({ TableName: cloud.names.tables.prefixes, Key: { pk } })))
+      .Item;
+
+  it('denies a table write the function is not granted, before anything is written', async () => {
+    const put = () =>
+      awsClients().doc.send(
+        new PutCommand({ TableName: config().table('prefixes'), Item: { pk: 'probe#api' } }),
+      );
+    const outcome = await runAs('api', put);
+    expect(outcome).toMatchObject({ name: 'AccessDeniedException' });
+    const { message } = outcome as Exclude<Outcome, 'allowed'>;
+    expect(message).toContain('local-api');
+    expect(message).toContain('dynamodb:PutItem');
+    expect(message).toContain(`table/${cloud.names.tables.prefixes}`);
+    expect(await readPrefixRow('probe#api')).toBeUndefined();
+  });
+
+  it('lets a function granted the same write make it', async () => {
+    const put = () =>
+      awsClients().doc.send(
+        new PutCommand({ TableName: config().table('prefixes'), Item: { pk: 'probe#sweeper' } }),
+      );
+    expect(await runAs('sweeper', put)).toBe('allowed');
+    expect(await readPrefixRow('probe#sweeper')).toEqual({ pk: 'probe#sweeper' });
+  });
+
+  it('lets the scheduler write its tick lock and sample claims to the registry', async () => {
+    const put = () =>
+      awsClients().doc.send(
+        new PutCommand({ TableName: config().table('registry'), Item: { pk: 'claim#probe' } }),
+      );
+    expect(await runAs('scheduler', put)).toBe('allowed');
+  });
+
+  it('checks a transaction item by item: a condition check needs `transact`', async () => {
+    const transact = () =>
+      awsClients().doc.send(
+        new TransactWriteCommand({
+          TransactItems: [
+            {
+              ConditionCheck: {
+                TableName: config().table('registry'),
+                Key: { pk: 'probe#guard' },
+                ConditionExpression: 'attribute_not_exists(pk)',
+              },
+            },
+            { Put: { TableName: config().table('registry'), Item: { pk: 'probe#transacted' } } },
+          ],
+        }),
+      );
+    const read = async () =>
+      (
+        await cloud.clients.doc.send(
+          new GetCommand({ TableName: cloud.names.tables.registry, Key: { pk: 'probe#transacted' } }),
+        )
+      ).Item;
+    // The sweeper may write the registry but not condition-check it.
+    const denied = await runAs('sweeper', transact);
+    expect(denied).toMatchObject({ name: 'AccessDeniedException' });
+    expect((denied as Exclude<Outcome, 'allowed'>).message).toContain('dynamodb:ConditionCheckItem');
+    expect(await read()).toBeUndefined();
+    expect(await runAs('api', transact)).toBe('allowed');
+    expect(await read()).toEqual({ pk: 'probe#transacted' });
+  });
+
+  it('tells a Query on the live index from a Query on the table', async () => {
+    const query = (IndexName?: string) => () =>
+      awsClients().doc.send(
+        new QueryCommand({
+          TableName: config().table('futures'),
+          ...(IndexName === undefined
+            ? { KeyConditionExpression: 'request_id = :id' }
+            : { IndexName, KeyConditionExpression: 'live = :id' }),
+          ExpressionAttributeValues: { ':id': 'none' },
+        }),
+      );
+    // The worker reads futures but never plans from the index.
+    expect(await runAs('worker', query())).toBe('allowed');
+    const denied = await runAs('worker', query(LIVE_INDEX));
+    expect(denied).toMatchObject({ name: 'AccessDeniedException' });
+    expect((denied as Exclude<Outcome, 'allowed'>).message).toContain(
+      `table/${cloud.names.tables.futures}/index/${LIVE_INDEX}`,
+    );
+    expect(await runAs('scheduler', query(LIVE_INDEX))).toBe('allowed');
+  });
+
+  it('limits objects to the granted key prefixes and answers a missing object as IAM does', async () => {
+    const put = (key: string) => () =>
+      awsClients().s3.send(new PutObjectCommand({ Bucket: config().bucket, Key: key, Body: 'x' }));
+    const exists = (key: string) =>
+      cloud.clients.s3.send(new HeadObjectCommand({ Bucket: cloud.names.bucket, Key: key })).then(
+        () => true,
+        () => false,
+      );
+    const denied = await runAs('api', put('work/probe'));
+    expect(denied).toMatchObject({ name: 'AccessDenied' });
+    expect((denied as Exclude<Outcome, 'allowed'>).message).toContain(
+      `s3:PutObject on resource: arn:aws:s3:::${cloud.names.bucket}/work/probe`,
+    );
+    expect(await exists('work/probe')).toBe(false);
+    expect(await runAs('scheduler', put('work/probe'))).toBe('allowed');
+    expect(await exists('work/probe')).toBe(true);
+
+    // Without ListBucket on the bucket, S3 answers a GET of a missing object with 403, not 404.
+    const get = () =>
+      awsClients().s3.send(new GetObjectCommand({ Bucket: config().bucket, Key: 'payloads/missing' }));
+    expect(await runAs('api', get)).toMatchObject({ name: 'AccessDenied' });
+    expect(await runAs('sweeper', get)).toMatchObject({ name: 'NoSuchKey' });
+  });
+
+  it('lets the scheduler tell a missing payload from a denied one, so it fails that step only (R5)', async () => {
+    // On AWS a GET of a missing object is 403 unless the caller may list the bucket; the tick would
+    // then fail the whole pass on every retry instead of failing the one step whose payload is gone.
+    const missing = mintRequestId(Date.now());
+    let reads: PayloadReads | undefined;
+    const read = async () => {
+      reads = await readPayloads(awsClients().s3, config().bucket, [missing]);
+    };
+    expect(await runAs('scheduler', read)).toBe('allowed');
+    expect(reads?.unreadable).toEqual([missing]);
+  });
+
+  it('limits queues to the granted actions', async () => {
+    const send = () =>
+      awsClients().sqs.send(new SendMessageCommand({ QueueUrl: config().workQueueUrl, MessageBody: '{}' }));
+    const depth = async () => {
+      const answer = await cloud.clients.sqs.send(
+        new GetQueueAttributesCommand({
+          QueueUrl: cloud.names.queueUrls.work,
+          AttributeNames: ['ApproximateNumberOfMessages'],
+        }),
+      );
+      return Number(answer.Attributes?.ApproximateNumberOfMessages);
+    };
+    // The API reads the work queue's depth and never sends work.
+    const denied = await runAs('api', send);
+    expect(denied).toMatchObject({ name: 'AccessDeniedException' });
+    expect((denied as Exclude<Outcome, 'allowed'>).message).toContain('sqs:SendMessage');
+    expect(await depth()).toBe(0);
+    const readDepth = () =>
+      awsClients().sqs.send(
+        new GetQueueAttributesCommand({
+          QueueUrl: config().workQueueUrl,
+          AttributeNames: ['ApproximateNumberOfMessages'],
+        }),
+      );
+    expect(await runAs('api', readDepth)).toBe('allowed');
+    expect(await runAs('scheduler', send)).toBe('allowed');
+    expect(await depth()).toBe(1);
+  });
+
+  it('does not check calls made outside any function (the runtime, test set-up)', async () => {
+    await awsClients().doc.send(
+      new PutCommand({ TableName: config().table('prefixes'), Item: { pk: 'probe#outside' } }),
+    );
+    expect(await readPrefixRow('probe#outside')).toEqual({ pk: 'probe#outside' });
+  });
+});

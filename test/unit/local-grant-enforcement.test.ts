@@ -1,0 +1,117 @@
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { DynamoDBDocumentClient, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { afterEach, describe, expect, it } from 'vitest';
+import { AccessPolicy, enforceGrantsOn, runAsFunction } from '../../local/grant-enforcement.js';
+import { resourceIndex } from '../../local/iam-requests.js';
+import type { AwsClients } from '../../shared/aws/clients.js';
+import { topology } from '../../shared/topology.js';
+
+/**
+ * The enforcement middleware on clients whose transport only counts what reaches it: a denied call
+ * must fail before any request is sent; an allowed one, or one made outside a function, goes out.
+ */
+
+const env = {
+  FUTURES_TABLE: 'p-futures',
+  MODELS_TABLE: 'p-models',
+  REGISTRY_TABLE: 'p-registry',
+  PREFIXES_TABLE: 'p-prefixes',
+  DATA_BUCKET: 'p-data',
+  WORK_QUEUE_URL: 'http://127.0.0.1:1/000000000000/p-work',
+};
+const access = new AccessPolicy(topology, resourceIndex(topology, env));
+
+class Sent extends Error {
+  override name = 'Sent';
+}
+
+let sent = 0;
+const clients: AwsClients[] = [];
+
+function countingClients(): AwsClients {
+  const common = {
+    region: 'us-east-1',
+    credentials: { accessKeyId: 'x', secretAccessKey: 'x' },
+    endpoint: 'http://127.0.0.1:1',
+    maxAttempts: 1,
+    requestHandler: {
+      handle: async () => {
+        sent++;
+        throw new Sent('reached the transport');
+      },
+    },
+  };
+  const dynamo = new DynamoDBClient(common);
+  const made: AwsClients = {
+    dynamo,
+    doc: DynamoDBDocumentClient.from(dynamo),
+    s3: new S3Client({ ...common, forcePathStyle: true }),
+    sqs: new SQSClient(common),
+  };
+  enforceGrantsOn(made);
+  clients.push(made);
+  return made;
+}
+
+afterEach(() => {
+  for (const made of clients.splice(0))
+    for (const client of [made.dynamo, made.s3, made.sqs]) client.destroy();
+  sent = 0;
+});
+
+describe('grant enforcement middleware', () => {
+  it('fails a call the function is not granted before any request is sent, naming function, action and resource', async () => {
+    const { doc } = countingClients();
+    const put = () => doc.send(new PutCommand({ TableName: 'p-prefixes', Item: { pk: 'x' } }));
+    const denied = await runAsFunction({ functionId: 'api', access }, put).catch((error: unknown) => error);
+    expect(denied).toBeInstanceOf(Error);
+    expect((denied as Error).name).toBe('AccessDeniedException');
+    expect((denied as Error).message).toMatch(
+      /local-api is not authorized to perform: dynamodb:PutItem on resource: arn:aws:dynamodb:us-east-1:000000000000:table\/p-prefixes/,
+    );
+    expect(sent).toBe(0);
+  });
+
+  it('lets a granted call, and any call outside a function scope, reach the transport', async () => {
+    const { doc } = countingClients();
+    const put = () => doc.send(new PutCommand({ TableName: 'p-prefixes', Item: { pk: 'x' } }));
+    await expect(runAsFunction({ functionId: 'sweeper', access }, put)).rejects.toThrow(Sent);
+    await expect(put()).rejects.toThrow(Sent);
+    // A scope without a policy (enforcement off) checks nothing either.
+    await expect(runAsFunction({ functionId: 'api' }, put)).rejects.toThrow(Sent);
+    expect(sent).toBe(3);
+  });
+
+  it('answers S3 with AccessDenied and SQS with AccessDeniedException', async () => {
+    const { s3, sqs } = countingClients();
+    const putWork = () => s3.send(new PutObjectCommand({ Bucket: 'p-data', Key: 'work/w', Body: 'x' }));
+    await expect(runAsFunction({ functionId: 'api', access }, putWork)).rejects.toMatchObject({
+      name: 'AccessDenied',
+      $metadata: { httpStatusCode: 403 },
+    });
+    const send = () => sqs.send(new SendMessageCommand({ QueueUrl: env.WORK_QUEUE_URL, MessageBody: '{}' }));
+    await expect(runAsFunction({ functionId: 'worker', access }, send)).rejects.toMatchObject({
+      name: 'AccessDeniedException',
+    });
+    expect(sent).toBe(0);
+    await expect(runAsFunction({ functionId: 'scheduler', access }, putWork)).rejects.toThrow(Sent);
+    await expect(runAsFunction({ functionId: 'scheduler', access }, send)).rejects.toThrow(Sent);
+    expect(sent).toBe(2);
+  });
+
+  it('follows the scope through awaits and timers started by the handler', async () => {
+    const { doc } = countingClients();
+    const later = () =>
+      new Promise((resolve, reject) => {
+        setTimeout(() => {
+          doc.send(new PutCommand({ TableName: 'p-prefixes', Item: { pk: 'x' } })).then(resolve, reject);
+        }, 5);
+      });
+    await expect(runAsFunction({ functionId: 'api', access }, later)).rejects.toMatchObject({
+      name: 'AccessDeniedException',
+    });
+    expect(sent).toBe(0);
+  });
+});
