@@ -21,7 +21,7 @@ export interface SimProcess {
    * A crash point hit here kills the process (workers). Otherwise the crash is only the exception it
    * throws (the scheduler and the sweeper): what it leaves behind is the same (claims without a work
    * item, a work item without a manifest), but its tick lock is let go, where a real death leaves the
-   * lock to its 30 s lease and stalls every tick of the pool that long (safety never rests on it).
+   * lock to its 10 s lease and stalls every tick of the pool that long (safety never rests on it).
    */
   readonly killOnCrash: boolean;
   dead: boolean;
