@@ -16,7 +16,8 @@ const USAGE = `usage: npx tinker-serverless <command> [options]
 
 commands:
   status                      per-model queue picture of the pool: pending, first barrier, next tick,
-                              work item in flight and its lease age, last completion, oldest pending
+                              work item in flight and its lease age, last completion, oldest pending;
+                              the depths of the work queue and of both dead-letter queues
   keys create --tenant NAME   create a tenant API key, tml-... (printed once; only its hash is stored)
   keys create --operator NAME create an operator key, tso-..., for the status page at <API URL>/status
                               (its data spans every tenant: tenant keys are refused there, and operator
@@ -64,8 +65,15 @@ export function resolveEnvironment(
   throw new Error(
     `nowhere to connect to: run 'npm start' (it writes ${localEnvFile}), pass --env-file FILE, or set ` +
       `${topology.tables.registry.envVar}, ${topology.tables.futures.envVar}, ${topology.tables.models.envVar}, ` +
-      `${topology.queues.work.envVar ?? 'WORK_QUEUE_URL'}, POOL and LIVE_SHARDS (see the stack's WorkerEnv output)`,
+      `${queueVariables()}, POOL and LIVE_SHARDS (see the stack's WorkerEnv output)`,
   );
+}
+
+/** The queue URLs `status` reads: the work queue's and both dead-letter queues' (for their depths). */
+function queueVariables(): string {
+  return (['work', 'workDlq', 'streamDlq'] as const)
+    .flatMap((id) => topology.queues[id].envVar ?? [])
+    .join(', ');
 }
 
 function isAlive(pid: number): boolean {

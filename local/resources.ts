@@ -200,6 +200,9 @@ export const LOCAL_CREDENTIALS = { accessKeyId: 'local', secretAccessKey: 'local
 /**
  * The environment a function gets on the local cloud: resource variables named in the topology,
  * the topology's settings, and the SDK's standard endpoint variables (so no code names a host).
+ * The local runtime runs every function in one process, so this is one environment for all of them:
+ * a queue's URL is in it only when some function is granted that queue, as on AWS, where a function
+ * learns a queue's URL only through its own grant (`cdk/constructs/grants.ts`).
  */
 export function envFor(
   topology: Topology,
@@ -211,9 +214,14 @@ export function envFor(
     env[topology.tables[id].envVar] = resources.tables[id];
   }
   env[topology.bucket.envVar] = resources.bucket;
+  const granted = new Set(
+    Object.values(topology.functions).flatMap((fn) =>
+      (Object.keys(fn.grants.queues) as QueueId[]).filter((id) => (fn.grants.queues[id]?.length ?? 0) > 0),
+    ),
+  );
   for (const id of Object.keys(topology.queues) as QueueId[]) {
     const envVar = topology.queues[id].envVar;
-    if (envVar !== undefined) env[envVar] = resources.queueUrls[id];
+    if (envVar !== undefined && granted.has(id)) env[envVar] = resources.queueUrls[id];
   }
   return {
     ...env,

@@ -23,8 +23,8 @@ export interface LocalRuntimeOptions {
   /** The functions' environment (see `envFor`); written into process.env before handlers load. */
   readonly env: Readonly<Record<string, string>>;
   /**
-   * Every provisioned queue's URL. The runtime itself writes to the queues no function is granted
-   * (a stream mapping's on-failure destination), so their URLs are in no function's env. Required
+   * Every provisioned queue's URL. The runtime itself writes to a stream mapping's on-failure queue,
+   * which no function may send to, so it does not look for that URL in the functions' env. Required
    * when a wired function has a stream trigger.
    */
   readonly queueUrls?: Readonly<Record<QueueId, string>>;

@@ -1,5 +1,5 @@
 import { ConfigError } from './errors.js';
-import { type TableId, topology } from './topology.js';
+import { type QueueId, type TableId, topology } from './topology.js';
 
 /**
  * All settings, read in one place. Resource names are required only by the functions that use
@@ -11,6 +11,13 @@ export interface Config {
   table(id: TableId): string;
   readonly bucket: string;
   readonly workQueueUrl: string;
+  /**
+   * The URL of a queue, from the variable the topology declares for it (a function gets it only for
+   * a queue it is granted). Required: throws naming the variable when unset. The status picture reads
+   * the dead-letter queues' depths this way, so a reader of it (the api function, `npm start`'s page,
+   * the CLI) must be given WORK_DLQ_URL and STREAM_DLQ_URL.
+   */
+  queueUrl(id: QueueId): string;
   /** Scheduling pool this deployment serves; one tick at a time per pool. */
   readonly pool: string;
   /** Number of `live` index partitions per pool (spreads index writes, see ARCHITECTURE limits). */
@@ -102,6 +109,15 @@ export function readConfig(env: Env = process.env): Config {
     },
     get workQueueUrl() {
       return required(env, topology.queues.work.envVar ?? 'WORK_QUEUE_URL');
+    },
+    queueUrl: (id) => {
+      const envVar = topology.queues[id].envVar;
+      if (envVar === undefined) {
+        throw new ConfigError(`Queue ${id} declares no environment variable: no function may read its URL`, {
+          context: { queue: id },
+        });
+      }
+      return required(env, envVar);
     },
     get pool() {
       return required(env, 'POOL');

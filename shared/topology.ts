@@ -222,6 +222,8 @@ export const topology: Topology = {
     },
     workDlq: {
       name: 'work-dlq',
+      // Read by the status page (its depth) only: nothing sends to it but the work queue's redrive.
+      envVar: 'WORK_DLQ_URL',
       visibilityTimeoutSeconds: 30,
       retentionSeconds: 14 * 24 * 3600,
     },
@@ -230,6 +232,7 @@ export const topology: Topology = {
       // sweeper's safety tick still plans what it would have woken, but a record here means the
       // scheduler keeps failing on some input (alarm `stream-dlq-not-empty`).
       name: 'stream-dlq',
+      envVar: 'STREAM_DLQ_URL',
       visibilityTimeoutSeconds: 30,
       retentionSeconds: 14 * 24 * 3600,
     },
@@ -253,8 +256,9 @@ export const topology: Topology = {
           { prefix: 'payloads/', actions: ['put', 'get', 'delete'] },
           { prefix: 'results/', actions: ['get'] },
         ],
-        // The status page shows the work queue's depth; the API never sends or receives work.
-        queues: { work: ['depth'] },
+        // The status page shows the depths of the work queue and of both dead-letter queues; the API
+        // never sends, receives or deletes a message.
+        queues: { work: ['depth'], workDlq: ['depth'], streamDlq: ['depth'] },
       },
       triggers: [
         {

@@ -10,7 +10,10 @@ import { entriesOf } from './records.js';
 
 /** Stack outputs about workers (logical ids at the stack's top level, so `--outputs-file` keys are stable). */
 export const WORKER_OUTPUTS = {
-  /** JSON map of the variables `npm run worker` (and the operator CLI's `--env-file`) needs. */
+  /**
+   * JSON map of the variables `npm run worker` needs, plus the dead-letter queue URLs the operator
+   * CLI's `status` reads (the CLI takes this output with `--env-file`).
+   */
   env: 'WorkerEnv',
   /** `reference-lambda` or `external`. */
   mode: 'WorkerMode',
@@ -86,6 +89,14 @@ export class ExternalWorkerAccess extends Construct {
         }),
       );
       environment[envVar] = props.queues[queueId].queueUrl;
+    }
+    // The operator CLI reads this output too (`--env-file`), and its `status` shows the depths the
+    // status page shows: the URLs of the queues the api function may read the depth of go in as well
+    // (the dead-letter queues). Only their URLs: the policy below stays the worker's grants.
+    for (const [queueId, actions] of entriesOf(topology.functions.api.grants.queues)) {
+      const envVar = topology.queues[queueId].envVar;
+      if (!actions.includes('depth') || envVar === undefined) continue;
+      environment[envVar] ??= props.queues[queueId].queueUrl;
     }
 
     this.environment = environment;

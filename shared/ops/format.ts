@@ -1,6 +1,17 @@
-import type { ModelQueueStatus, NextTick, PoolQueueStatus } from './queue-status.js';
+import { topology } from '../topology.js';
+import {
+  type DeadLetterDepths,
+  deadLetterCount,
+  type ModelQueueStatus,
+  type NextTick,
+  type PoolQueueStatus,
+  type QueueDepth,
+} from './queue-status.js';
 
-/** Human text of the queue picture, for the CLI's `status` (the status page renders its own). */
+/**
+ * Human text of the queue picture, for the CLI's `status`; the status page shows the same strings
+ * (`shared/status-page/display.ts`).
+ */
 
 const NONE = '-';
 
@@ -48,6 +59,54 @@ export function formatInFlight(model: ModelQueueStatus): string {
 export function formatFirstBarrier(model: ModelQueueStatus): string {
   const barrier = model.first_barrier;
   return barrier === undefined ? NONE : `seq ${barrier.seq} ${barrier.request_type}`;
+}
+
+const WORK_DLQ = topology.queues.workDlq.name;
+const STREAM_DLQ = topology.queues.streamDlq.name;
+
+/** Deliveries a work item gets before SQS moves it to the work queue's dead-letter queue. */
+function workDeliveries(): number {
+  const redrive = topology.queues.work.deadLetter;
+  if (redrive === undefined) throw new Error('the work queue declares no dead-letter queue');
+  return redrive.maxReceiveCount;
+}
+
+/** `2 messages`, or `2 messages (1 being read)`: a received message is still on the queue. */
+export function formatDeadLetterDepth(depth: QueueDepth): string {
+  const total = plural(deadLetterCount(depth), 'message');
+  return depth.in_flight === 0 ? total : `${total} (${depth.in_flight} being read)`;
+}
+
+/** What each non-empty dead-letter queue means and what to do about it; none while both are empty. */
+export function deadLetterWarnings(deadLetters: DeadLetterDepths): string[] {
+  const warnings: string[] = [];
+  const work = deadLetterCount(deadLetters.work_dlq);
+  if (work > 0) {
+    warnings.push(
+      `${WORK_DLQ} holds ${plural(work, 'message')}: work items that failed ${workDeliveries()} deliveries. ` +
+        'Each message names its work item: find in the worker logs why it failed, fix that, then delete ' +
+        'the message.',
+    );
+  }
+  const stream = deadLetterCount(deadLetters.stream_dlq);
+  if (stream > 0) {
+    warnings.push(
+      `${STREAM_DLQ} holds ${plural(stream, 'message')}: stream batches the scheduler gave up on after its ` +
+        'retries. Each message names a shard and sequence range: read those records from the stream within ' +
+        "24 h of their write to find the input the scheduler fails on, then delete the message (the sweeper's " +
+        'safety tick still plans what they would have woken).',
+    );
+  }
+  return warnings;
+}
+
+/** One line: both depths, and while either queue holds anything, what that means and what to do. */
+export function formatDeadLetters(deadLetters: DeadLetterDepths): string {
+  const depths =
+    `${WORK_DLQ} ${formatDeadLetterDepth(deadLetters.work_dlq)}, ` +
+    `${STREAM_DLQ} ${formatDeadLetterDepth(deadLetters.stream_dlq)}`;
+  const warnings = deadLetterWarnings(deadLetters);
+  return warnings.length === 0 ? `dead letters: ${depths}` : `DEAD LETTERS: ${depths}. ${warnings.join(' ')}`;
 }
 
 function ago(ms: number | undefined): string {
@@ -101,6 +160,7 @@ export function renderStatusText(status: PoolQueueStatus): string {
       `work queue: ${status.work_queue.visible} waiting, ${status.work_queue.in_flight} being worked on`,
     );
   }
+  if (status.dead_letters !== undefined) lines.push(formatDeadLetters(status.dead_letters));
   lines.push(
     `totals: ${plural(totals.models, 'model')}, ${totals.pending} pending (${plural(totals.pending_samples, 'sample')}), ` +
       `${plural(totals.in_flight_steps, 'step')} in flight on ${plural(totals.models_in_flight, 'model')}, ` +

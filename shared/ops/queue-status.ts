@@ -84,12 +84,28 @@ export interface QueueDepth {
   readonly in_flight: number;
 }
 
+/**
+ * The dead-letter queues: `work_dlq` holds work items the worker failed on at every delivery (the
+ * work queue's redrive), `stream_dlq` the failure records of stream batches the scheduler's mappings
+ * gave up on. Anything on either needs an operator (`deadLetterCount`).
+ */
+export interface DeadLetterDepths {
+  readonly work_dlq: QueueDepth;
+  readonly stream_dlq: QueueDepth;
+}
+
+/** Messages on a dead-letter queue, whether or not someone is reading them right now. */
+export function deadLetterCount(depth: QueueDepth): number {
+  return depth.visible + depth.in_flight;
+}
+
 export interface PoolQueueStatus {
   readonly pool: string;
   readonly generated_at: number;
   readonly draining?: { readonly since: number; readonly requested_by: string; readonly reason?: string };
   readonly cut_requested_at?: number;
   readonly work_queue?: QueueDepth;
+  readonly dead_letters?: DeadLetterDepths;
   readonly totals: PoolTotals;
   /** Oldest pending request first: the order in which the planner serves models. */
   readonly models: readonly ModelQueueStatus[];
@@ -108,6 +124,7 @@ export interface QueueStatusInput {
   readonly drain?: DrainRecord;
   readonly cut?: CutRequestRecord;
   readonly workQueue?: QueueDepth;
+  readonly deadLetters?: DeadLetterDepths;
 }
 
 interface Accumulator {
@@ -225,6 +242,7 @@ export function queueStatus(input: QueueStatusInput): PoolQueueStatus {
         }),
     ...(input.cut === undefined ? {} : { cut_requested_at: input.cut.requested_at }),
     ...(input.workQueue === undefined ? {} : { work_queue: input.workQueue }),
+    ...(input.deadLetters === undefined ? {} : { dead_letters: input.deadLetters }),
     totals,
     models,
   };

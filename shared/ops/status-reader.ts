@@ -17,19 +17,27 @@ export interface ReadPoolStatusOptions {
 
 /**
  * Reads a pool's queue picture the way a tick reads its snapshot (R5): one scan of the `live` index
- * (every shard), the named model rows strongly consistent, plus the pool's controls and the work
- * queue's depth. Reads no payload and writes nothing, so it is safe to poll.
+ * (every shard), the named model rows strongly consistent, plus the pool's controls and the depths of
+ * the work queue and both dead-letter queues (their URLs are required config: see `Config.queueUrl`).
+ * Reads no payload and writes nothing, so it is safe to poll.
  */
 export async function readPoolStatus(options: ReadPoolStatusOptions = {}): Promise<PoolQueueStatus> {
   const settings = options.config ?? config();
   const clients = options.clients ?? awsClients();
   const pool = options.pool ?? settings.pool;
   const { doc } = clients;
-  const [scan, drain, cut, workQueue] = await Promise.all([
-    scanLiveIndex(doc, settings.table('futures'), pool, settings.liveShards),
+  // Every variable is read before any request starts: a missing one fails the read, naming it.
+  const futuresTable = settings.table('futures');
+  const workQueueUrl = settings.workQueueUrl;
+  const workDlqUrl = settings.queueUrl('workDlq');
+  const streamDlqUrl = settings.queueUrl('streamDlq');
+  const [scan, drain, cut, workQueue, workDlq, streamDlq] = await Promise.all([
+    scanLiveIndex(doc, futuresTable, pool, settings.liveShards),
     readDrain(pool, doc),
     readCutRequest(pool, doc, true),
-    readQueueDepth(clients.sqs, settings.workQueueUrl),
+    readQueueDepth(clients.sqs, workQueueUrl),
+    readQueueDepth(clients.sqs, workDlqUrl),
+    readQueueDepth(clients.sqs, streamDlqUrl),
   ]);
   // Base-model samples (`base:<name>`) have no model row to read.
   const modelIds = new Set(scan.rows.map((row) => row.model_id).filter((id) => !id.startsWith('base:')));
@@ -45,6 +53,7 @@ export async function readPoolStatus(options: ReadPoolStatusOptions = {}): Promi
     ...(drain === undefined ? {} : { drain }),
     ...(cut === undefined ? {} : { cut }),
     workQueue,
+    deadLetters: { work_dlq: workDlq, stream_dlq: streamDlq },
   });
 }
 

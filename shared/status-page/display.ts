@@ -1,5 +1,12 @@
-import { formatDuration, plural, statusRow } from '../ops/format.js';
+import {
+  deadLetterWarnings,
+  formatDeadLetterDepth,
+  formatDuration,
+  plural,
+  statusRow,
+} from '../ops/format.js';
 import type { PoolQueueStatus } from '../ops/queue-status.js';
+import { topology } from '../topology.js';
 
 /**
  * What the page shows, formatted on the server with the CLI's own formatters so the two never
@@ -11,6 +18,8 @@ export interface StatusDisplay {
   readonly model_ids: readonly string[];
   readonly totals: readonly (readonly [label: string, value: string])[];
   readonly banner?: string;
+  /** One per dead-letter queue holding messages: what they are and what to do (empty: nothing to do). */
+  readonly dead_letter_warnings: readonly string[];
 }
 
 /** Same order as `statusRow`. */
@@ -45,6 +54,16 @@ export function statusDisplay(status: PoolQueueStatus): StatusDisplay {
       `${status.work_queue.visible} waiting, ${status.work_queue.in_flight} being worked on`,
     ]);
   }
+  const deadLetters = status.dead_letters;
+  if (deadLetters !== undefined) {
+    lines.push(
+      [`Work dead letters (${topology.queues.workDlq.name})`, formatDeadLetterDepth(deadLetters.work_dlq)],
+      [
+        `Stream dead letters (${topology.queues.streamDlq.name})`,
+        formatDeadLetterDepth(deadLetters.stream_dlq),
+      ],
+    );
+  }
   if (status.cut_requested_at !== undefined) {
     lines.push(['Cut requested', `${formatDuration(status.generated_at - status.cut_requested_at)} ago`]);
   }
@@ -54,6 +73,7 @@ export function statusDisplay(status: PoolQueueStatus): StatusDisplay {
     rows: status.models.map(statusRow),
     model_ids: status.models.map((model) => model.model_id),
     totals: lines,
+    dead_letter_warnings: deadLetters === undefined ? [] : deadLetterWarnings(deadLetters),
     ...(drain === undefined
       ? {}
       : {

@@ -1,6 +1,14 @@
 import { describe, expect, it } from 'vitest';
-import { FUNCTION_IDS, type FunctionId, QUEUE_IDS, TABLE_IDS, topology } from '../../shared/topology.js';
-import { functionLogicalId, properties, synth } from './support/synth.js';
+import {
+  FUNCTION_IDS,
+  type FunctionId,
+  physicalName,
+  QUEUE_IDS,
+  type QueueId,
+  TABLE_IDS,
+  topology,
+} from '../../shared/topology.js';
+import { functionLogicalId, logicalIdWhere, properties, synth, TEST_PREFIX } from './support/synth.js';
 
 const { stack, template } = synth();
 
@@ -10,6 +18,11 @@ function functionProps(functionId: FunctionId): Record<string, unknown> {
 
 function environment(functionId: FunctionId): Record<string, unknown> {
   return (functionProps(functionId).Environment as { Variables: Record<string, unknown> }).Variables;
+}
+
+function queueLogicalId(queueId: QueueId): string {
+  const queueName = physicalName(TEST_PREFIX, topology.queues[queueId].name);
+  return logicalIdWhere(template, 'AWS::SQS::Queue', 'QueueName', queueName);
 }
 
 /** Env vars naming resources a function is granted; every other resource's variable must be absent. */
@@ -64,6 +77,13 @@ describe('functions', () => {
   it('keeps the prefixes table from the scheduler and the api, which learns the work queue for its depth only', () => {
     // The status page shows the queue's depth (grant `depth`: GetQueueAttributes, see iam.test.ts).
     expect(environment('api')).toHaveProperty('WORK_QUEUE_URL');
+    // ...and both dead-letter queues' depths; no other function learns their URLs.
+    expect(environment('api').WORK_DLQ_URL).toEqual({ Ref: queueLogicalId('workDlq') });
+    expect(environment('api').STREAM_DLQ_URL).toEqual({ Ref: queueLogicalId('streamDlq') });
+    for (const functionId of ['scheduler', 'worker', 'sweeper'] as const) {
+      expect(environment(functionId)).not.toHaveProperty('WORK_DLQ_URL');
+      expect(environment(functionId)).not.toHaveProperty('STREAM_DLQ_URL');
+    }
     expect(environment('api')).not.toHaveProperty('PREFIXES_TABLE');
     expect(environment('scheduler')).toHaveProperty('WORK_QUEUE_URL');
     expect(environment('scheduler')).not.toHaveProperty('PREFIXES_TABLE');

@@ -236,10 +236,15 @@ describe('IAM', () => {
     expect(sorted(permissions(functionId))).toEqual(sorted(expectedPermissions(functionId)));
   });
 
-  it('lets the API read what the status page shows and no more: the live index and the queue depth', () => {
+  it('lets the API read what the status page shows and no more: the live index and the queue depths', () => {
     const api = sorted(permissions('api'));
-    // Never sends, receives or deletes work: only the message counts of the work queue.
-    expect(api.filter((p) => p.startsWith('sqs:'))).toEqual(['sqs:GetQueueAttributes queue:work.Arn']);
+    // Never sends, receives or deletes a message: only the message counts of the work queue and of
+    // both dead-letter queues.
+    expect(api.filter((p) => p.startsWith('sqs:'))).toEqual([
+      'sqs:GetQueueAttributes queue:streamDlq.Arn',
+      'sqs:GetQueueAttributes queue:work.Arn',
+      'sqs:GetQueueAttributes queue:workDlq.Arn',
+    ]);
     // A Query on the live index, not a Scan, and on no other index or table.
     expect(api.filter((p) => p.includes('/index/'))).toEqual(['dynamodb:Query table:futures.Arn/index/live']);
     expect(api.filter((p) => p.startsWith('dynamodb:Scan'))).toEqual([]);

@@ -246,6 +246,10 @@ describe('the worker switch (context referenceWorker)', () => {
       ...TABLE_IDS.filter((id) => grants.tables[id]?.length).map((id) => topology.tables[id].envVar),
       topology.bucket.envVar,
       topology.queues.work.envVar!,
+      // Not the worker's: the CLI's `status` reads the dead-letter queues' depths (only their URLs;
+      // the policy stays the worker's grants, see below).
+      'WORK_DLQ_URL',
+      'STREAM_DLQ_URL',
     ];
     expect(Object.keys(env).sort()).toEqual(expected.sort());
     // What the CLI reads is among them.
@@ -254,6 +258,8 @@ describe('the worker switch (context referenceWorker)', () => {
       'MODELS_TABLE',
       'REGISTRY_TABLE',
       'WORK_QUEUE_URL',
+      'WORK_DLQ_URL',
+      'STREAM_DLQ_URL',
       'POOL',
       'LIVE_SHARDS',
     ]) {
@@ -261,6 +267,8 @@ describe('the worker switch (context referenceWorker)', () => {
     }
     for (const [name, value] of Object.entries(topology.settings)) expect(env[name]).toBe(value);
     expect(env.WORK_QUEUE_URL).toBe(`<Ref ${queueId(template, 'work')}>`);
+    expect(env.WORK_DLQ_URL).toBe(`<Ref ${queueId(template, 'workDlq')}>`);
+    expect(env.STREAM_DLQ_URL).toBe(`<Ref ${queueId(template, 'streamDlq')}>`);
     const registry = logicalIdWhere(
       template,
       'AWS::DynamoDB::Table',

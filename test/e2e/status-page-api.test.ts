@@ -1,3 +1,4 @@
+import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startDrain } from '../../shared/ops/control-store.js';
@@ -112,6 +113,11 @@ describe.skipIf(!canRun)('status page behind the API, in headless Chromium', () 
     });
     expect((await statusRowOf(page, 'm-fresh')).Tenant).toBe('zeta');
     expect(await storedKey(page)).toBe(operatorKey);
+    // Both dead-letter queues are empty: their depths are shown, and no warning.
+    expect(await page.locator('#totals').textContent()).toContain(
+      'Stream dead letters (stream-dlq)0 messages',
+    );
+    expect(await page.locator('#dead-letters').isHidden()).toBe(true);
 
     await page.reload();
     await page.waitForSelector('#models tbody tr[data-model-id="m-train"]');
@@ -124,10 +130,22 @@ describe.skipIf(!canRun)('status page behind the API, in headless Chromium', () 
     await putModel(cloud, 'm-late', { tenant: 'late' });
     await putPending(cloud, 'm-late', 'optim_step', 1, Date.now());
     await startDrain(cloud.env.POOL!, 'ops@test', { reason: 'maintenance', doc: cloud.clients.doc });
+    // A failure record of a stream batch the scheduler gave up on.
+    await cloud.clients.sqs.send(
+      new SendMessageCommand({ QueueUrl: cloud.names.queueUrls.streamDlq, MessageBody: '{}' }),
+    );
 
     await page.waitForSelector('#models tbody tr[data-model-id="m-late"]', { timeout: 10_000 });
     await page.waitForSelector('#drain-banner:not([hidden])', { timeout: 10_000 });
     expect(await page.locator('#drain-banner').textContent()).toMatch(/\(by ops@test: maintenance\)/);
+    await page.waitForSelector('#dead-letters:not([hidden])', { timeout: 10_000 });
+    const warnings = await page.locator('#dead-letter-warnings p').allTextContents();
+    expect(warnings).toEqual([
+      expect.stringMatching(
+        /^stream-dlq holds 1 message: stream batches the scheduler gave up on .*within 24 h/,
+      ),
+    ]);
+    expect(await page.locator('#dead-letters').getAttribute('role')).toBe('alert');
 
     console.log(`status page (through the API) screenshot: ${await screenshot(page, 'status-page-api.png')}`);
   });

@@ -122,6 +122,10 @@ describe('status', () => {
     });
     expect(picture.totals.oldest_pending_age_ms).toBe(busy!.oldest_pending_age_ms);
     expect(picture.work_queue).toEqual({ visible: 0, in_flight: 0 });
+    expect(picture.dead_letters).toEqual({
+      work_dlq: { visible: 0, in_flight: 0 },
+      stream_dlq: { visible: 0, in_flight: 0 },
+    });
   });
 
   it('prints the same picture as a table for people', async () => {
@@ -132,6 +136,7 @@ describe('status', () => {
       /acme\s+active\s+5\s+seq 6 optim_step\s+waits: inflight\s+m-busy@4 \(2 steps; lease \d+\.\d s old, \d+\.\d s left\)/,
     );
     expect(answer.stdout).toMatch(/totals: 3 models, 9 pending \(1 sample\)/);
+    expect(answer.stdout).toContain('\ndead letters: work-dlq 0 messages, stream-dlq 0 messages\n');
   });
 
   it('reads another pool with --pool, and an empty pool says so', async () => {

@@ -47,10 +47,15 @@ beforeAll(async () => {
   await putPending(cloud, 'm-busy', 'optim_step', 3, now - 29_000);
   await putModel(cloud, 'm-other', { tenant: 'zeta' });
   await putPending(cloud, 'm-other', 'forward_backward', 1, now - 5_000);
-  // One message waiting on the work queue: the data shows the queue's depth too.
-  await cloud.clients.sqs.send(
-    new SendMessageCommand({ QueueUrl: cloud.names.queueUrls.work, MessageBody: '{}' }),
-  );
+  // One message waiting on the work queue: the data shows the queue's depth too. One on each
+  // dead-letter queue (two on stream-dlq): the data shows their depths and says what they mean.
+  const send = (QueueUrl: string, MessageBody: string) =>
+    cloud.clients.sqs.send(new SendMessageCommand({ QueueUrl, MessageBody }));
+  await send(cloud.names.queueUrls.work, '{}');
+  await send(cloud.names.queueUrls.workDlq, '{"key":"work/w-1"}');
+  for (const shard of ['shard-1', 'shard-2']) {
+    await send(cloud.names.queueUrls.streamDlq, JSON.stringify({ DDBStreamBatchInfo: { shardId: shard } }));
+  }
   operatorKey = await createOperatorKey('ops@example.com', cloud.clients);
   tenantKey = (await api.tenant('acme')).key;
 });
@@ -145,6 +150,34 @@ describe('GET /status/data', () => {
     expect(post.status).toBe(405);
     expect(post.headers.get('allow')).toBe('GET, HEAD');
     expect((await get('/status/nothing-here', operatorKey)).status).toBe(404);
+  });
+});
+
+describe('dead-letter queues in the picture', () => {
+  it('reads both depths through the api function, which is granted them, and warns about each', async () => {
+    const answer = await get('/status/data', operatorKey);
+    expect(answer.status).toBe(200);
+    const picture = (await answer.json()) as Picture;
+    expect(picture.dead_letters).toEqual({
+      work_dlq: { visible: 1, in_flight: 0 },
+      stream_dlq: { visible: 2, in_flight: 0 },
+    });
+    expect(picture.display.totals).toContainEqual(['Work dead letters (work-dlq)', '1 message']);
+    expect(picture.display.totals).toContainEqual(['Stream dead letters (stream-dlq)', '2 messages']);
+    expect(picture.display.dead_letter_warnings).toEqual([
+      expect.stringMatching(/^work-dlq holds 1 message: work items that failed 5 deliveries/),
+      expect.stringMatching(/^stream-dlq holds 2 messages: stream batches the scheduler gave up on/),
+    ]);
+    // The CLI reads the same depths (readPoolStatus with the local cloud's environment).
+    const cli = await readPoolStatus({ clients: api.cloud.clients, config: readConfig(api.cloud.env) });
+    expect(cli.dead_letters).toEqual(picture.dead_letters);
+  });
+
+  it('fails a reader without a dead-letter queue URL, naming the variable', async () => {
+    const { WORK_DLQ_URL: _, ...withoutWorkDlq } = api.cloud.env;
+    await expect(
+      readPoolStatus({ clients: api.cloud.clients, config: readConfig(withoutWorkDlq) }),
+    ).rejects.toThrow(/Missing required environment variable WORK_DLQ_URL/);
   });
 });
 

@@ -55,14 +55,12 @@ describe('createTableInputs', () => {
 });
 
 describe('envFor', () => {
+  const names = resourceNames(topology, 'px');
+  const queueUrls = { work: 'http://q/work', workDlq: 'http://q/dlq', streamDlq: 'http://q/stream-dlq' };
+  const endpoints = { dynamodb: 'http://d', s3: 'http://s', sqs: 'http://s' };
+
   it('names every resource through the topology variables, with settings and endpoints', () => {
-    const names = resourceNames(topology, 'px');
-    const queueUrls = { work: 'http://q/work', workDlq: 'http://q/dlq', streamDlq: 'http://q/stream-dlq' };
-    const env = envFor(
-      topology,
-      { ...names, queueUrls },
-      { dynamodb: 'http://d', s3: 'http://s', sqs: 'http://s' },
-    );
+    const env = envFor(topology, { ...names, queueUrls }, endpoints);
     expect(env).toMatchObject({
       FUTURES_TABLE: 'px-futures',
       MODELS_TABLE: 'px-models',
@@ -70,6 +68,9 @@ describe('envFor', () => {
       PREFIXES_TABLE: 'px-prefixes',
       DATA_BUCKET: 'px-data',
       WORK_QUEUE_URL: 'http://q/work',
+      // The api function reads both dead-letter queues' depths for the status page (grant `depth`).
+      WORK_DLQ_URL: 'http://q/dlq',
+      STREAM_DLQ_URL: 'http://q/stream-dlq',
       POOL: topology.settings.POOL,
       LIVE_SHARDS: topology.settings.LIVE_SHARDS,
       S3_FORCE_PATH_STYLE: 'true',
@@ -80,7 +81,25 @@ describe('envFor', () => {
     });
     expect(env.AWS_ACCESS_KEY_ID).toBeTruthy();
     expect(env.AWS_SECRET_ACCESS_KEY).toBeTruthy();
+  });
+
+  it('leaves out the URL of a queue no function is granted, though it declares a variable', () => {
+    const withoutDeadLetterReads: Topology = {
+      ...topology,
+      functions: {
+        ...topology.functions,
+        api: {
+          ...topology.functions.api,
+          grants: { ...topology.functions.api.grants, queues: { work: ['depth'], workDlq: [] } },
+        },
+      },
+    };
+    const env = envFor(withoutDeadLetterReads, { ...names, queueUrls }, endpoints);
+    expect(env.WORK_QUEUE_URL).toBe('http://q/work');
+    expect(env).not.toHaveProperty('WORK_DLQ_URL');
+    expect(env).not.toHaveProperty('STREAM_DLQ_URL');
     expect(Object.values(env)).not.toContain('http://q/dlq');
+    expect(Object.values(env)).not.toContain('http://q/stream-dlq');
   });
 });
 

@@ -1,8 +1,15 @@
 import { describe, expect, it } from 'vitest';
+import { readConfig } from '../../shared/config.js';
 import type { LiveRow, ModelRow, RequestType } from '../../shared/domain/records.js';
+import { ConfigError } from '../../shared/errors.js';
 import { mintRequestId } from '../../shared/ids.js';
 import { cutRequestedSince, cutRequestRecord, drainRecord } from '../../shared/ops/controls.js';
-import { formatDuration, renderStatusText } from '../../shared/ops/format.js';
+import {
+  deadLetterWarnings,
+  formatDeadLetters,
+  formatDuration,
+  renderStatusText,
+} from '../../shared/ops/format.js';
 import { emfDocument, emitMetric, opsMetrics } from '../../shared/ops/metrics.js';
 import { oldestPendingAgeSeconds, queueStatus } from '../../shared/ops/queue-status.js';
 
@@ -213,7 +220,7 @@ describe('queueStatus', () => {
     expect(status).not.toHaveProperty('draining');
   });
 
-  it('carries the pool controls and the work queue depth', () => {
+  it('carries the pool controls, the work queue depth and both dead-letter queue depths', () => {
     const withControls = queueStatus({
       pool: 'gpu',
       now: NOW,
@@ -223,11 +230,13 @@ describe('queueStatus', () => {
       drain: drainRecord('gpu', NOW - 1_000, 'ops@host', 'upgrade'),
       cut: cutRequestRecord('gpu', NOW - 2_000, 'ops@host'),
       workQueue: { visible: 3, in_flight: 1 },
+      deadLetters: { work_dlq: { visible: 2, in_flight: 0 }, stream_dlq: { visible: 0, in_flight: 1 } },
     });
     expect(withControls).toMatchObject({
       draining: { since: NOW - 1_000, requested_by: 'ops@host', reason: 'upgrade' },
       cut_requested_at: NOW - 2_000,
       work_queue: { visible: 3, in_flight: 1 },
+      dead_letters: { work_dlq: { visible: 2, in_flight: 0 }, stream_dlq: { visible: 0, in_flight: 1 } },
       models: [],
     });
     expect(withControls.totals).toMatchObject({ models: 0, pending: 0 });
@@ -314,5 +323,64 @@ describe('text output', () => {
     expect(text.split('\n').find((line) => line.startsWith('idle '))).toContain(
       'seqs 1-2 (stops: end_of_run), 1 sample',
     );
+  });
+});
+
+describe('dead letters', () => {
+  const empty = { visible: 0, in_flight: 0 };
+  const picture = (work_dlq = empty, stream_dlq = empty) =>
+    queueStatus({
+      pool: 'gpu',
+      now: NOW,
+      live: [],
+      models: new Map(),
+      leaseMs: LEASE_MS,
+      workQueue: empty,
+      deadLetters: { work_dlq, stream_dlq },
+    });
+  const deadLetterLine = (text: string) => text.split('\n').filter((line) => /^dead letters:/i.test(line));
+
+  it('prints one quiet line with both depths while both queues are empty', () => {
+    const text = renderStatusText(picture());
+    expect(deadLetterLine(text)).toEqual(['dead letters: work-dlq 0 messages, stream-dlq 0 messages']);
+    expect(deadLetterWarnings({ work_dlq: empty, stream_dlq: empty })).toEqual([]);
+  });
+
+  it('says what work-dlq messages are and what to do, on the same one line', () => {
+    const text = renderStatusText(picture({ visible: 2, in_flight: 0 }));
+    const [line, ...others] = deadLetterLine(text);
+    expect(others).toEqual([]);
+    expect(line).toMatch(/^DEAD LETTERS: work-dlq 2 messages, stream-dlq 0 messages\. /);
+    expect(line).toContain('work-dlq holds 2 messages: work items that failed 5 deliveries');
+    expect(line).toContain('worker logs');
+    expect(line).not.toContain('stream-dlq holds');
+  });
+
+  it('says what stream-dlq messages are: a shard and sequence range to read within 24 h', () => {
+    const deadLetters = { work_dlq: empty, stream_dlq: { visible: 0, in_flight: 1 } };
+    const [warning, ...others] = deadLetterWarnings(deadLetters);
+    expect(others).toEqual([]);
+    // A message someone is reading (in flight) is still there: it counts.
+    expect(warning).toMatch(/^stream-dlq holds 1 message: stream batches the scheduler gave up on/);
+    expect(warning).toContain('shard and sequence range');
+    expect(warning).toContain('within 24 h');
+    expect(formatDeadLetters(deadLetters)).toMatch(
+      /^DEAD LETTERS: work-dlq 0 messages, stream-dlq 1 message \(1 being read\)\. stream-dlq holds/,
+    );
+  });
+
+  it('warns about each queue that holds messages, work-dlq first', () => {
+    const warnings = deadLetterWarnings({
+      work_dlq: { visible: 1, in_flight: 0 },
+      stream_dlq: { visible: 3, in_flight: 0 },
+    });
+    expect(warnings.map((warning) => warning.split(' ')[0])).toEqual(['work-dlq', 'stream-dlq']);
+  });
+
+  it('reads the dead-letter queue URLs from their declared variables, naming a missing one', () => {
+    const settings = readConfig({ WORK_DLQ_URL: 'http://q/work-dlq' });
+    expect(settings.queueUrl('workDlq')).toBe('http://q/work-dlq');
+    expect(() => settings.queueUrl('streamDlq')).toThrow(ConfigError);
+    expect(() => settings.queueUrl('streamDlq')).toThrow(/STREAM_DLQ_URL/);
   });
 });

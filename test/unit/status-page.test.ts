@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { queueStatus } from '../../shared/ops/queue-status.js';
+import { type DeadLetterDepths, queueStatus } from '../../shared/ops/queue-status.js';
+import { statusDisplay } from '../../shared/status-page/display.js';
 import {
   handleStatusPageRequest,
   loadStatusPageAssets,
@@ -100,5 +101,73 @@ describe('status page routes', () => {
     expect(post.headers).toMatchObject({ allow: 'GET, HEAD', 'x-content-type-options': 'nosniff' });
     expect((await handleStatusPageRequest('GET', '/status.json', open)).status).toBe(404);
     expect((await handleStatusPageRequest('GET', '/data/more', open)).status).toBe(404);
+  });
+});
+
+describe('status page display of the dead-letter queues', () => {
+  const depths = (work: number, stream: number): DeadLetterDepths => ({
+    work_dlq: { visible: work, in_flight: 0 },
+    stream_dlq: { visible: stream, in_flight: 0 },
+  });
+  const display = (deadLetters?: DeadLetterDepths) =>
+    statusDisplay(
+      queueStatus({
+        pool: 'p',
+        now: 1,
+        live: [],
+        models: new Map(),
+        leaseMs: 1,
+        ...(deadLetters === undefined ? {} : { deadLetters }),
+      }),
+    );
+
+  it('shows both depths among the totals, and no warning while both are empty', () => {
+    const quiet = display(depths(0, 0));
+    expect(quiet.totals).toContainEqual(['Work dead letters (work-dlq)', '0 messages']);
+    expect(quiet.totals).toContainEqual(['Stream dead letters (stream-dlq)', '0 messages']);
+    expect(quiet.dead_letter_warnings).toEqual([]);
+  });
+
+  it('warns once per queue that holds messages, saying what they are', () => {
+    const work = display(depths(4, 0));
+    expect(work.totals).toContainEqual(['Work dead letters (work-dlq)', '4 messages']);
+    expect(work.dead_letter_warnings).toHaveLength(1);
+    expect(work.dead_letter_warnings[0]).toMatch(
+      /^work-dlq holds 4 messages: work items that failed 5 deliveries/,
+    );
+
+    const both = display(depths(1, 2));
+    expect(both.dead_letter_warnings).toHaveLength(2);
+    expect(both.dead_letter_warnings[1]).toMatch(
+      /^stream-dlq holds 2 messages: stream batches the scheduler gave up on/,
+    );
+    expect(both.dead_letter_warnings[1]).toContain('within 24 h');
+  });
+
+  it('has a place on the page for the warnings, announced as an alert and hidden until needed', () => {
+    expect(assets.html).toMatch(/<section id="dead-letters" class="alert" role="alert"[^>]* hidden>/);
+    expect(assets.html).toContain('id="dead-letter-warnings"');
+    expect(assets.js).toContain('status.display.dead_letter_warnings');
+  });
+
+  it('sends the warnings with the picture', async () => {
+    const answer = await handleStatusPageRequest('GET', '/data', {
+      assets,
+      readStatus: async () =>
+        queueStatus({
+          pool: 'p',
+          now: 1,
+          live: [],
+          models: new Map(),
+          leaseMs: 1,
+          deadLetters: depths(0, 1),
+        }),
+    });
+    const body = JSON.parse(answer.body) as {
+      dead_letters: DeadLetterDepths;
+      display: { dead_letter_warnings: string[] };
+    };
+    expect(body.dead_letters).toEqual(depths(0, 1));
+    expect(body.display.dead_letter_warnings).toHaveLength(1);
   });
 });

@@ -72,8 +72,19 @@ function renderTotals(totals) {
   );
 }
 
+// Rebuilt only when the text changes: the section is an alert, announced again on every change.
+function renderDeadLetterWarnings(warnings) {
+  const list = document.getElementById('dead-letter-warnings');
+  const text = warnings.join('\n');
+  if (list.dataset.shown === text) return;
+  list.dataset.shown = text;
+  list.replaceChildren(...warnings.map((warning) => element('p', warning)));
+  document.getElementById('dead-letters').hidden = warnings.length === 0;
+}
+
 function render(status) {
   document.getElementById('pool-name').textContent = status.pool;
+  renderDeadLetterWarnings(status.display.dead_letter_warnings ?? []);
   const banner = document.getElementById('drain-banner');
   banner.hidden = status.display.banner === undefined;
   banner.textContent = status.display.banner ?? '';
