@@ -202,7 +202,8 @@ export const LOCAL_CREDENTIALS = { accessKeyId: 'local', secretAccessKey: 'local
  * the topology's settings, and the SDK's standard endpoint variables (so no code names a host).
  * The local runtime runs every function in one process, so this is one environment for all of them:
  * a queue's URL is in it only when some function is granted that queue, as on AWS, where a function
- * learns a queue's URL only through its own grant (`cdk/constructs/grants.ts`).
+ * learns a queue's URL only through its own grant (`cdk/constructs/grants.ts`). Each handler's
+ * `config()` then sees only its own function's resource variables (`local/env-scope.ts`).
  */
 export function envFor(
   topology: Topology,

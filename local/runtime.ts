@@ -6,6 +6,7 @@ import { resetAwsClients } from '../shared/aws/clients.js';
 import { resetConfig } from '../shared/config.js';
 import { logger } from '../shared/logger.js';
 import { FUNCTION_IDS, type FunctionId, type QueueId, type Topology } from '../shared/topology.js';
+import { installConfigScope } from './env-scope.js';
 import { AccessPolicy, installGrantEnforcement } from './grant-enforcement.js';
 import { resourceIndex } from './iam-requests.js';
 import { LOCAL_REGION } from './resources.js';
@@ -162,7 +163,8 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
 
 /**
  * Points this process (config, SDK clients, log level) at the local cloud before handlers load; the
- * shared SDK clients created from now on carry the grant enforcement.
+ * shared SDK clients created from now on carry the grant enforcement, and inside a function `config()`
+ * sees only the resource variables that function gets on AWS (env-scope.ts).
  */
 function applyEnvironment(env: Readonly<Record<string, string>>): void {
   const level = env.POWERTOOLS_LOG_LEVEL ?? process.env.POWERTOOLS_LOG_LEVEL ?? 'WARN';
@@ -170,6 +172,7 @@ function applyEnvironment(env: Readonly<Record<string, string>>): void {
   logger.setLogLevel(level as LogLevel);
   resetConfig();
   installGrantEnforcement();
+  installConfigScope();
   resetAwsClients();
 }
 

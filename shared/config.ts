@@ -132,9 +132,30 @@ export function readConfig(env: Env = process.env): Config {
 }
 
 let cached: Config | undefined;
+let scopedEnv: (() => Env | undefined) | undefined;
+let scoped = new WeakMap<Env, Config>();
 
-/** The process-wide configuration, read once per container. */
+/**
+ * Local only: the local runtime runs every function in one process, so it hands `config()` the
+ * environment of the function now running (local/env-scope.ts), which holds only the resource
+ * variables that function's grants give it on AWS. Nothing sets it on AWS, and outside a function
+ * the hook answers `undefined`: `config()` then reads process.env as above.
+ */
+export function setConfigScope(scope: (() => Env | undefined) | undefined): void {
+  scopedEnv = scope;
+}
+
+/** The configuration, read once per container (locally: once per function scope's environment). */
 export function config(): Config {
+  const env = scopedEnv?.();
+  if (env !== undefined) {
+    let forScope = scoped.get(env);
+    if (forScope === undefined) {
+      forScope = readConfig(env);
+      scoped.set(env, forScope);
+    }
+    return forScope;
+  }
   cached ??= readConfig();
   return cached;
 }
@@ -142,4 +163,5 @@ export function config(): Config {
 /** For tests and the local runtime, which set the environment after import. */
 export function resetConfig(): void {
   cached = undefined;
+  scoped = new WeakMap();
 }

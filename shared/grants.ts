@@ -1,11 +1,14 @@
 import type {
   BucketAction,
+  BucketDecl,
   FunctionGrants,
   QueueAction,
+  QueueDecl,
   QueueId,
   TableAction,
   TableDecl,
   TableId,
+  Topology,
 } from './topology.js';
 
 /**
@@ -110,4 +113,56 @@ export function grantsAllow(
     case 'undeclared':
       return false;
   }
+}
+
+/**
+ * Environment variables, the other half of a grant: a function learns a resource's name only through
+ * a grant on it (the CDK binds the variable where it grants the actions, `cdk/constructs/grants.ts`),
+ * and the local runtime hides every other resource variable from its handlers
+ * (`local/env-scope.ts`). Each helper answers the variable a function gets for one resource, if any.
+ */
+
+/** A table's variable, for a function granted any action on it. */
+export function tableEnvVar(
+  decl: TableDecl,
+  actions: readonly TableAction[] | undefined,
+): string | undefined {
+  return (actions?.length ?? 0) > 0 ? decl.envVar : undefined;
+}
+
+/** The bucket's variable, for a function with any grant on it, whatever the prefix. */
+export function bucketEnvVar(decl: BucketDecl, grants: FunctionGrants['bucket']): string | undefined {
+  return grants.length > 0 ? decl.envVar : undefined;
+}
+
+/** A queue's variable, for a function granted any action on it; a queue that declares none gives none. */
+export function queueEnvVar(
+  decl: QueueDecl,
+  actions: readonly QueueAction[] | undefined,
+): string | undefined {
+  return (actions?.length ?? 0) > 0 ? decl.envVar : undefined;
+}
+
+type ResourceDecls = Pick<Topology, 'tables' | 'bucket' | 'queues'>;
+
+/** The resource variables a function with `grants` gets, in topology order (tables, bucket, queues). */
+export function grantedEnvVars(resources: ResourceDecls, grants: FunctionGrants): string[] {
+  return [
+    ...(Object.keys(resources.tables) as TableId[]).flatMap(
+      (id) => tableEnvVar(resources.tables[id], grants.tables[id]) ?? [],
+    ),
+    ...[bucketEnvVar(resources.bucket, grants.bucket)].flatMap((envVar) => envVar ?? []),
+    ...(Object.keys(resources.queues) as QueueId[]).flatMap(
+      (id) => queueEnvVar(resources.queues[id], grants.queues[id]) ?? [],
+    ),
+  ];
+}
+
+/** Every resource variable the topology declares: what a function with every grant would get. */
+export function resourceEnvVars(resources: ResourceDecls): string[] {
+  return [
+    ...Object.values(resources.tables).map((table) => table.envVar),
+    resources.bucket.envVar,
+    ...Object.values(resources.queues).flatMap((queue) => queue.envVar ?? []),
+  ];
 }

@@ -3,7 +3,15 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as s3 from 'aws-cdk-lib/aws-s3';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
-import { INDEX_ACTIONS, OBJECT_ACTIONS, QUEUE_ACTIONS, TABLE_ACTIONS } from '../../shared/grants.js';
+import {
+  bucketEnvVar,
+  INDEX_ACTIONS,
+  OBJECT_ACTIONS,
+  QUEUE_ACTIONS,
+  queueEnvVar,
+  TABLE_ACTIONS,
+  tableEnvVar,
+} from '../../shared/grants.js';
 import type {
   BucketDecl,
   FunctionGrants,
@@ -19,7 +27,8 @@ export { INDEX_ACTIONS, OBJECT_ACTIONS, QUEUE_ACTIONS, TABLE_ACTIONS } from '../
 /**
  * Each helper here grants a function exactly the actions its topology entry lists and, in the same
  * place, hands it the resource's name through the declared environment variable: a function can only
- * learn of a resource it is allowed to touch.
+ * learn of a resource it is allowed to touch. Which variable a grant gives is decided in
+ * shared/grants.ts, where the local runtime reads it too.
  */
 
 export function bindTable(
@@ -28,7 +37,8 @@ export function bindTable(
   decl: TableDecl,
   actions: readonly TableAction[],
 ): void {
-  if (actions.length === 0) return;
+  const envVar = tableEnvVar(decl, actions);
+  if (envVar === undefined) return;
   const tableActions = unique(
     actions.flatMap((action) => (action === 'query-index' ? [] : TABLE_ACTIONS[action])),
   );
@@ -46,7 +56,7 @@ export function bindTable(
       }),
     );
   }
-  fn.addEnvironment(decl.envVar, table.tableName);
+  fn.addEnvironment(envVar, table.tableName);
 }
 
 export function bindBucket(
@@ -55,7 +65,8 @@ export function bindBucket(
   decl: BucketDecl,
   grants: FunctionGrants['bucket'],
 ): void {
-  if (grants.length === 0) return;
+  const envVar = bucketEnvVar(decl, grants);
+  if (envVar === undefined) return;
   for (const { prefix, actions } of grants) {
     const objectActions = unique(
       actions.flatMap((action) => (action === 'list' ? [] : OBJECT_ACTIONS[action])),
@@ -76,7 +87,7 @@ export function bindBucket(
       );
     }
   }
-  fn.addEnvironment(decl.envVar, bucket.bucketName);
+  fn.addEnvironment(envVar, bucket.bucketName);
 }
 
 export function bindQueue(
@@ -86,7 +97,8 @@ export function bindQueue(
   actions: readonly QueueAction[],
 ): void {
   if (actions.length === 0) return;
-  if (decl.envVar === undefined) {
+  const envVar = queueEnvVar(decl, actions);
+  if (envVar === undefined) {
     throw new Error(`Queue ${decl.name} is granted to a function but declares no envVar for its URL`);
   }
   fn.addToRolePolicy(
@@ -95,7 +107,7 @@ export function bindQueue(
       resources: [queue.queueArn],
     }),
   );
-  fn.addEnvironment(decl.envVar, queue.queueUrl);
+  fn.addEnvironment(envVar, queue.queueUrl);
 }
 
 function unique(values: readonly string[]): string[] {

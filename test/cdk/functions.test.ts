@@ -1,11 +1,10 @@
 import { describe, expect, it } from 'vitest';
+import { grantedEnvVars } from '../../shared/grants.js';
 import {
   FUNCTION_IDS,
   type FunctionId,
   physicalName,
-  QUEUE_IDS,
   type QueueId,
-  TABLE_IDS,
   topology,
 } from '../../shared/topology.js';
 import { functionLogicalId, logicalIdWhere, properties, synth, TEST_PREFIX } from './support/synth.js';
@@ -23,16 +22,6 @@ function environment(functionId: FunctionId): Record<string, unknown> {
 function queueLogicalId(queueId: QueueId): string {
   const queueName = physicalName(TEST_PREFIX, topology.queues[queueId].name);
   return logicalIdWhere(template, 'AWS::SQS::Queue', 'QueueName', queueName);
-}
-
-/** Env vars naming resources a function is granted; every other resource's variable must be absent. */
-function grantedResourceVariables(functionId: FunctionId): string[] {
-  const { grants } = topology.functions[functionId];
-  return [
-    ...TABLE_IDS.filter((id) => grants.tables[id]?.length).map((id) => topology.tables[id].envVar),
-    ...(grants.bucket.length > 0 ? [topology.bucket.envVar] : []),
-    ...QUEUE_IDS.filter((id) => grants.queues[id]?.length).flatMap((id) => topology.queues[id].envVar ?? []),
-  ];
 }
 
 describe('functions', () => {
@@ -58,7 +47,9 @@ describe('functions', () => {
     'gives %s the settings and the names of exactly the resources it may touch',
     (functionId) => {
       const env = environment(functionId);
-      const resourceVariables = grantedResourceVariables(functionId);
+      // Env vars naming the resources it is granted (the rule the local runtime applies too); every
+      // other resource's variable must be absent.
+      const resourceVariables = grantedEnvVars(topology, topology.functions[functionId].grants);
       expect(Object.keys(env).sort()).toEqual(
         [
           ...Object.keys(topology.settings),

@@ -71,7 +71,8 @@ describe('local runtime: grant enforcement', () => {
   it('denies a table write the function is not granted, before anything is written', async () => {
     const put = () =>
       awsClients().doc.send(
-        new PutCommand({ TableName: config().table('prefixes'), Item: { pk: 'probe#api' } }),
+        // The api's env has no PREFIXES_TABLE (as deployed): the name comes from elsewhere.
+        new PutCommand({ TableName: cloud.names.tables.prefixes, Item: { pk: 'probe#api' } }),
       );
     const outcome = await runAs('api', put);
     expect(outcome).toMatchObject({ name: 'AccessDeniedException' });

@@ -1,0 +1,86 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type LocalRuntime, startLocalRuntime } from '../../local/runtime.js';
+import { config } from '../../shared/config.js';
+import {
+  FUNCTION_IDS,
+  type FunctionDecl,
+  type FunctionId,
+  type Topology,
+  topology,
+} from '../../shared/topology.js';
+import { setupTestCloud, type TestCloud } from '../support/cloud.js';
+
+type Outcome = { readonly value: unknown } | { readonly name: string; readonly message: string };
+
+/**
+ * Each handler the local runtime runs sees only the resource variables its deployed function gets
+ * (the CDK binds a resource's variable where it grants the function that resource), although the
+ * runtime writes one environment for all of them into process.env. Every function runs the same
+ * probe, with the real topology's grants, fired through its schedule.
+ */
+describe('local runtime: each function sees its own environment', () => {
+  let cloud: TestCloud;
+  let runtime: LocalRuntime;
+  let probe: () => unknown = () => undefined;
+
+  const probeHandler = async (): Promise<Outcome> => {
+    try {
+      return { value: await probe() };
+    } catch (error) {
+      if (!(error instanceof Error)) throw error;
+      return { name: error.name, message: error.message };
+    }
+  };
+
+  const runAs = async (functionId: FunctionId, read: () => unknown): Promise<Outcome> => {
+    probe = read;
+    return (await runtime.runSchedule(functionId)) as Outcome;
+  };
+
+  beforeAll(async () => {
+    cloud = await setupTestCloud();
+    const functions: Partial<Record<FunctionId, FunctionDecl>> = {};
+    for (const id of FUNCTION_IDS) {
+      functions[id] = { ...topology.functions[id], triggers: [{ kind: 'schedule', rateMinutes: 60 }] };
+    }
+    const probed: Topology = { ...topology, functions: functions as Topology['functions'] };
+    runtime = await startLocalRuntime({
+      topology: probed,
+      env: cloud.env,
+      queueUrls: cloud.names.queueUrls,
+      handlers: Object.fromEntries(FUNCTION_IDS.map((id) => [id, probeHandler])),
+    });
+  });
+  afterAll(async () => {
+    await runtime?.stop();
+  });
+
+  it('fails a read of the prefixes table in the scheduler, which is not granted it, naming the variable', async () => {
+    const outcome = await runAs('scheduler', () => config().table('prefixes'));
+    expect(outcome).toMatchObject({ name: 'ConfigError' });
+    expect((outcome as { message: string }).message).toContain('PREFIXES_TABLE');
+    // Its granted resources and the settings are there.
+    expect(await runAs('scheduler', () => [config().table('futures'), config().pool])).toEqual({
+      value: [cloud.names.tables.futures, 'default'],
+    });
+  });
+
+  it('gives the worker, granted the prefixes table, its name', async () => {
+    expect(await runAs('worker', () => config().table('prefixes'))).toEqual({
+      value: cloud.names.tables.prefixes,
+    });
+  });
+
+  it('hides the dead-letter queues from every function but the api, which shows their depths', async () => {
+    expect(await runAs('api', () => config().queueUrl('workDlq'))).toEqual({
+      value: cloud.names.queueUrls.workDlq,
+    });
+    const outcome = await runAs('sweeper', () => config().queueUrl('workDlq'));
+    expect((outcome as { message: string }).message).toContain('WORK_DLQ_URL');
+  });
+
+  it('shows every variable outside any function, as to the runtime and test set-up', () => {
+    expect(config().table('prefixes')).toBe(cloud.names.tables.prefixes);
+    expect(config().queueUrl('streamDlq')).toBe(cloud.names.queueUrls.streamDlq);
+  });
+});
