@@ -2,20 +2,13 @@ import { GetObjectCommand, HeadObjectCommand, PutObjectCommand } from '@aws-sdk/
 import { GetQueueAttributesCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { GetCommand, PutCommand, QueryCommand, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LocalRuntime, startLocalRuntime } from '../../local/runtime.js';
 import { awsClients } from '../../shared/aws/clients.js';
 import { config } from '../../shared/config.js';
 import { mintRequestId } from '../../shared/ids.js';
 import { type PayloadReads, readPayloads } from '../../shared/scheduler/payloads.js';
-import {
-  FUNCTION_IDS,
-  type FunctionDecl,
-  type FunctionId,
-  LIVE_INDEX,
-  type Topology,
-  topology,
-} from '../../shared/topology.js';
+import { type FunctionId, LIVE_INDEX } from '../../shared/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
+import { type ProbeRuntime, startProbeRuntime } from '../support/probe-runtime.js';
 
 type Probe = () => Promise<unknown>;
 type Outcome = 'allowed' | { readonly name: string; readonly message: string };
@@ -27,41 +20,20 @@ type Outcome = 'allowed' | { readonly name: string; readonly message: string };
  */
 describe('local runtime: grant enforcement', () => {
   let cloud: TestCloud;
-  let runtime: LocalRuntime;
-  let probe: Probe = async () => undefined;
-
-  const probeHandler = async (): Promise<Outcome> => {
-    try {
-      await probe();
-      return 'allowed';
-    } catch (error) {
-      if (!(error instanceof Error)) throw error;
-      return { name: error.name, message: error.message };
-    }
-  };
+  let probes: ProbeRuntime;
 
   /** Runs `call` as `functionId`, through the runtime's invoker. */
   const runAs = async (functionId: FunctionId, call: Probe): Promise<Outcome> => {
-    probe = call;
-    return (await runtime.runSchedule(functionId)) as Outcome;
+    const outcome = await probes.runAs(functionId, call);
+    return 'value' in outcome ? 'allowed' : outcome;
   };
 
   beforeAll(async () => {
     cloud = await setupTestCloud();
-    const functions: Partial<Record<FunctionId, FunctionDecl>> = {};
-    for (const id of FUNCTION_IDS) {
-      functions[id] = { ...topology.functions[id], triggers: [{ kind: 'schedule', rateMinutes: 60 }] };
-    }
-    const probed: Topology = { ...topology, functions: functions as Topology['functions'] };
-    runtime = await startLocalRuntime({
-      topology: probed,
-      env: cloud.env,
-      queueUrls: cloud.names.queueUrls,
-      handlers: Object.fromEntries(FUNCTION_IDS.map((id) => [id, probeHandler])),
-    });
+    probes = await startProbeRuntime(cloud);
   });
   afterAll(async () => {
-    await runtime?.stop();
+    await probes?.stop();
   });
 
   const readPrefixRow = async (pk: string) =>

@@ -1,16 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LocalRuntime, startLocalRuntime } from '../../local/runtime.js';
 import { config } from '../../shared/config.js';
-import {
-  FUNCTION_IDS,
-  type FunctionDecl,
-  type FunctionId,
-  type Topology,
-  topology,
-} from '../../shared/topology.js';
+import type { FunctionId } from '../../shared/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
-
-type Outcome = { readonly value: unknown } | { readonly name: string; readonly message: string };
+import { type ProbeRuntime, startProbeRuntime } from '../support/probe-runtime.js';
 
 /**
  * Each handler the local runtime runs sees only the resource variables its deployed function gets
@@ -20,39 +12,15 @@ type Outcome = { readonly value: unknown } | { readonly name: string; readonly m
  */
 describe('local runtime: each function sees its own environment', () => {
   let cloud: TestCloud;
-  let runtime: LocalRuntime;
-  let probe: () => unknown = () => undefined;
-
-  const probeHandler = async (): Promise<Outcome> => {
-    try {
-      return { value: await probe() };
-    } catch (error) {
-      if (!(error instanceof Error)) throw error;
-      return { name: error.name, message: error.message };
-    }
-  };
-
-  const runAs = async (functionId: FunctionId, read: () => unknown): Promise<Outcome> => {
-    probe = read;
-    return (await runtime.runSchedule(functionId)) as Outcome;
-  };
+  let probes: ProbeRuntime;
+  const runAs = (functionId: FunctionId, read: () => unknown) => probes.runAs(functionId, read);
 
   beforeAll(async () => {
     cloud = await setupTestCloud();
-    const functions: Partial<Record<FunctionId, FunctionDecl>> = {};
-    for (const id of FUNCTION_IDS) {
-      functions[id] = { ...topology.functions[id], triggers: [{ kind: 'schedule', rateMinutes: 60 }] };
-    }
-    const probed: Topology = { ...topology, functions: functions as Topology['functions'] };
-    runtime = await startLocalRuntime({
-      topology: probed,
-      env: cloud.env,
-      queueUrls: cloud.names.queueUrls,
-      handlers: Object.fromEntries(FUNCTION_IDS.map((id) => [id, probeHandler])),
-    });
+    probes = await startProbeRuntime(cloud);
   });
   afterAll(async () => {
-    await runtime?.stop();
+    await probes?.stop();
   });
 
   it('fails a read of the prefixes table in the scheduler, which is not granted it, naming the variable', async () => {

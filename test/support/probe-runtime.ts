@@ -1,0 +1,53 @@
+import { type LocalRuntime, startLocalRuntime } from '../../local/runtime.js';
+import {
+  FUNCTION_IDS,
+  type FunctionDecl,
+  type FunctionId,
+  type Topology,
+  topology,
+} from '../../shared/topology.js';
+import type { TestCloud } from './cloud.js';
+
+/** What a probe gave back: its value, or the error it threw. */
+export type ProbeOutcome = { readonly value: unknown } | { readonly name: string; readonly message: string };
+
+export interface ProbeRuntime {
+  /** Runs `probe` as `functionId`'s handler, through the runtime's invoker, and returns its outcome. */
+  runAs(functionId: FunctionId, probe: () => unknown): Promise<ProbeOutcome>;
+  stop(): Promise<void>;
+}
+
+/**
+ * The local runtime with the real topology's grants, every function's handler replaced by one probe
+ * and its triggers by a schedule: a test fires a function and gets back what the probe did inside
+ * that function's scope (its grants, its environment).
+ */
+export async function startProbeRuntime(cloud: TestCloud): Promise<ProbeRuntime> {
+  let probe: () => unknown = () => undefined;
+  const probeHandler = async (): Promise<ProbeOutcome> => {
+    try {
+      return { value: await probe() };
+    } catch (error) {
+      if (!(error instanceof Error)) throw error;
+      return { name: error.name, message: error.message };
+    }
+  };
+  const functions: Partial<Record<FunctionId, FunctionDecl>> = {};
+  for (const id of FUNCTION_IDS) {
+    functions[id] = { ...topology.functions[id], triggers: [{ kind: 'schedule', rateMinutes: 60 }] };
+  }
+  const probed: Topology = { ...topology, functions: functions as Topology['functions'] };
+  const runtime: LocalRuntime = await startLocalRuntime({
+    topology: probed,
+    env: cloud.env,
+    queueUrls: cloud.names.queueUrls,
+    handlers: Object.fromEntries(FUNCTION_IDS.map((id) => [id, probeHandler])),
+  });
+  return {
+    runAs: async (functionId, call) => {
+      probe = call;
+      return (await runtime.runSchedule(functionId)) as ProbeOutcome;
+    },
+    stop: () => runtime.stop(),
+  };
+}
