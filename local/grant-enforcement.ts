@@ -2,17 +2,18 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { DynamoDBServiceException } from '@aws-sdk/client-dynamodb';
 import { S3ServiceException } from '@aws-sdk/client-s3';
 import { SQSServiceException } from '@aws-sdk/client-sqs';
-import type {
-  HandlerExecutionContext,
-  InitializeHandler,
-  InitializeHandlerArguments,
-  InitializeHandlerOutput,
-} from '@smithy/types';
+import type { HandlerExecutionContext } from '@smithy/types';
 import { type AwsClients, onAwsClientsCreated } from '../shared/aws/clients.js';
 import { isAwsError } from '../shared/errors.js';
 import { grantsAllow } from '../shared/grants.js';
 import { logger } from '../shared/logger.js';
 import type { FunctionId, Topology } from '../shared/topology.js';
+import {
+  type InitializeArgs,
+  type InitializeNext,
+  type InitializeOutput,
+  initializeStackOf,
+} from './client-middleware.js';
 import { type AwsService, iamRequestsFor, type LocalIamRequest, type ResourceIndex } from './iam-requests.js';
 
 /**
@@ -81,17 +82,9 @@ const SERVICES: Readonly<Record<string, AwsService>> = {
 
 const MIDDLEWARE_NAME = 'localGrantEnforcement';
 
-type Handler = InitializeHandler<object, object>;
-type Args = InitializeHandlerArguments<object>;
-type Output = InitializeHandlerOutput<object>;
-
-/** The part of a client's middleware stack used here, independent of each client's input types. */
-interface Stack {
-  add(
-    middleware: (next: Handler, context: HandlerExecutionContext) => Handler,
-    options: { step: 'initialize'; priority: 'high'; name: string; override: boolean },
-  ): void;
-}
+type Handler = InitializeNext;
+type Args = InitializeArgs;
+type Output = InitializeOutput;
 
 function enforcement(next: Handler, context: HandlerExecutionContext): Handler {
   return async (args: Args): Promise<Output> => {
@@ -138,7 +131,7 @@ function enforcement(next: Handler, context: HandlerExecutionContext): Handler {
 /** Adds the enforcement to a set of clients (the document client shares the DynamoDB client's stack). */
 export function enforceGrantsOn(clients: AwsClients): void {
   for (const client of [clients.dynamo, clients.s3, clients.sqs]) {
-    (client.middlewareStack as Stack).add(enforcement, {
+    initializeStackOf(client).add(enforcement, {
       step: 'initialize',
       priority: 'high',
       name: MIDDLEWARE_NAME,

@@ -1,4 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { initializeStackOf } from '../../local/client-middleware.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
 import { faultHook } from '../../shared/fault-hook.js';
 import type { CrashPoints } from '../../test/support/faults.js';
@@ -55,15 +56,6 @@ function killedError(process: SimProcess): Error {
   );
 }
 
-type Handler = (args: { input: object }) => Promise<{ output: object }>;
-interface Stack {
-  add(
-    middleware: (next: Handler, context: { commandName?: string }) => Handler,
-    options: { step: 'initialize'; priority: 'high'; name: string; override: boolean },
-  ): void;
-  remove(name: string): boolean;
-}
-
 const MIDDLEWARE = 'chaosProcessDeath';
 
 export class Processes {
@@ -99,7 +91,7 @@ export class Processes {
    * the work message a process received.
    */
   attach(clients: AwsClients): () => void {
-    const stacks = [clients.dynamo, clients.s3, clients.sqs].map((client) => client.middlewareStack as Stack);
+    const stacks = [clients.dynamo, clients.s3, clients.sqs].map(initializeStackOf);
     for (const stack of stacks) {
       stack.add(
         (next, context) => async (args) => {

@@ -1,9 +1,10 @@
-import type {
-  HandlerExecutionContext,
-  InitializeHandler,
-  InitializeHandlerArguments,
-  InitializeHandlerOutput,
-} from '@smithy/types';
+import type { HandlerExecutionContext } from '@smithy/types';
+import {
+  type InitializeArgs,
+  type InitializeNext,
+  type InitializeOutput,
+  initializeStackOf,
+} from '../../../local/client-middleware.js';
 import type { AwsClients } from '../../../shared/aws/clients.js';
 import { hashString, seedWords, uniformAt } from '../../../shared/backend/reference/prng.js';
 import {
@@ -98,18 +99,9 @@ const SERVICES: Readonly<Record<string, Service>> = {
 };
 
 type Json = Record<string, unknown>;
-type Handler = InitializeHandler<object, object>;
-type Args = InitializeHandlerArguments<object>;
-type Output = InitializeHandlerOutput<object>;
-
-/** The part of a client's middleware stack used here, independent of each client's input types. */
-interface Stack {
-  add(
-    middleware: (next: Handler, context: HandlerExecutionContext) => Handler,
-    options: { step: 'initialize'; priority: 'high'; name: string; override: boolean },
-  ): void;
-  remove(name: string): boolean;
-}
+type Handler = InitializeNext;
+type Args = InitializeArgs;
+type Output = InitializeOutput;
 
 export type FaultTarget = AwsClients | { readonly middlewareStack: unknown };
 
@@ -150,7 +142,7 @@ export class FaultInjector {
       'dynamo' in target ? [target.dynamo, target.s3, target.sqs] : [target],
     );
     for (const client of stacks) {
-      (client.middlewareStack as Stack).add((next, context) => this.middleware(next, context), {
+      initializeStackOf(client).add((next, context) => this.middleware(next, context), {
         step: 'initialize',
         priority: 'high',
         name: this.name,
@@ -158,7 +150,7 @@ export class FaultInjector {
       });
     }
     return () => {
-      for (const client of stacks) (client.middlewareStack as Stack).remove(this.name);
+      for (const client of stacks) initializeStackOf(client).remove(this.name);
     };
   }
 
