@@ -105,7 +105,11 @@ export type Trigger =
     }
   | { readonly kind: 'schedule'; readonly rateMinutes: number };
 
-/** `scan`: a Scan of the whole table (never its index); only a bounded sweep should need it. */
+/**
+ * `write` also covers a TransactWriteItems' puts, updates and deletes (IAM authorises its items one by
+ * one); `transact` adds its condition checks (ConditionCheckItem), which no function sends today, so
+ * none is granted it. `scan`: a Scan of the whole table (never its index); only a sweep needs it.
+ */
 export type TableAction = 'read' | 'write' | 'query-index' | 'transact' | 'scan';
 export type BucketAction = 'get' | 'put' | 'delete' | 'list';
 /** `depth`: read the queue's message counts (GetQueueAttributes) and nothing else. */
@@ -246,9 +250,9 @@ export const topology: Topology = {
       grants: {
         tables: {
           // query-index: the status page's data reads the live index as a tick does (operator keys only).
-          futures: ['read', 'write', 'transact', 'query-index'],
-          models: ['read', 'write', 'transact'],
-          registry: ['read', 'write', 'transact'],
+          futures: ['read', 'write', 'query-index'],
+          models: ['read', 'write'],
+          registry: ['read', 'write'],
         },
         bucket: [
           // delete: only a payload whose intake transaction definitively failed (a 4xx must store
@@ -343,9 +347,9 @@ export const topology: Topology = {
       timeoutSeconds: WORKER_TIMEOUT_SECONDS,
       grants: {
         tables: {
-          futures: ['read', 'write', 'transact'],
-          models: ['read', 'write', 'transact'],
-          registry: ['read', 'write', 'transact'],
+          futures: ['read', 'write'],
+          models: ['read', 'write'],
+          registry: ['read', 'write'],
           prefixes: ['read', 'write'],
         },
         bucket: [

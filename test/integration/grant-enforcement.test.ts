@@ -72,35 +72,36 @@ describe('local runtime: grant enforcement', () => {
     expect(await runAs('scheduler', put)).toBe('allowed');
   });
 
-  it('checks a transaction item by item: a condition check needs `transact`', async () => {
-    const transact = () =>
-      awsClients().doc.send(
-        new TransactWriteCommand({
-          TransactItems: [
-            {
-              ConditionCheck: {
-                TableName: config().table('registry'),
-                Key: { pk: 'probe#guard' },
-                ConditionExpression: 'attribute_not_exists(pk)',
-              },
-            },
-            { Put: { TableName: config().table('registry'), Item: { pk: 'probe#transacted' } } },
-          ],
-        }),
-      );
+  it('checks a transaction item by item: puts need `write`, a condition check needs `transact`', async () => {
+    const put = { Put: { TableName: config().table('registry'), Item: { pk: 'probe#transacted' } } };
+    const guard = {
+      ConditionCheck: {
+        TableName: config().table('registry'),
+        Key: { pk: 'probe#guard' },
+        ConditionExpression: 'attribute_not_exists(pk)',
+      },
+    };
+    const transact = (items: object[]) => () =>
+      awsClients().doc.send(new TransactWriteCommand({ TransactItems: items as never }));
     const read = async () =>
       (
         await cloud.clients.doc.send(
           new GetCommand({ TableName: cloud.names.tables.registry, Key: { pk: 'probe#transacted' } }),
         )
       ).Item;
-    // The sweeper may write the registry but not condition-check it.
-    const denied = await runAs('sweeper', transact);
+    // The api writes the registry but, like every function, may not condition-check it.
+    const denied = await runAs('api', transact([guard, put]));
     expect(denied).toMatchObject({ name: 'AccessDeniedException' });
     expect((denied as Exclude<Outcome, 'allowed'>).message).toContain('dynamodb:ConditionCheckItem');
     expect(await read()).toBeUndefined();
-    expect(await runAs('api', transact)).toBe('allowed');
+    expect(await runAs('api', transact([put]))).toBe('allowed');
     expect(await read()).toEqual({ pk: 'probe#transacted' });
+    // A function without `write` on a table may not put there inside a transaction either: the
+    // scheduler's grant on futures is read-only (R5).
+    const putFuture = {
+      Put: { TableName: config().table('futures'), Item: { request_id: 'probe#transacted' } },
+    };
+    expect(await runAs('scheduler', transact([putFuture]))).toMatchObject({ name: 'AccessDeniedException' });
   });
 
   it('tells a Query on the live index from a Query on the table', async () => {
