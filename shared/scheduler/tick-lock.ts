@@ -51,14 +51,17 @@ export function tickLock(
   /** TTL (epoch seconds) removes a lock whose holder vanished, long after its lease. */
   const ttlFor = (now: number): number => Math.ceil((now + leaseMs) / 1000) + 3600;
 
-  /** The holder's lease from `now`; false when the lock is no longer the holder's. */
-  const renew = async (holder: string, now: number): Promise<boolean> => {
+  /**
+   * The holder's lease from `now` (and, with `clearAgain`, the request for another pass taken up);
+   * false when the lock is no longer the holder's.
+   */
+  const renew = async (holder: string, now: number, clearAgain = false): Promise<boolean> => {
     try {
       await doc.send(
         new UpdateCommand({
           TableName: registryTable,
           Key,
-          UpdateExpression: 'SET lease_until = :lease_until, #ttl = :ttl',
+          UpdateExpression: `SET lease_until = :lease_until, #ttl = :ttl${clearAgain ? ' REMOVE again' : ''}`,
           ConditionExpression: 'holder = :holder',
           ExpressionAttributeNames: { '#ttl': 'ttl' },
           ExpressionAttributeValues: {
@@ -164,26 +167,7 @@ export function tickLock(
       } catch (error) {
         if (!isAwsError(error, 'ConditionalCheckFailedException')) throw error;
       }
-      try {
-        await doc.send(
-          new UpdateCommand({
-            TableName: registryTable,
-            Key,
-            UpdateExpression: 'SET lease_until = :lease_until, #ttl = :ttl REMOVE again',
-            ConditionExpression: 'holder = :holder',
-            ExpressionAttributeNames: { '#ttl': 'ttl' },
-            ExpressionAttributeValues: {
-              ':holder': holder,
-              ':lease_until': now + leaseMs,
-              ':ttl': ttlFor(now),
-            },
-          }),
-        );
-        return 'again';
-      } catch (error) {
-        if (isAwsError(error, 'ConditionalCheckFailedException')) return 'lost';
-        throw error;
-      }
+      return (await renew(holder, now, true)) ? 'again' : 'lost';
     },
 
     release,
