@@ -2,8 +2,8 @@ import { readFileSync } from 'node:fs';
 import { localAwsClients } from '../../local/aws-clients.js';
 import { startLocalCloud } from '../../local/cloud.js';
 import { envFor, provisionResources } from '../../local/resources.js';
-import { startLocalRuntime } from '../../local/runtime.js';
 import { topology } from '../../shared/topology.js';
+import { startCloudRuntime } from '../../test/support/runtime.js';
 import { runChaos } from './chaos.js';
 import { formatReport, writeReport } from './report.js';
 
@@ -62,13 +62,13 @@ async function main(args: readonly string[]): Promise<number> {
         names,
         cpuSeconds: () => processCpuSeconds(cloud.dynamodbPid),
         startRuntime: ({ handlers, env: extra }) =>
-          startLocalRuntime({
-            topology,
-            env: { ...env, ...extra },
-            queueUrls: names.queueUrls,
-            handlers,
-            streamPollIntervalMs: 50,
-          }),
+          startCloudRuntime(
+            { env, names },
+            {
+              env: extra,
+              handlers,
+            },
+          ),
       },
       { requests, seed, logLevel, progress: say },
     );

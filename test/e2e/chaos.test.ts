@@ -1,10 +1,9 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { runChaos } from '../../bench/chaos/chaos.js';
 import { type ChaosReport, formatReport } from '../../bench/chaos/report.js';
-import { startLocalRuntime } from '../../local/runtime.js';
-import { topology } from '../../shared/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { FAULT_KINDS } from '../support/faults.js';
+import { startCloudRuntime } from '../support/runtime.js';
 
 /**
  * The chaos run's short form (`npm run chaos` runs the full one): a few hundred mixed requests of
@@ -33,12 +32,9 @@ describe('chaos: faults, crashes, duplicate and late deliveries, zombies, Lambda
         admin: cloud.clients,
         names: cloud.names,
         startRuntime: ({ handlers, env }) =>
-          startLocalRuntime({
-            topology,
-            env: { ...cloud.env, ...env },
-            queueUrls: cloud.names.queueUrls,
+          startCloudRuntime(cloud, {
+            env,
             handlers,
-            streamPollIntervalMs: 50,
           }),
       },
       { requests: REQUESTS, seed: SEED },

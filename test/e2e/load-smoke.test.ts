@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runLoad } from '../../bench/load/driver.js';
 import { stackTarget } from '../../bench/load/stack-target.js';
-import { type LocalRuntime, startLocalRuntime } from '../../local/runtime.js';
-import { FUNCTION_IDS, topology } from '../../shared/topology.js';
+import type { LocalRuntime } from '../../local/runtime.js';
+import { FUNCTION_IDS } from '../../shared/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
+import { startCloudRuntime } from '../support/runtime.js';
 
 /**
  * The load benchmark's driver (bench/load/driver.ts) in small: a few concurrent clients over two
@@ -17,12 +18,7 @@ describe('load driver against the local runtime', () => {
 
   beforeAll(async () => {
     cloud = await setupTestCloud();
-    runtime = await startLocalRuntime({
-      topology,
-      env: cloud.env,
-      queueUrls: cloud.names.queueUrls,
-      streamPollIntervalMs: 50,
-    });
+    runtime = await startCloudRuntime(cloud);
   });
   afterAll(async () => {
     await runtime?.stop();
@@ -79,13 +75,10 @@ describe('load driver against a runtime with no worker', () => {
 
   beforeAll(async () => {
     cloud = await setupTestCloud();
-    runtime = await startLocalRuntime({
-      topology,
+    runtime = await startCloudRuntime(cloud, {
       // Short long polls, so the runtime stops without waiting out a 25 s poll.
-      env: { ...cloud.env, LONG_POLL_SECONDS: '1' },
-      queueUrls: cloud.names.queueUrls,
+      env: { LONG_POLL_SECONDS: '1' },
       functions: FUNCTION_IDS.filter((id) => id !== 'worker'),
-      streamPollIntervalMs: 50,
     });
   });
   afterAll(async () => {

@@ -2,10 +2,11 @@ import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { PutCommand } from '@aws-sdk/lib-dynamodb';
 import type { DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent } from 'aws-lambda';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type LocalRuntime, startLocalRuntime } from '../../local/runtime.js';
+import type { LocalRuntime } from '../../local/runtime.js';
 import type { StreamFailureRecord } from '../../local/triggers/stream-failure-report.js';
 import { type Topology, type Trigger, topology } from '../../shared/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
+import { startCloudRuntime } from '../support/runtime.js';
 import { pause, waitFor } from '../support/wait.js';
 
 type StreamTrigger = Extract<Trigger, { kind: 'stream' }>;
@@ -74,13 +75,10 @@ describe('local runtime: stream trigger bisection and on-failure destination', (
         throw error;
       }
     };
-    runtime = await startLocalRuntime({
+    runtime = await startCloudRuntime(cloud, {
       topology: topologyWith(bisect),
-      env: cloud.env,
-      queueUrls: cloud.names.queueUrls,
       functions: ['scheduler'],
       handlers: { scheduler },
-      streamPollIntervalMs: 50,
     });
   }
 

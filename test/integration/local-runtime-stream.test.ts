@@ -2,9 +2,9 @@ import { PutItemCommand } from '@aws-sdk/client-dynamodb';
 import { PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import type { DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LocalRuntime, startLocalRuntime } from '../../local/runtime.js';
-import { topology } from '../../shared/topology.js';
+import type { LocalRuntime } from '../../local/runtime.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
+import { startCloudRuntime } from '../support/runtime.js';
 import { pause, waitFor } from '../support/wait.js';
 
 /** The scheduler's stream triggers, with a fake handler that records batches and can fail records. */
@@ -36,13 +36,9 @@ describe('local runtime: DynamoDB stream triggers', () => {
 
   beforeAll(async () => {
     cloud = await setupTestCloud();
-    runtime = await startLocalRuntime({
-      topology,
-      env: cloud.env,
-      queueUrls: cloud.names.queueUrls,
+    runtime = await startCloudRuntime(cloud, {
       functions: ['scheduler'],
       handlers: { scheduler },
-      streamPollIntervalMs: 50,
     });
   });
   afterAll(async () => {

@@ -1,7 +1,7 @@
 import { marshall } from '@aws-sdk/util-dynamodb';
 import type { AttributeValue, DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent } from 'aws-lambda';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { type LocalRuntime, startLocalRuntime } from '../../local/runtime.js';
+import type { LocalRuntime } from '../../local/runtime.js';
 import type { FutureRow } from '../../shared/domain/records.js';
 import { mintRequestId } from '../../shared/ids.js';
 import { type SchedulerAdapters, schedulerAdapters } from '../../shared/scheduler/adapters.js';
@@ -9,8 +9,8 @@ import { createSchedulerHandler } from '../../shared/scheduler/invocation.js';
 import { schedulerSettings } from '../../shared/scheduler/settings.js';
 import { runTick } from '../../shared/scheduler/tick.js';
 import type { WorkItem } from '../../shared/scheduling/work-item.js';
-import { topology } from '../../shared/topology.js';
 import type { TestCloud } from '../support/cloud.js';
+import { startCloudRuntime } from '../support/runtime.js';
 import { waitFor } from '../support/wait.js';
 import {
   commitWorkItem,
@@ -151,13 +151,9 @@ describe('a tick during index lag (R5)', () => {
         return answer;
       };
       const executed: WorkItem[] = [];
-      runtime = await startLocalRuntime({
-        topology,
-        env: cloud.env,
-        queueUrls: cloud.names.queueUrls,
+      runtime = await startCloudRuntime(cloud, {
         functions: ['scheduler', 'worker'],
         handlers: { scheduler, worker: fakeWorker(cloud.clients, executed) },
-        streamPollIntervalMs: 50,
       });
 
       // Hidden from the moment the row exists, as an index that has not caught up would.

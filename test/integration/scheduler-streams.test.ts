@@ -1,9 +1,9 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { type LocalRuntime, startLocalRuntime } from '../../local/runtime.js';
+import type { LocalRuntime } from '../../local/runtime.js';
 import { BARRIER_TYPES, PASS_TYPES } from '../../shared/domain/records.js';
 import type { WorkItem } from '../../shared/scheduling/work-item.js';
-import { topology } from '../../shared/topology.js';
 import type { TestCloud } from '../support/cloud.js';
+import { startCloudRuntime } from '../support/runtime.js';
 import { waitFor } from '../support/wait.js';
 import {
   createModel,
@@ -37,13 +37,9 @@ describe('scheduler through streams and ticks (local runtime)', () => {
   });
 
   const start = async () => {
-    runtime = await startLocalRuntime({
-      topology,
-      env: cloud.env,
-      queueUrls: cloud.names.queueUrls,
+    runtime = await startCloudRuntime(cloud, {
       functions: ['scheduler', 'worker', 'sweeper'],
       handlers: { worker: fakeWorker(cloud.clients, executed) },
-      streamPollIntervalMs: 50,
     });
     return runtime;
   };

@@ -1,4 +1,4 @@
-import { type LocalRuntime, startLocalRuntime } from '../../local/runtime.js';
+import type { LocalRuntime } from '../../local/runtime.js';
 import {
   FUNCTION_IDS,
   type FunctionDecl,
@@ -7,6 +7,7 @@ import {
   topology,
 } from '../../shared/topology.js';
 import type { TestCloud } from './cloud.js';
+import { startCloudRuntime } from './runtime.js';
 
 /** What a probe gave back: its value, or the error it threw. */
 export type ProbeOutcome = { readonly value: unknown } | { readonly name: string; readonly message: string };
@@ -37,10 +38,8 @@ export async function startProbeRuntime(cloud: TestCloud): Promise<ProbeRuntime>
     functions[id] = { ...topology.functions[id], triggers: [{ kind: 'schedule', rateMinutes: 60 }] };
   }
   const probed: Topology = { ...topology, functions: functions as Topology['functions'] };
-  const runtime: LocalRuntime = await startLocalRuntime({
+  const runtime: LocalRuntime = await startCloudRuntime(cloud, {
     topology: probed,
-    env: cloud.env,
-    queueUrls: cloud.names.queueUrls,
     handlers: Object.fromEntries(FUNCTION_IDS.map((id) => [id, probeHandler])),
   });
   return {

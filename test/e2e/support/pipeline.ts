@@ -7,7 +7,7 @@ import {
 } from '@aws-sdk/client-sqs';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { handler as lambdaWorker } from '../../../functions/worker/handler.js';
-import { type LocalRuntime, startLocalRuntime } from '../../../local/runtime.js';
+import type { LocalRuntime } from '../../../local/runtime.js';
 import { runWorkerProcess } from '../../../local/worker-process.js';
 import { ReferenceBackend } from '../../../shared/backend/reference/reference-backend.js';
 import { TinkerClient } from '../../../shared/client/tinker-client.js';
@@ -15,9 +15,10 @@ import type { FutureRow } from '../../../shared/domain/records.js';
 import { Limiter } from '../../../shared/prefix/limiter.js';
 import { createApiKey } from '../../../shared/repositories/api-keys.js';
 import { manifestFor } from '../../../shared/scheduling/work-item.js';
-import { FUNCTION_IDS, type FunctionId, topology } from '../../../shared/topology.js';
+import { FUNCTION_IDS, type FunctionId } from '../../../shared/topology.js';
 import type { WorkerOptions } from '../../../shared/worker/index.js';
 import type { Answer, WorkerHarness } from '../../integration/worker-harness.js';
+import { startCloudRuntime } from '../../support/runtime.js';
 import { waitFor } from '../../support/wait.js';
 
 /**
@@ -61,13 +62,10 @@ export class Pipeline {
     const functions: FunctionId[] = options.lambdaWorker
       ? [...FUNCTION_IDS]
       : FUNCTION_IDS.filter((id) => id !== 'worker');
-    const runtime = await startLocalRuntime({
-      topology,
-      env: { ...harness.cloud.env, ...options.env },
-      queueUrls: harness.cloud.names.queueUrls,
+    const runtime = await startCloudRuntime(harness.cloud, {
+      env: options.env,
       functions,
       handlers: options.lambdaWorker ? { worker: countedWorker } : {},
-      streamPollIntervalMs: 50,
     });
     if (runtime.apiUrl === undefined) {
       await runtime.stop();
