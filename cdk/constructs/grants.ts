@@ -6,6 +6,7 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import {
   bucketEnvVar,
   INDEX_ACTIONS,
+  LIST_ACTIONS,
   OBJECT_ACTIONS,
   QUEUE_ACTIONS,
   queueEnvVar,
@@ -79,7 +80,7 @@ export function bindBucket(
     if (actions.includes('list')) {
       fn.addToRolePolicy(
         new iam.PolicyStatement({
-          actions: ['s3:ListBucket'],
+          actions: [...LIST_ACTIONS],
           resources: [bucket.bucketArn],
           // Listing is limited to the granted prefix unless the grant covers the whole bucket.
           conditions: prefix === '' ? undefined : { StringLike: { 's3:prefix': [`${prefix}*`] } },
