@@ -174,60 +174,47 @@ describe('checkpoint names of saves that failed', () => {
     failFuture(requestId, { message: 'failed after 3 attempts', category: 'server' }, api.cloud.clients);
   const reservationOf = (modelId: string, name: string) =>
     readCheckpointName(registryKey.checkpointName(modelId, 'weights', name), api.cloud.clients.doc);
+  const save = (modelId: string, seqId: number, path: string) =>
+    client.raw('POST', '/api/v1/save_weights', { model_id: modelId, seq_id: seqId, path });
+  const requestIdOf = (answer: { body: unknown }) => (answer.body as { request_id?: string }).request_id;
+  const nameUsed = (modelId: string, name: string) => ({
+    status: 400,
+    body: {
+      error: `path: checkpoint name "${name}" is already used for model ${modelId} (names are write-once)`,
+      field: 'path',
+    },
+  });
 
   it('a save that failed without running leaves its name to the next save of it', async () => {
     const modelId = await newModel();
-    const first = await client.raw('POST', '/api/v1/save_weights', {
-      model_id: modelId,
-      seq_id: 1,
-      path: 'best',
-    });
+    const first = await save(modelId, 1, 'best');
     expect(first.status).toBe(200);
-    const firstId = (first.body as { request_id: string }).request_id;
     // Still pending: the name is held.
-    const early = await client.raw('POST', '/api/v1/save_weights', {
-      model_id: modelId,
-      seq_id: 2,
-      path: 'best',
-    });
-    expect(early.status).toBe(400);
+    expect(await save(modelId, 2, 'best')).toEqual(nameUsed(modelId, 'best'));
 
-    await failWithoutRunning(firstId);
-    expect(await reservationOf(modelId, 'best')).toMatchObject({ request_id: firstId, status: 'pending' });
-    const again = await client.raw('POST', '/api/v1/save_weights', {
-      model_id: modelId,
-      seq_id: 3,
-      path: 'best',
+    await failWithoutRunning(requestIdOf(first)!);
+    expect(await reservationOf(modelId, 'best')).toMatchObject({
+      request_id: requestIdOf(first),
+      status: 'pending',
     });
+    const again = await save(modelId, 3, 'best');
     expect(again.status).toBe(200);
-    const againId = (again.body as { request_id: string }).request_id;
-    expect(await reservationOf(modelId, 'best')).toMatchObject({ request_id: againId, status: 'pending' });
-    // The new reservation holds the name as the first did.
-    const third = await client.raw('POST', '/api/v1/save_weights', {
-      model_id: modelId,
-      seq_id: 4,
-      path: 'best',
+    expect(await reservationOf(modelId, 'best')).toMatchObject({
+      request_id: requestIdOf(again),
+      status: 'pending',
     });
-    expect(third.status).toBe(400);
+    // The new reservation holds the name as the first did.
+    expect(await save(modelId, 4, 'best')).toEqual(nameUsed(modelId, 'best'));
   });
 
   it('several saves of a stale name at once: exactly one takes it', async () => {
     const modelId = await newModel();
-    const first = await client.raw('POST', '/api/v1/save_weights', {
-      model_id: modelId,
-      seq_id: 1,
-      path: 'x',
-    });
-    await failWithoutRunning((first.body as { request_id: string }).request_id);
-    const answers = await Promise.all(
-      [2, 3, 4, 5].map((seq) =>
-        client.raw('POST', '/api/v1/save_weights', { model_id: modelId, seq_id: seq, path: 'x' }),
-      ),
-    );
+    await failWithoutRunning(requestIdOf(await save(modelId, 1, 'x'))!);
+    const answers = await Promise.all([2, 3, 4, 5].map((seq) => save(modelId, seq, 'x')));
     const taken = answers.filter((answer) => answer.status === 200);
     expect(taken).toHaveLength(1);
     expect(answers.filter((answer) => answer.status === 400)).toHaveLength(3);
-    const winner = (taken[0]?.body as { request_id?: string } | undefined)?.request_id;
+    const winner = taken[0] === undefined ? undefined : requestIdOf(taken[0]);
     expect(winner).toEqual(expect.any(String));
     expect(await reservationOf(modelId, 'x')).toMatchObject({ request_id: winner });
   });
