@@ -36,6 +36,8 @@ const reached = {
   capReached: 0,
   maxTicks: 0,
 };
+/** Rare paths: counted for the record, not required in every run. */
+const rare = { claimedNotPending: 0 };
 
 interface SimRequest {
   readonly id: string;
@@ -234,8 +236,13 @@ function simulate(scenario: Scenario): void {
         const wonSamples = new Map<string, SampleClaimed>();
         for (const sample of result.samples) {
           if (sampleClaims.has(sample.request_id)) continue; // another tick holds it
-          expect(byId.get(sample.request_id)!.status).toBe('pending');
           sampleClaims.set(sample.request_id, { token: workItemId, expires: tick + 3 });
+          // The pass reads the claimed rows strongly and drops terminal ones: a stale index copy of a
+          // sample a zombie ended after its claim expired is claimed again but not dispatched.
+          if (byId.get(sample.request_id)!.status !== 'pending') {
+            rare.claimedNotPending++;
+            continue;
+          }
           wonSamples.set(sample.request_id, { tenant: 'tenant-1', claim_token: workItemId });
         }
         const payloads = new Map<string, unknown>();
