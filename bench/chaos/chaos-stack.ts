@@ -1,4 +1,4 @@
-import { SetQueueAttributesCommand } from '@aws-sdk/client-sqs';
+import { ChangeMessageVisibilityCommand, SetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import type { Context, ScheduledEvent } from 'aws-lambda';
 import { handler as sweeperHandler } from '../../functions/sweeper/handler.js';
@@ -95,6 +95,15 @@ export class ChaosStack {
       sliceTokens: settings.sliceTokens,
       count: settings.zombies,
       maxStallMs: 30_000,
+      holdMessage: async (receiptHandle, seconds) => {
+        await admin.sqs.send(
+          new ChangeMessageVisibilityCommand({
+            QueueUrl: names.queueUrls.work,
+            ReceiptHandle: receiptHandle,
+            VisibilityTimeout: seconds,
+          }),
+        );
+      },
     });
     this.lambda = new LambdaWorker({
       processes: this.processes,

@@ -78,7 +78,7 @@ export class LambdaWorker {
   async #asZombie(event: SQSEvent): Promise<SQSBatchResponse> {
     const batchItemFailures: { itemIdentifier: string }[] = [];
     for (const record of event.Records) {
-      const { done } = await this.options.zombies.serve(record.body);
+      const { done } = await this.options.zombies.serve(record.body, record.receiptHandle);
       this.options.log.record(workItemIdOf(record.body), { by: 'zombie', done, explained: true });
       if (!done) batchItemFailures.push({ itemIdentifier: record.messageId });
     }

@@ -18,9 +18,10 @@ export interface ZombieReport {
   refused: number;
   /**
    * Woke and found their commit landed: no re-plan came, because SQS redelivered the frozen
-   * invocation's message after its visibility timeout and that copy ran the same epoch and committed
-   * (its lease renewals kept the model from a re-plan). E5 settles the zombie's failed commit by
-   * re-reading the model row (its state key is the row's): nothing is applied twice.
+   * invocation's message and that copy ran the same epoch and committed (its lease renewals kept the
+   * model from a re-plan). Only when holding the message back failed (see `holdMessage`). E5 settles
+   * the zombie's failed commit by re-reading the model row (its state key is the row's): nothing is
+   * applied twice.
    */
   committed: number;
   /** Other outcomes of the stalled part (a crash, an injected failure), by name. */
@@ -35,6 +36,13 @@ export interface ZombieOptions {
   readonly count: number;
   /** How long a zombie waits for its model's re-plan before waking anyway. */
   readonly maxStallMs: number;
+  /**
+   * Keeps the zombie's message invisible for `seconds` (ChangeMessageVisibility). A frozen Lambda
+   * invocation holds its message for the queue's visibility timeout, which AWS sets above the
+   * function timeout: the lease ends and the sweeper re-plans long before SQS would redeliver. The
+   * run's queue has a short timeout for the worker processes' sake, so a zombie holds its own.
+   */
+  readonly holdMessage: (receiptHandle: string, seconds: number) => Promise<void>;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -60,7 +68,7 @@ export class ZombieAgent {
    * Runs one work message as a zombie would, in its own simulated process: `done` as for any worker.
    * A work item without a model part runs normally (no zombie comes of it).
    */
-  async serve(body: string): Promise<{ readonly done: boolean }> {
+  async serve(body: string, receiptHandle: string): Promise<{ readonly done: boolean }> {
     const { processes } = this.options;
     const process = processes.create('zombie', true);
     const stall = gate<WorkerEvent>((event) => event.kind === 'model-written');
@@ -87,6 +95,8 @@ export class ZombieAgent {
     ]);
     if (first === 'stalled' && stalledModel !== undefined) {
       this.report.stalled++;
+      const holdSeconds = Math.ceil(this.options.maxStallMs / 1000) + 10;
+      await this.options.holdMessage(receiptHandle, holdSeconds).catch(() => undefined);
       await this.#waitForReplan(stalledModel, epochs.get(stalledModel) ?? 0);
       stall.open();
     }
