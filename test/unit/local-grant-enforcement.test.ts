@@ -2,10 +2,11 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient, PutCommand } from '@aws-sdk/lib-dynamodb';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from 'vitest';
 import { AccessPolicy, enforceGrantsOn, runAsFunction } from '../../local/grant-enforcement.js';
 import { resourceIndex } from '../../local/iam-requests.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
+import { logger } from '../../shared/logger.js';
 import { topology } from '../../shared/topology.js';
 
 /**
@@ -55,7 +56,14 @@ function countingClients(): AwsClients {
   return made;
 }
 
+/** Denials are logged as well as thrown; captured here, so the test output stays quiet. */
+let warnings: MockInstance<typeof logger.warn>;
+beforeEach(() => {
+  warnings = vi.spyOn(logger, 'warn').mockImplementation(() => undefined);
+});
+
 afterEach(() => {
+  warnings.mockRestore();
   for (const made of clients.splice(0))
     for (const client of [made.dynamo, made.s3, made.sqs]) client.destroy();
   sent = 0;
@@ -72,6 +80,11 @@ describe('grant enforcement middleware', () => {
       /local-api is not authorized to perform: dynamodb:PutItem on resource: arn:aws:dynamodb:us-east-1:000000000000:table\/p-prefixes/,
     );
     expect(sent).toBe(0);
+    expect(warnings).toHaveBeenCalledWith('local runtime: call denied by the function grants', {
+      function: 'api',
+      action: 'dynamodb:PutItem',
+      resource: 'arn:aws:dynamodb:us-east-1:000000000000:table/p-prefixes',
+    });
   });
 
   it('lets a granted call, and any call outside a function scope, reach the transport', async () => {
