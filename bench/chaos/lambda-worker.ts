@@ -13,9 +13,9 @@ import type { ZombieAgent } from './zombie.js';
  * moment away, so the handler's own margins cut running samples (their prefixes saved, P1-P6) and
  * abandon what is left, and at the deadline the invocation is killed as Lambda kills it: whatever it
  * still does reaches nothing, and the message is not acknowledged. While zombies are wanted, some
- * invocations freeze after writing a model's state instead (see zombie.ts). Until the first zombie
- * has frozen, every invocation tries to become one (one at a time): a short run, whose few Lambda
- * invocations the seeded share could all pass by, still has its zombie.
+ * invocations freeze after writing a model's state instead (see zombie.ts). Until a zombie has been
+ * refused, every invocation while none is underway becomes one: a short run, whose few Lambda
+ * invocations the seeded share could all pass by, still has its refused zombie.
  */
 
 export interface LambdaWorkerOptions {
@@ -46,8 +46,6 @@ interface Invocation {
 
 export class LambdaWorker {
   #invocations = 0;
-  /** An invocation is trying to become the run's first zombie (its message may have no model part). */
-  #firstZombieTrying = false;
   #timeouts = true;
   readonly #seed: [number, number];
   readonly #handler: ReturnType<typeof createWorkerHandler>;
@@ -96,12 +94,7 @@ export class LambdaWorker {
     const draw = (extra: number) =>
       uniformAt(this.#seed[0], this.#seed[1], hashString('lambda'), call, extra);
     const { zombies } = this.options;
-    if (zombies.wanted && !this.#firstZombieTrying && zombies.report.stalled === 0) {
-      this.#firstZombieTrying = true;
-      return this.#asZombie(event).finally(() => {
-        this.#firstZombieTrying = false;
-      });
-    }
+    if (zombies.refusalOwed) return this.#asZombie(event);
     if (zombies.wanted && draw(2) < this.options.zombieShare) return this.#asZombie(event);
     const timesOut = this.#timeouts && draw(0) < this.options.timeoutShare;
     const { min, max } = this.options.timeoutAfterMs;

@@ -51,12 +51,23 @@ export class ZombieAgent {
   readonly report: ZombieReport = { stalled: 0, refused: 0, committed: 0, other: [] };
   readonly #backend = new ReferenceBackend();
   #active = true;
+  /** `serve` calls not yet returned. */
+  #underway = 0;
 
   constructor(private readonly options: ZombieOptions) {}
 
   /** More zombies are wanted (the worker Lambda turns an invocation into one). */
   get wanted(): boolean {
     return this.#active && this.report.stalled < this.options.count;
+  }
+
+  /**
+   * No zombie has been refused yet and none is underway: the next invocation should become one. A
+   * zombie can end otherwise (killed by an injected crash, or its commit landed through a duplicate
+   * delivery of its message), and a run must still show a refused one, however few its invocations.
+   */
+  get refusalOwed(): boolean {
+    return this.#active && this.report.refused === 0 && this.#underway === 0;
   }
 
   /** No more zombies (the run's final phase). */
@@ -69,6 +80,16 @@ export class ZombieAgent {
    * A work item without a model part runs normally (no zombie comes of it).
    */
   async serve(body: string, receiptHandle: string): Promise<{ readonly done: boolean }> {
+    // Counted before the first await, so a concurrent invocation already sees this zombie underway.
+    this.#underway++;
+    try {
+      return await this.#serve(body, receiptHandle);
+    } finally {
+      this.#underway--;
+    }
+  }
+
+  async #serve(body: string, receiptHandle: string): Promise<{ readonly done: boolean }> {
     const { processes } = this.options;
     const process = processes.create('zombie', true);
     const stall = gate<WorkerEvent>((event) => event.kind === 'model-written');
