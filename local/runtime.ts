@@ -7,7 +7,7 @@ import { resetConfig } from '../shared/config.js';
 import { logger } from '../shared/logger.js';
 import { FUNCTION_IDS, type FunctionId, type QueueId, type Topology } from '../shared/topology.js';
 import { installConfigScope } from './env-scope.js';
-import { AccessPolicy, installGrantEnforcement } from './grant-enforcement.js';
+import { AccessPolicy, installGrantEnforcement, runAsFunction } from './grant-enforcement.js';
 import { resourceIndex } from './iam-requests.js';
 import { LOCAL_REGION } from './resources.js';
 import { type HttpTrigger, startHttpTrigger } from './triggers/http-trigger.js';
@@ -44,6 +44,12 @@ export interface LocalRuntime {
   readonly apiUrl: string | undefined;
   /** Fires a function's schedule now, resolving with the handler's result. */
   runSchedule(functionId: FunctionId): Promise<unknown>;
+  /**
+   * Runs code outside any trigger as `functionId`'s role and environment would let it run: for a
+   * worker process loop (`npm run worker` on a host with `ExternalWorkerPolicyArn`, the worker's
+   * grants), so its queue calls are checked like the Lambda's.
+   */
+  runAs<T>(functionId: FunctionId, run: () => Promise<T>): Promise<T>;
   /** Stops every poller, the schedule timers and the HTTP server; waits briefly for running handlers. */
   stop(): Promise<void>;
 }
@@ -157,6 +163,7 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
       }
       return schedule.fire();
     },
+    runAs: (functionId, run) => runAsFunction({ functionId, access }, run),
     stop,
   };
 }

@@ -123,6 +123,7 @@ export class ChaosStack {
       queueUrl: names.queueUrls.work,
       // Looked up when a loop starts: the runtime resets the shared clients when it starts.
       sqs: () => awsClients().sqs,
+      runAsWorker: (run) => this.runtime.runAs('worker', run),
       visibilitySeconds: settings.visibilitySeconds,
       sliceTokens: settings.sliceTokens,
       onEvent,

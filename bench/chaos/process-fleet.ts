@@ -17,6 +17,8 @@ export interface ProcessFleetOptions {
   readonly queueUrl: string;
   /** The runtime's (fault-injected) SQS client, looked up when a loop starts. */
   readonly sqs: () => SQSClient;
+  /** Runs a loop under the worker's grants and environment, as on a host with its policy. */
+  readonly runAsWorker: <T>(run: () => Promise<T>) => Promise<T>;
   readonly visibilitySeconds: number;
   readonly sliceTokens: number;
   readonly onEvent: (event: WorkerEvent) => void;
@@ -75,18 +77,20 @@ export class ProcessFleet {
     this.started++;
     const running = processes
       .run(process, () =>
-        runWorkerProcess({
-          queueUrl: this.options.queueUrl,
-          backend: new ReferenceBackend(),
-          sqs: this.options.sqs(),
-          stop: stop.signal,
-          abandon: abandon.signal,
-          waitTimeSeconds: 1,
-          visibilityTimeoutSeconds: this.options.visibilitySeconds,
-          extendEveryMs: (this.options.visibilitySeconds * 1000) / 3,
-          worker: { sampleSliceTokens: this.options.sliceTokens, onEvent: this.options.onEvent },
-          print,
-        }),
+        this.options.runAsWorker(() =>
+          runWorkerProcess({
+            queueUrl: this.options.queueUrl,
+            backend: new ReferenceBackend(),
+            sqs: this.options.sqs(),
+            stop: stop.signal,
+            abandon: abandon.signal,
+            waitTimeSeconds: 1,
+            visibilityTimeoutSeconds: this.options.visibilitySeconds,
+            extendEveryMs: (this.options.visibilitySeconds * 1000) / 3,
+            worker: { sampleSliceTokens: this.options.sliceTokens, onEvent: this.options.onEvent },
+            print,
+          }),
+        ),
       )
       .catch(() => 0);
     return { process, stop, abandon, running };

@@ -1,5 +1,5 @@
 import { GetObjectCommand, HeadObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
-import { GetQueueAttributesCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
+import { GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { GetCommand, PutCommand, QueryCommand, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { awsClients } from '../../shared/aws/clients.js';
@@ -197,6 +197,30 @@ describe('local runtime: grant enforcement', () => {
     expect(await runAs('api', readDepth)).toBe('allowed');
     expect(await runAs('scheduler', send)).toBe('allowed');
     expect(await depth()).toBe(1);
+  });
+
+  it('checks a worker process loop (runtime.runAs) against the worker grants, as its host policy', async () => {
+    const receive = () =>
+      awsClients().sqs.send(
+        new ReceiveMessageCommand({
+          QueueUrl: config().workQueueUrl,
+          WaitTimeSeconds: 0,
+          VisibilityTimeout: 0,
+        }),
+      );
+    const send = () =>
+      awsClients().sqs.send(new SendMessageCommand({ QueueUrl: config().workQueueUrl, MessageBody: '{}' }));
+    expect(await probes.runAsProcess('worker', receive)).toHaveProperty('value');
+    const denied = await probes.runAsProcess('worker', send);
+    expect(denied).toMatchObject({ name: 'AccessDeniedException' });
+    expect((denied as Exclude<Outcome, 'allowed'>).message).toContain('local-worker');
+    // Its environment is the worker's too: the dead-letter queues' URLs are the api's, not its.
+    const dlqUrl = async () => config().queueUrl('workDlq');
+    expect(await probes.runAsProcess('worker', dlqUrl)).toMatchObject({
+      name: 'ConfigError',
+      message: 'Missing required environment variable WORK_DLQ_URL',
+    });
+    expect(await probes.runAsProcess('api', dlqUrl)).toEqual({ value: cloud.names.queueUrls.workDlq });
   });
 
   it('does not check calls made outside any function (the runtime, test set-up)', async () => {

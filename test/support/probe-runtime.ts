@@ -15,6 +15,8 @@ export type ProbeOutcome = { readonly value: unknown } | { readonly name: string
 export interface ProbeRuntime {
   /** Runs `probe` as `functionId`'s handler, through the runtime's invoker, and returns its outcome. */
   runAs(functionId: FunctionId, probe: () => unknown): Promise<ProbeOutcome>;
+  /** Runs `probe` outside any trigger under `functionId`'s scope (`LocalRuntime.runAs`, a process loop). */
+  runAsProcess(functionId: FunctionId, probe: () => Promise<unknown>): Promise<ProbeOutcome>;
   stop(): Promise<void>;
 }
 
@@ -25,14 +27,15 @@ export interface ProbeRuntime {
  */
 export async function startProbeRuntime(cloud: TestCloud): Promise<ProbeRuntime> {
   let probe: () => unknown = () => undefined;
-  const probeHandler = async (): Promise<ProbeOutcome> => {
+  const outcomeOf = async (call: () => unknown): Promise<ProbeOutcome> => {
     try {
-      return { value: await probe() };
+      return { value: await call() };
     } catch (error) {
       if (!(error instanceof Error)) throw error;
       return { name: error.name, message: error.message };
     }
   };
+  const probeHandler = () => outcomeOf(probe);
   const functions: Partial<Record<FunctionId, FunctionDecl>> = {};
   for (const id of FUNCTION_IDS) {
     functions[id] = { ...topology.functions[id], triggers: [{ kind: 'schedule', rateMinutes: 60 }] };
@@ -47,6 +50,7 @@ export async function startProbeRuntime(cloud: TestCloud): Promise<ProbeRuntime>
       probe = call;
       return (await runtime.runSchedule(functionId)) as ProbeOutcome;
     },
+    runAsProcess: (functionId, call) => runtime.runAs(functionId, () => outcomeOf(call)),
     stop: () => runtime.stop(),
   };
 }

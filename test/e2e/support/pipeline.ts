@@ -9,6 +9,7 @@ import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { handler as lambdaWorker } from '../../../functions/worker/handler.js';
 import type { LocalRuntime } from '../../../local/runtime.js';
 import { runWorkerProcess } from '../../../local/worker-process.js';
+import { awsClients } from '../../../shared/aws/clients.js';
 import { ReferenceBackend } from '../../../shared/backend/reference/reference-backend.js';
 import { TinkerClient } from '../../../shared/client/tinker-client.js';
 import type { FutureRow } from '../../../shared/domain/records.js';
@@ -85,19 +86,24 @@ export class Pipeline {
     return new TinkerClient({ baseUrl: this.apiUrl, apiKey });
   }
 
-  /** A worker process loop (local/worker-process.ts) on the work queue, in this process. */
+  /**
+   * A worker process loop (local/worker-process.ts) on the work queue, in this process, under the
+   * worker's grants and environment (what `ExternalWorkerPolicyArn` and `WorkerEnv` give a host).
+   */
   startProcessWorker(worker: Omit<WorkerOptions, 'backend' | 'signal'> = {}): ProcessWorker {
     const stop = new AbortController();
     const lines: string[] = [];
-    const running = runWorkerProcess({
-      queueUrl: this.queueUrl,
-      backend: new ReferenceBackend(),
-      sqs: this.harness.cloud.clients.sqs,
-      stop: stop.signal,
-      waitTimeSeconds: 1,
-      worker,
-      print: (line) => lines.push(line),
-    });
+    const running = this.runtime.runAs('worker', () =>
+      runWorkerProcess({
+        queueUrl: this.queueUrl,
+        backend: new ReferenceBackend(),
+        sqs: awsClients().sqs,
+        stop: stop.signal,
+        waitTimeSeconds: 1,
+        worker,
+        print: (line) => lines.push(line),
+      }),
+    );
     const handle: ProcessWorker = {
       lines,
       stop: async () => {
