@@ -151,7 +151,7 @@ export class ChaosStack {
     const scheduler = createSchedulerHandler();
     const handlers: HandlerOverrides = {
       scheduler: (event: SchedulerEvent, context: Context) =>
-        this.processes.run(this.processes.create('scheduler', false), () => scheduler(event, context)),
+        this.processes.run(this.processes.create('scheduler', true), () => scheduler(event, context)),
       sweeper: (event: ScheduledEvent, context: Context) =>
         this.processes.run(this.processes.create('sweeper', false), () => sweeperHandler(event, context)),
       worker: this.lambda.handler,

@@ -19,10 +19,10 @@ export interface SimProcess {
   readonly id: number;
   readonly kind: ProcessKind;
   /**
-   * A crash point hit here kills the process (workers). Otherwise the crash is only the exception it
-   * throws (the scheduler and the sweeper): what it leaves behind is the same (claims without a work
-   * item, a work item without a manifest), but its tick lock is let go, where a real death leaves the
-   * lock to its 10 s lease and stalls every tick of the pool that long (safety never rests on it).
+   * A crash point hit here kills the process (workers, and scheduler invocations: a death holding the
+   * tick lock leaves it to its 10 s lease, which the holder no longer renews, and claims without a
+   * work item to their leases). Otherwise the crash is only the exception it throws (the sweeper,
+   * whose safety tick then lets go of the lock).
    */
   readonly killOnCrash: boolean;
   dead: boolean;
