@@ -4,6 +4,7 @@ import { Aws, CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-l
 import type { NodejsFunction } from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import type { Construct } from 'constructs';
+import { STACK_ENV_OUTPUTS } from '../shared/stack-outputs.js';
 import {
   topology as declaredTopology,
   type FunctionId,
@@ -178,14 +179,24 @@ export class TinkerServerlessStack extends Stack {
 
   private addOutputs(topology: Topology): void {
     if (this.http) new CfnOutput(this, 'ApiUrl', { value: this.http.api.apiEndpoint });
+    // The operator's environment: every resource's variable, whichever function it is granted to.
+    const operatorEnv: Record<string, string> = { ...topology.settings, AWS_REGION: Aws.REGION };
     for (const [tableId, table] of entriesOf(this.tables.byId)) {
       new CfnOutput(this, `${pascalCase(tableId)}TableName`, { value: table.tableName });
+      operatorEnv[topology.tables[tableId].envVar] = table.tableName;
     }
     new CfnOutput(this, `${pascalCase(topology.bucket.name)}BucketName`, {
       value: this.bucket.bucket.bucketName,
     });
+    operatorEnv[topology.bucket.envVar] = this.bucket.bucket.bucketName;
     for (const [queueId, queue] of entriesOf(this.queues.byId)) {
       new CfnOutput(this, `${pascalCase(queueId)}QueueUrl`, { value: queue.queueUrl });
+      const envVar = topology.queues[queueId].envVar;
+      if (envVar !== undefined) operatorEnv[envVar] = queue.queueUrl;
     }
+    new CfnOutput(this, STACK_ENV_OUTPUTS.operator, {
+      description: 'Variables for the operator CLI (--env-file): every table, the bucket, every queue',
+      value: this.toJsonString(operatorEnv),
+    });
   }
 }

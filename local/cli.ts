@@ -65,7 +65,7 @@ export function resolveEnvironment(
   throw new Error(
     `nowhere to connect to: run 'npm start' (it writes ${localEnvFile}), pass --env-file FILE, or set ` +
       `${topology.tables.registry.envVar}, ${topology.tables.futures.envVar}, ${topology.tables.models.envVar}, ` +
-      `${queueVariables()}, POOL and LIVE_SHARDS (see the stack's WorkerEnv output)`,
+      `${queueVariables()}, POOL and LIVE_SHARDS (see the stack's OperatorEnv output)`,
   );
 }
 

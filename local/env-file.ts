@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { STACK_ENV_OUTPUTS } from '../shared/stack-outputs.js';
 
 /**
  * Where operator tools find the system to talk to. `npm start` writes the local stack's environment
@@ -8,8 +9,8 @@ import { fileURLToPath } from 'node:url';
  * plus TINKER_BASE_URL and TINKER_STATUS_URL) and removes it on exit; the CLI reads it, or any file
  * given with `--env-file`:
  * - a flat JSON map of variables (like `.local/env.json`);
- * - a `cdk deploy --outputs-file` JSON: the stack's `WorkerEnv` output (the variables a worker or an
- *   operator needs) is used;
+ * - a `cdk deploy --outputs-file` JSON: the stack's `OperatorEnv` output (every resource's variable)
+ *   is used, or `WorkerEnv` from a stack deployed before `OperatorEnv` existed;
  * - a dotenv-style file of `NAME=value` lines.
  */
 
@@ -20,8 +21,8 @@ export const LOCAL_ENV_FILE = path.join(PROJECT_ROOT, '.local', 'env.json');
 /** Names the process that wrote the file, so a reader can tell a stale file from a running stack. */
 export const WRITER_PID_VARIABLE = 'TINKER_LOCAL_PID';
 
-/** The stack output holding a JSON map of the variables a worker (and the CLI) needs. */
-export const WORKER_ENV_OUTPUT = 'WorkerEnv';
+/** Stack outputs holding a JSON map of variables, the operator's first. */
+const ENV_OUTPUTS = [STACK_ENV_OUTPUTS.operator, STACK_ENV_OUTPUTS.worker] as const;
 
 export type EnvMap = Record<string, string>;
 
@@ -67,14 +68,17 @@ function fromJson(value: unknown, name: string): EnvMap {
   const entries = Object.entries(value);
   if (entries.every(([, item]) => typeof item === 'string')) return value as EnvMap;
   // `cdk deploy --outputs-file`: { "<stack name>": { "<output>": "<value>", ... } }
-  const stacks = entries.filter(([, item]) => isRecord(item) && typeof item[WORKER_ENV_OUTPUT] === 'string');
+  const stacks = entries.flatMap(([, item]) =>
+    isRecord(item) && ENV_OUTPUTS.some((output) => typeof item[output] === 'string') ? [item] : [],
+  );
   if (stacks.length !== 1) {
     throw new Error(
-      `${name}: neither a flat map of variables nor CDK outputs with one stack's ${WORKER_ENV_OUTPUT} output`,
+      `${name}: neither a flat map of variables nor CDK outputs with one stack's ${ENV_OUTPUTS.join(' or ')} output`,
     );
   }
-  const workerEnv = JSON.parse((stacks[0]![1] as Record<string, string>)[WORKER_ENV_OUTPUT]!) as unknown;
-  return fromJson(workerEnv, `${name} (${WORKER_ENV_OUTPUT})`);
+  const outputs = stacks[0]!;
+  const output = ENV_OUTPUTS.find((candidate) => typeof outputs[candidate] === 'string')!;
+  return fromJson(JSON.parse(outputs[output] as string) as unknown, `${name} (${output})`);
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {

@@ -4,17 +4,15 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as s3 from 'aws-cdk-lib/aws-s3';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
+import { STACK_ENV_OUTPUTS } from '../../shared/stack-outputs.js';
 import { physicalName, type QueueId, type TableId, type Topology } from '../../shared/topology.js';
 import { INDEX_ACTIONS, OBJECT_ACTIONS, QUEUE_ACTIONS, TABLE_ACTIONS } from './grants.js';
 import { entriesOf } from './records.js';
 
 /** Stack outputs about workers (logical ids at the stack's top level, so `--outputs-file` keys are stable). */
 export const WORKER_OUTPUTS = {
-  /**
-   * JSON map of the variables `npm run worker` needs, plus the dead-letter queue URLs the operator
-   * CLI's `status` reads (the CLI takes this output with `--env-file`).
-   */
-  env: 'WorkerEnv',
+  /** JSON map of the variables `npm run worker` needs: the worker function's. */
+  env: STACK_ENV_OUTPUTS.worker,
   /** `reference-lambda` or `external`. */
   mode: 'WorkerMode',
   /** A managed policy with exactly the worker's grants, to attach to a GPU host's role. */
@@ -90,14 +88,6 @@ export class ExternalWorkerAccess extends Construct {
       );
       environment[envVar] = props.queues[queueId].queueUrl;
     }
-    // The operator CLI reads this output too (`--env-file`), and its `status` shows the depths the
-    // status page shows: the URLs of the queues the api function may read the depth of go in as well
-    // (the dead-letter queues). Only their URLs: the policy below stays the worker's grants.
-    for (const [queueId, actions] of entriesOf(topology.functions.api.grants.queues)) {
-      const envVar = topology.queues[queueId].envVar;
-      if (!actions.includes('depth') || envVar === undefined) continue;
-      environment[envVar] ??= props.queues[queueId].queueUrl;
-    }
 
     this.environment = environment;
     this.policy = new iam.ManagedPolicy(this, 'Policy', {
@@ -108,8 +98,7 @@ export class ExternalWorkerAccess extends Construct {
 
     const stack = Stack.of(this);
     new CfnOutput(stack, WORKER_OUTPUTS.env, {
-      description:
-        'Variables for npm run worker on an external (GPU) host, and for the operator CLI --env-file',
+      description: 'Variables for npm run worker on an external (GPU) host',
       value: stack.toJsonString(environment),
     });
     new CfnOutput(stack, WORKER_OUTPUTS.mode, {

@@ -3,7 +3,15 @@ import { describe, expect, it } from 'vitest';
 import { WORKER_OUTPUTS } from '../../cdk/constructs/external-worker.js';
 import { parseEnvFile } from '../../local/env-file.js';
 import { METRICS_NAMESPACE, opsMetrics, POOL_DIMENSION } from '../../shared/ops/metrics.js';
-import { FUNCTION_IDS, physicalName, type QueueId, TABLE_IDS, topology } from '../../shared/topology.js';
+import { STACK_ENV_OUTPUTS } from '../../shared/stack-outputs.js';
+import {
+  FUNCTION_IDS,
+  physicalName,
+  QUEUE_IDS,
+  type QueueId,
+  TABLE_IDS,
+  topology,
+} from '../../shared/topology.js';
 import {
   functionLogicalId,
   logicalIdWhere,
@@ -237,7 +245,7 @@ describe('the worker switch (context referenceWorker)', () => {
   it.each([
     ['on', withWorker],
     ['off', external],
-  ])('outputs the environment an external worker and the CLI need (switch %s)', (_, { template }) => {
+  ])('outputs the environment an external worker needs, exactly its own (switch %s)', (_, { template }) => {
     const env = parseEnvFile(JSON.stringify({ stack: { WorkerEnv: output(template, WORKER_OUTPUTS.env) } }));
     const grants = topology.functions.worker.grants;
     const expected = [
@@ -246,10 +254,29 @@ describe('the worker switch (context referenceWorker)', () => {
       ...TABLE_IDS.filter((id) => grants.tables[id]?.length).map((id) => topology.tables[id].envVar),
       topology.bucket.envVar,
       topology.queues.work.envVar!,
-      // Not the worker's: the CLI's `status` reads the dead-letter queues' depths (only their URLs;
-      // the policy stays the worker's grants, see below).
-      'WORK_DLQ_URL',
-      'STREAM_DLQ_URL',
+    ];
+    expect(Object.keys(env).sort()).toEqual(expected.sort());
+    for (const [name, value] of Object.entries(topology.settings)) expect(env[name]).toBe(value);
+    expect(env.WORK_QUEUE_URL).toBe(`<Ref ${queueId(template, 'work')}>`);
+  });
+
+  it.each([
+    ['on', withWorker],
+    ['off', external],
+  ])('outputs the environment the operator CLI needs: every resource (switch %s)', (_, { template }) => {
+    const outputs = {
+      stack: {
+        WorkerEnv: output(template, WORKER_OUTPUTS.env),
+        OperatorEnv: output(template, STACK_ENV_OUTPUTS.operator),
+      },
+    };
+    const env = parseEnvFile(JSON.stringify(outputs));
+    const expected = [
+      ...Object.keys(topology.settings),
+      'AWS_REGION',
+      ...TABLE_IDS.map((id) => topology.tables[id].envVar),
+      topology.bucket.envVar,
+      ...QUEUE_IDS.flatMap((id) => topology.queues[id].envVar ?? []),
     ];
     expect(Object.keys(env).sort()).toEqual(expected.sort());
     // What the CLI reads is among them.
@@ -331,6 +358,7 @@ describe('limits that keep the system operable', () => {
         'StreamDlqQueueUrl',
         'AlarmTopicArn',
         'DashboardUrl',
+        STACK_ENV_OUTPUTS.operator,
         WORKER_OUTPUTS.env,
         WORKER_OUTPUTS.mode,
         WORKER_OUTPUTS.policy,

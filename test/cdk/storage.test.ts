@@ -129,6 +129,7 @@ describe('outputs', () => {
         // Operating outputs (test/cdk/operate.test.ts checks what they hold).
         'AlarmTopicArn',
         'DashboardUrl',
+        'OperatorEnv',
         'WorkerEnv',
         'WorkerMode',
         'ExternalWorkerPolicyArn',

@@ -14,7 +14,7 @@ const dir = mkdtempSync(path.join(tmpdir(), 'tinker-env-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe('env files for the operator CLI', () => {
-  it('reads a flat JSON map, NAME=value lines, and CDK outputs with a WorkerEnv output', () => {
+  it('reads a flat JSON map, NAME=value lines, and CDK outputs with an OperatorEnv or WorkerEnv output', () => {
     expect(parseEnvFile('{"POOL":"gpu","LIVE_SHARDS":"4"}')).toEqual({ POOL: 'gpu', LIVE_SHARDS: '4' });
     expect(parseEnvFile('# comment\nexport POOL="gpu"\n\nREGISTRY_TABLE=t-registry\n')).toEqual({
       POOL: 'gpu',
@@ -26,12 +26,23 @@ describe('env files for the operator CLI', () => {
         WorkerEnv: JSON.stringify({ POOL: 'default', REGISTRY_TABLE: 'p-registry' }),
       },
     };
+    // A stack deployed before OperatorEnv existed.
     expect(parseEnvFile(JSON.stringify(outputs))).toEqual({ POOL: 'default', REGISTRY_TABLE: 'p-registry' });
+    const withOperator = {
+      'tinker-serverless': {
+        ...outputs['tinker-serverless'],
+        OperatorEnv: JSON.stringify({ POOL: 'default', WORK_DLQ_URL: 'https://sqs/p-work-dlq' }),
+      },
+    };
+    expect(parseEnvFile(JSON.stringify(withOperator))).toEqual({
+      POOL: 'default',
+      WORK_DLQ_URL: 'https://sqs/p-work-dlq',
+    });
   });
 
   it('names what is wrong with a file it cannot use', () => {
     expect(() => parseEnvFile('POOL gpu', 'x.env')).toThrow('x.env:1: expected NAME=value');
-    expect(() => parseEnvFile('{"stack":{"ApiUrl":"u"}}', 'out.json')).toThrow(/WorkerEnv/);
+    expect(() => parseEnvFile('{"stack":{"ApiUrl":"u"}}', 'out.json')).toThrow(/OperatorEnv or WorkerEnv/);
   });
 
   it('is written privately with its writer pid, and removed only by its writer', () => {
