@@ -77,9 +77,10 @@ async function main(): Promise<number> {
     ],
     env,
   );
-  const workerEnv = readEnvFile(OUTPUTS_FILE);
+  // The OperatorEnv output: every resource variable, a superset of what `npm run worker` needs.
+  const stackEnv = readEnvFile(OUTPUTS_FILE);
   const { AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: _, ...endpoints } = overrides;
-  writeLocalEnvFile({ ...workerEnv, ...endpoints }, ENV_FILE, false);
+  writeLocalEnvFile({ ...stackEnv, ...endpoints }, ENV_FILE, false);
   process.stdout.write(
     [
       `deploy:localstack: deployed; outputs in ${path.relative(ROOT, OUTPUTS_FILE)}`,
