@@ -1,9 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { functionEnv, installConfigScope } from '../../local/env-scope.js';
 import { AccessPolicy, runAsFunction } from '../../local/grant-enforcement.js';
 import { resourceIndex } from '../../local/iam-requests.js';
 import { config, resetConfig, setConfigScope } from '../../shared/config.js';
 import { ConfigError } from '../../shared/errors.js';
+import { logger } from '../../shared/logger.js';
 import { type FunctionId, topology } from '../../shared/topology.js';
 
 /**
@@ -40,6 +41,9 @@ function thrown(read: () => unknown): unknown {
   throw new Error('expected the read to throw');
 }
 
+/** Hidden reads are logged as well as thrown; captured, so the test output stays quiet. */
+const warnings = vi.spyOn(logger, 'warn').mockImplementation(() => undefined);
+
 beforeAll(() => {
   for (const [name, value] of Object.entries(env)) {
     saved.set(name, process.env[name]);
@@ -50,6 +54,7 @@ beforeAll(() => {
 });
 
 afterAll(() => {
+  warnings.mockRestore();
   setConfigScope(undefined);
   for (const [name, value] of saved) {
     if (value === undefined) delete process.env[name];
