@@ -1,5 +1,5 @@
 #!/usr/bin/env -S AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED=true node --import tsx
-import { existsSync, realpathSync } from 'node:fs';
+import { realpathSync } from 'node:fs';
 import { hostname, userInfo } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -9,7 +9,7 @@ import { requestCut, startDrain, stopDrain } from '../shared/ops/control-store.j
 import { renderStatusText } from '../shared/ops/format.js';
 import { readPoolStatus } from '../shared/ops/status-reader.js';
 import { topology } from '../shared/topology.js';
-import { type EnvMap, LOCAL_ENV_FILE, readEnvFile, WRITER_PID_VARIABLE } from './env-file.js';
+import { LOCAL_ENV_FILE, type ResolvedEnvironment, resolveEnvironment } from './env-file.js';
 import { createApiKey, createOperatorKey, revokeApiKey } from './keys.js';
 
 const USAGE = `usage: npx tinker-serverless <command> [options]
@@ -44,29 +44,21 @@ export interface CliIo {
 
 class UsageError extends Error {}
 
-/** Where the CLI's variables come from, in order of precedence. */
-export function resolveEnvironment(
+/** Where the CLI's variables come from, in order of precedence (see `resolveEnvironment`). */
+export function resolveCliEnvironment(
   envFile: string | undefined,
   env: Readonly<Record<string, string | undefined>>,
   localEnvFile = LOCAL_ENV_FILE,
-): { readonly source: string; readonly variables: EnvMap } {
-  if (envFile !== undefined) return { source: envFile, variables: readEnvFile(envFile) };
-  if (env[topology.tables.registry.envVar] !== undefined) return { source: 'environment', variables: {} };
-  if (existsSync(localEnvFile)) {
-    const variables = readEnvFile(localEnvFile);
-    const pid = Number(variables[WRITER_PID_VARIABLE]);
-    if (Number.isInteger(pid) && !isAlive(pid)) {
-      throw new Error(
-        `${localEnvFile} was written by an 'npm start' that is no longer running (pid ${pid}); start it again or pass --env-file`,
-      );
-    }
-    return { source: localEnvFile, variables };
-  }
-  throw new Error(
-    `nowhere to connect to: run 'npm start' (it writes ${localEnvFile}), pass --env-file FILE, or set ` +
+): ResolvedEnvironment {
+  return resolveEnvironment({
+    envFile,
+    env,
+    localEnvFile,
+    readyVariable: topology.tables.registry.envVar,
+    needs:
       `${topology.tables.registry.envVar}, ${topology.tables.futures.envVar}, ${topology.tables.models.envVar}, ` +
       `${queueVariables()}, POOL and LIVE_SHARDS (see the stack's OperatorEnv output)`,
-  );
+  });
 }
 
 /** The queue URLs `status` reads: the work queue's and both dead-letter queues' (for their depths). */
@@ -74,16 +66,6 @@ function queueVariables(): string {
   return (['work', 'workDlq', 'streamDlq'] as const)
     .flatMap((id) => topology.queues[id].envVar ?? [])
     .join(', ');
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    // EPERM: alive, owned by someone else.
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 function operator(): string {
@@ -110,7 +92,7 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     return command === undefined && values.help !== true ? 2 : 0;
   }
   try {
-    const { variables } = resolveEnvironment(values['env-file'], io.env ?? process.env);
+    const { variables } = resolveCliEnvironment(values['env-file'], io.env ?? process.env);
     Object.assign(process.env, variables);
     resetConfig();
     resetAwsClients();

@@ -21,8 +21,17 @@ export const LOCAL_ENV_FILE = path.join(PROJECT_ROOT, '.local', 'env.json');
 /** Names the process that wrote the file, so a reader can tell a stale file from a running stack. */
 export const WRITER_PID_VARIABLE = 'TINKER_LOCAL_PID';
 
-/** Stack outputs holding a JSON map of variables, the operator's first. */
-const ENV_OUTPUTS = [STACK_ENV_OUTPUTS.operator, STACK_ENV_OUTPUTS.worker] as const;
+/** Which of a stack's environment outputs a reader takes, in order of preference. */
+export type EnvOutputPreference = readonly string[];
+
+/** The operator CLI: every resource (`OperatorEnv`), or `WorkerEnv` from an older stack. */
+export const OPERATOR_ENV_OUTPUTS: EnvOutputPreference = [
+  STACK_ENV_OUTPUTS.operator,
+  STACK_ENV_OUTPUTS.worker,
+];
+
+/** `npm run worker`: exactly the worker's variables (`WorkerEnv`), or the operator's superset. */
+export const WORKER_ENV_OUTPUTS: EnvOutputPreference = [STACK_ENV_OUTPUTS.worker, STACK_ENV_OUTPUTS.operator];
 
 export type EnvMap = Record<string, string>;
 
@@ -45,13 +54,13 @@ export function removeLocalEnvFile(file = LOCAL_ENV_FILE): void {
   rmSync(file, { force: true });
 }
 
-export function readEnvFile(file: string): EnvMap {
-  return parseEnvFile(readFileSync(file, 'utf8'), file);
+export function readEnvFile(file: string, outputs = OPERATOR_ENV_OUTPUTS): EnvMap {
+  return parseEnvFile(readFileSync(file, 'utf8'), file, outputs);
 }
 
-export function parseEnvFile(text: string, name = 'env file'): EnvMap {
+export function parseEnvFile(text: string, name = 'env file', outputs = OPERATOR_ENV_OUTPUTS): EnvMap {
   const trimmed = text.trim();
-  if (trimmed.startsWith('{')) return fromJson(JSON.parse(trimmed) as unknown, name);
+  if (trimmed.startsWith('{')) return fromJson(JSON.parse(trimmed) as unknown, name, outputs);
   const env: EnvMap = {};
   for (const [index, raw] of text.split('\n').entries()) {
     const line = raw.trim();
@@ -63,22 +72,77 @@ export function parseEnvFile(text: string, name = 'env file'): EnvMap {
   return env;
 }
 
-function fromJson(value: unknown, name: string): EnvMap {
+function fromJson(value: unknown, name: string, preference: EnvOutputPreference): EnvMap {
   if (!isRecord(value)) throw new Error(`${name}: expected a JSON object`);
   const entries = Object.entries(value);
   if (entries.every(([, item]) => typeof item === 'string')) return value as EnvMap;
   // `cdk deploy --outputs-file`: { "<stack name>": { "<output>": "<value>", ... } }
   const stacks = entries.flatMap(([, item]) =>
-    isRecord(item) && ENV_OUTPUTS.some((output) => typeof item[output] === 'string') ? [item] : [],
+    isRecord(item) && preference.some((output) => typeof item[output] === 'string') ? [item] : [],
   );
   if (stacks.length !== 1) {
     throw new Error(
-      `${name}: neither a flat map of variables nor CDK outputs with one stack's ${ENV_OUTPUTS.join(' or ')} output`,
+      `${name}: neither a flat map of variables nor CDK outputs with one stack's ${preference.join(' or ')} output`,
     );
   }
   const outputs = stacks[0]!;
-  const output = ENV_OUTPUTS.find((candidate) => typeof outputs[candidate] === 'string')!;
-  return fromJson(JSON.parse(outputs[output] as string) as unknown, `${name} (${output})`);
+  const output = preference.find((candidate) => typeof outputs[candidate] === 'string')!;
+  return fromJson(JSON.parse(outputs[output] as string) as unknown, `${name} (${output})`, preference);
+}
+
+/** Where a tool's variables came from, and what they are (empty when the environment had them). */
+export interface ResolvedEnvironment {
+  readonly source: string;
+  readonly variables: EnvMap;
+  /** They are a running `npm start`'s (its env file names its writer). */
+  readonly localStack: boolean;
+}
+
+export interface ResolveOptions {
+  /** `--env-file`, when given: it wins. */
+  readonly envFile: string | undefined;
+  readonly env: Readonly<Record<string, string | undefined>>;
+  /** A variable whose presence in `env` means the environment is already set up. */
+  readonly readyVariable: string;
+  /** What to set when nothing is found, for the error message. */
+  readonly needs: string;
+  readonly outputs?: EnvOutputPreference;
+  readonly localEnvFile?: string;
+}
+
+/** A tool's variables, in order of precedence: `--env-file`, the environment, a running `npm start`'s file. */
+export function resolveEnvironment(options: ResolveOptions): ResolvedEnvironment {
+  const { envFile, env, outputs = OPERATOR_ENV_OUTPUTS, localEnvFile = LOCAL_ENV_FILE } = options;
+  if (envFile !== undefined) {
+    const variables = readEnvFile(envFile, outputs);
+    return { source: envFile, variables, localStack: variables[WRITER_PID_VARIABLE] !== undefined };
+  }
+  if (env[options.readyVariable] !== undefined) {
+    return { source: 'environment', variables: {}, localStack: env[WRITER_PID_VARIABLE] !== undefined };
+  }
+  if (existsSync(localEnvFile)) {
+    const variables = readEnvFile(localEnvFile, outputs);
+    const pid = Number(variables[WRITER_PID_VARIABLE]);
+    if (Number.isInteger(pid) && !isAlive(pid)) {
+      throw new Error(
+        `${localEnvFile} was written by an 'npm start' that is no longer running (pid ${pid}); start it again or pass --env-file`,
+      );
+    }
+    return { source: localEnvFile, variables, localStack: true };
+  }
+  throw new Error(
+    `nowhere to connect to: run 'npm start' (it writes ${localEnvFile}), pass --env-file FILE, or set ${options.needs}`,
+  );
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    // EPERM: alive, owned by someone else.
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {

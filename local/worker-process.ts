@@ -6,15 +6,19 @@ import {
   DeleteMessageCommand,
   type Message,
   ReceiveMessageCommand,
-  SQSClient,
+  type SQSClient,
 } from '@aws-sdk/client-sqs';
+import { awsClients, resetAwsClients } from '../shared/aws/clients.js';
 import type { Backend } from '../shared/backend/backend.js';
 import { ReferenceBackend } from '../shared/backend/reference/reference-backend.js';
-import { config } from '../shared/config.js';
+import { config, resetConfig } from '../shared/config.js';
 import { logger } from '../shared/logger.js';
 import { backoffDelay, realSleep } from '../shared/prefix/backoff.js';
+import { STACK_ENV_OUTPUTS } from '../shared/stack-outputs.js';
 import { topology } from '../shared/topology.js';
 import { describeVerdict, processWorkMessage, type WorkerOptions } from '../shared/worker/index.js';
+import { type ResolvedEnvironment, resolveEnvironment, WORKER_ENV_OUTPUTS } from './env-file.js';
+import { runUnderWorkerGrants } from './worker-scope.js';
 
 /**
  * `npm run worker`: the worker runtime as a long-running process, for GPU hosts (or any host) that
@@ -32,8 +36,11 @@ import { describeVerdict, processWorkMessage, type WorkerOptions } from '../shar
  *
  * Options: `--backend <module>` loads a module exporting `createBackend(): Backend | Promise<Backend>`
  * (default: the reference CPU backend); `--grace-seconds <n>` (default 60); `--wait-seconds <n>` (long
- * poll, default 20). Resources come from the same environment variables as the functions'
- * (WORK_QUEUE_URL, MODELS_TABLE, DATA_BUCKET, ...).
+ * poll, default 20); `--env-file <file>`. Resources come from the same environment variables as the
+ * functions' (WORK_QUEUE_URL, MODELS_TABLE, DATA_BUCKET, ...): from `--env-file` (a flat JSON map,
+ * NAME=value lines, or `cdk deploy --outputs-file` JSON, whose `WorkerEnv` is used), else the
+ * environment, else a running `npm start`'s `.local/env.json`. Against `npm start`'s stack the process
+ * runs under the worker's grants, checked locally as its host policy would be on AWS (worker-scope.ts).
  */
 
 export interface WorkerProcessOptions {
@@ -188,6 +195,7 @@ async function main(args: readonly string[]): Promise<number> {
   if (!Number.isInteger(waitTimeSeconds) || waitTimeSeconds < 0 || waitTimeSeconds > 20) {
     throw new Error('--wait-seconds must be an integer from 0 to 20');
   }
+  const environment = useEnvironment(flag(args, '--env-file'));
   const backend = await loadBackend(flag(args, '--backend'));
   const stop = new AbortController();
   const abandon = new AbortController();
@@ -212,22 +220,47 @@ async function main(args: readonly string[]): Promise<number> {
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
-  const queueUrl = config().workQueueUrl;
-  const sqs = new SQSClient({});
-  process.stdout.write(`worker (${backend.name} backend) polling ${queueUrl}\n`);
-  const handled = await runWorkerProcess({
-    queueUrl,
-    backend,
-    sqs,
-    stop: stop.signal,
-    abandon: abandon.signal,
-    cut: cut.signal,
-    cutDeadline,
-    waitTimeSeconds,
-  });
+  const run = async () => {
+    const queueUrl = config().workQueueUrl;
+    process.stdout.write(`worker (${backend.name} backend) polling ${queueUrl}\n`);
+    return runWorkerProcess({
+      queueUrl,
+      backend,
+      sqs: awsClients().sqs,
+      stop: stop.signal,
+      abandon: abandon.signal,
+      cut: cut.signal,
+      cutDeadline,
+      waitTimeSeconds,
+    });
+  };
+  let handled: number;
+  if (environment.localStack) {
+    process.stdout.write(
+      `worker: ${environment.source} is the local stack's: calls are checked against the worker's grants\n`,
+    );
+    handled = await runUnderWorkerGrants(process.env, run);
+  } else {
+    handled = await run();
+  }
   process.stdout.write(`worker stopped after ${handled} work items\n`);
-  sqs.destroy();
+  awsClients().sqs.destroy();
   return 0;
+}
+
+/** The process's variables (see the header): applied to process.env before anything reads config(). */
+function useEnvironment(envFile: string | undefined): ResolvedEnvironment {
+  const environment = resolveEnvironment({
+    envFile,
+    env: process.env,
+    readyVariable: topology.queues.work.envVar ?? 'WORK_QUEUE_URL',
+    needs: `the variables of the stack's ${STACK_ENV_OUTPUTS.worker} output`,
+    outputs: WORKER_ENV_OUTPUTS,
+  });
+  Object.assign(process.env, environment.variables);
+  resetConfig();
+  resetAwsClients();
+  return environment;
 }
 
 function isEntryPoint(): boolean {

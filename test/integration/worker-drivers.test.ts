@@ -1,10 +1,14 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DeleteObjectCommand } from '@aws-sdk/client-s3';
 import { ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import type { SQSEvent } from 'aws-lambda';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { handler } from '../../functions/worker/handler.js';
+import { writeLocalEnvFile } from '../../local/env-file.js';
 import { runWorkerProcess } from '../../local/worker-process.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { config } from '../../shared/config.js';
@@ -204,6 +208,33 @@ describe('the worker process', () => {
     expect(Date.now() - started).toBeLessThan(8_000);
     expect(out()).toMatch(/SIGTERM: no new work items/);
     await expectCommitted(ids);
+  });
+
+  it("npm run worker --env-file with npm start's file: takes its variables, and runs under the worker's grants", async () => {
+    const { ids, manifest } = await dispatchedModel('env-file');
+    await send(manifest);
+    const dir = mkdtempSync(path.join(tmpdir(), 'tinker-worker-env-'));
+    const envFile = path.join(dir, 'env.json');
+    // As `npm start` writes it: the stack's variables and the pid of its (running) writer.
+    writeLocalEnvFile(h.cloud.env, envFile);
+    try {
+      const { child, out } = spawnWorker(['--wait-seconds', '1', '--env-file', envFile], {
+        // The file wins over the environment.
+        WORK_QUEUE_URL: 'http://127.0.0.1:1/000000000000/nowhere',
+      });
+      await waitFor(
+        'the work item line',
+        () => out().includes(`work item ${manifest.work_item_id}: models 1 committed`),
+        30_000,
+      );
+      expect(out()).toContain(`polling ${h.cloud.env.WORK_QUEUE_URL}`);
+      expect(out()).toContain("is the local stack's: calls are checked against the worker's grants");
+      child.kill('SIGTERM');
+      expect(await exitCode(child)).toBe(0);
+      await expectCommitted(ids);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('SIGTERM during a long step: abandons after the grace period without committing; another worker finishes it', async () => {

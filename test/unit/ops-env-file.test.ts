@@ -1,11 +1,14 @@
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { resolveEnvironment } from '../../local/cli.js';
+import { resolveCliEnvironment } from '../../local/cli.js';
 import {
   parseEnvFile,
+  readEnvFile,
   removeLocalEnvFile,
+  resolveEnvironment,
+  WORKER_ENV_OUTPUTS,
   WRITER_PID_VARIABLE,
   writeLocalEnvFile,
 } from '../../local/env-file.js';
@@ -62,17 +65,56 @@ describe('env files for the operator CLI', () => {
   it('picks --env-file, else a configured environment, else a live npm start, and says what to do otherwise', () => {
     const file = path.join(dir, 'picked.json');
     writeLocalEnvFile({ POOL: 'from-file' }, file, false);
-    expect(resolveEnvironment(file, {}, path.join(dir, 'absent.json')).variables.POOL).toBe('from-file');
-    expect(resolveEnvironment(undefined, { REGISTRY_TABLE: 'r' }, file)).toEqual({
+    expect(resolveCliEnvironment(file, {}, path.join(dir, 'absent.json')).variables.POOL).toBe('from-file');
+    expect(resolveCliEnvironment(undefined, { REGISTRY_TABLE: 'r' }, file)).toEqual({
       source: 'environment',
       variables: {},
+      localStack: false,
     });
     const live = path.join(dir, 'live.json');
     writeLocalEnvFile({ POOL: 'local' }, live);
-    expect(resolveEnvironment(undefined, {}, live).variables.POOL).toBe('local');
+    expect(resolveCliEnvironment(undefined, {}, live)).toMatchObject({
+      variables: { POOL: 'local' },
+      localStack: true,
+    });
     // A pid that cannot be alive: the file is stale.
     writeLocalEnvFile({ POOL: 'local', [WRITER_PID_VARIABLE]: '2147483646' }, live, false);
-    expect(() => resolveEnvironment(undefined, {}, live)).toThrow(/no longer running \(pid 2147483646\)/);
-    expect(() => resolveEnvironment(undefined, {}, path.join(dir, 'absent.json'))).toThrow(/run 'npm start'/);
+    expect(() => resolveCliEnvironment(undefined, {}, live)).toThrow(/no longer running \(pid 2147483646\)/);
+    expect(() => resolveCliEnvironment(undefined, {}, path.join(dir, 'absent.json'))).toThrow(
+      /run 'npm start'/,
+    );
+  });
+
+  it('gives npm run worker WorkerEnv first, and says which variable it looks for', () => {
+    const outputs = path.join(dir, 'outputs.json');
+    writeFileSync(
+      outputs,
+      JSON.stringify({
+        stack: {
+          OperatorEnv: JSON.stringify({ WORK_QUEUE_URL: 'q', WORK_DLQ_URL: 'dlq' }),
+          WorkerEnv: JSON.stringify({ WORK_QUEUE_URL: 'q' }),
+        },
+      }),
+    );
+    const resolve = (envFile: string | undefined, env: Record<string, string>, localEnvFile: string) =>
+      resolveEnvironment({
+        envFile,
+        env,
+        localEnvFile,
+        readyVariable: 'WORK_QUEUE_URL',
+        needs: 'WORK_QUEUE_URL and the rest of WorkerEnv',
+        outputs: WORKER_ENV_OUTPUTS,
+      });
+    const absent = path.join(dir, 'absent.json');
+    expect(resolve(outputs, {}, absent)).toEqual({
+      source: outputs,
+      variables: { WORK_QUEUE_URL: 'q' },
+      localStack: false,
+    });
+    expect(readEnvFile(outputs).WORK_DLQ_URL).toBe('dlq');
+    expect(resolve(undefined, { WORK_QUEUE_URL: 'q' }, absent).source).toBe('environment');
+    expect(() => resolve(undefined, {}, absent)).toThrow(
+      /pass --env-file FILE, or set WORK_QUEUE_URL and the rest of WorkerEnv/,
+    );
   });
 });
