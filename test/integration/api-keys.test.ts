@@ -18,10 +18,10 @@ afterAll(async () => {
   await api?.stop();
 });
 
-/** `npm run keys -- ...` as a developer runs it, with the environment pointing at the test cloud. */
+/** `npm run keys -- ...` (the operator CLI's `keys`) as a developer runs it, pointed at the test cloud. */
 async function keysCli(...args: string[]): Promise<{ stdout: string; code: number }> {
   try {
-    const { stdout } = await run(process.execPath, ['--import', 'tsx', 'local/keys.ts', ...args], {
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', 'local/cli.ts', 'keys', ...args], {
       cwd: ROOT,
       env: { ...process.env, ...api.cloud.env },
     });
