@@ -1,11 +1,10 @@
 import { GetObjectCommand, HeadObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { GetCommand, PutCommand, QueryCommand, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { awsClients } from '../../shared/aws/clients.js';
 import { config } from '../../shared/config.js';
 import { mintRequestId } from '../../shared/ids.js';
-import { logger } from '../../shared/logger.js';
 import { type PayloadReads, readPayloads } from '../../shared/scheduler/payloads.js';
 import { type FunctionId, LIVE_INDEX } from '../../shared/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
@@ -29,15 +28,11 @@ describe('local runtime: grant enforcement', () => {
     return 'value' in outcome ? 'allowed' : outcome;
   };
 
-  // The runtime logs each denial as well as throwing it; the test output need not show them.
-  const warnings = vi.spyOn(logger, 'warn').mockImplementation(() => undefined);
-
   beforeAll(async () => {
     cloud = await setupTestCloud();
     probes = await startProbeRuntime(cloud);
   });
   afterAll(async () => {
-    warnings.mockRestore();
     await probes?.stop();
   });
 
@@ -58,7 +53,7 @@ describe('local runtime: grant enforcement', () => {
     expect(message).toContain('dynamodb:PutItem');
     expect(message).toContain(`table/${cloud.names.tables.prefixes}`);
     expect(await readPrefixRow('probe#api')).toBeUndefined();
-    expect(warnings).toHaveBeenCalledWith(
+    expect(probes.warnings).toHaveBeenCalledWith(
       'local runtime: call denied by the function grants',
       expect.objectContaining({ function: 'api', action: 'dynamodb:PutItem' }),
     );

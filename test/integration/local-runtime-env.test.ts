@@ -1,6 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { config } from '../../shared/config.js';
-import { logger } from '../../shared/logger.js';
 import type { FunctionId } from '../../shared/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { type ProbeRuntime, startProbeRuntime } from '../support/probe-runtime.js';
@@ -16,15 +15,11 @@ describe('local runtime: each function sees its own environment', () => {
   let probes: ProbeRuntime;
   const runAs = (functionId: FunctionId, read: () => unknown) => probes.runAs(functionId, read);
 
-  // The runtime logs each hidden read as well as throwing; the test output need not show them.
-  const warnings = vi.spyOn(logger, 'warn').mockImplementation(() => undefined);
-
   beforeAll(async () => {
     cloud = await setupTestCloud();
     probes = await startProbeRuntime(cloud);
   });
   afterAll(async () => {
-    warnings.mockRestore();
     await probes?.stop();
   });
 
@@ -32,7 +27,7 @@ describe('local runtime: each function sees its own environment', () => {
     const outcome = await runAs('scheduler', () => config().table('prefixes'));
     expect(outcome).toMatchObject({ name: 'ConfigError' });
     expect((outcome as { message: string }).message).toContain('PREFIXES_TABLE');
-    expect(warnings).toHaveBeenCalledWith(
+    expect(probes.warnings).toHaveBeenCalledWith(
       'local runtime: a function read a resource variable its deployed function does not get',
       { function: 'scheduler', variable: 'PREFIXES_TABLE' },
     );

@@ -1,4 +1,6 @@
+import { type MockInstance, vi } from 'vitest';
 import type { LocalRuntime } from '../../local/runtime.js';
+import { logger } from '../../shared/logger.js';
 import {
   FUNCTION_IDS,
   type FunctionDecl,
@@ -17,6 +19,11 @@ export interface ProbeRuntime {
   runAs(functionId: FunctionId, probe: () => unknown): Promise<ProbeOutcome>;
   /** Runs `probe` outside any trigger under `functionId`'s scope (`LocalRuntime.runAs`, a process loop). */
   runAsProcess(functionId: FunctionId, probe: () => Promise<unknown>): Promise<ProbeOutcome>;
+  /**
+   * The logger's warnings while the runtime runs: it logs each denial and hidden read as well as
+   * throwing it, and probes cause them on purpose, so they are captured here instead of printed.
+   */
+  readonly warnings: MockInstance<typeof logger.warn>;
   stop(): Promise<void>;
 }
 
@@ -41,6 +48,7 @@ export async function startProbeRuntime(cloud: TestCloud): Promise<ProbeRuntime>
     functions[id] = { ...topology.functions[id], triggers: [{ kind: 'schedule', rateMinutes: 60 }] };
   }
   const probed: Topology = { ...topology, functions: functions as Topology['functions'] };
+  const warnings = vi.spyOn(logger, 'warn').mockImplementation(() => undefined);
   const runtime: LocalRuntime = await startCloudRuntime(cloud, {
     topology: probed,
     handlers: Object.fromEntries(FUNCTION_IDS.map((id) => [id, probeHandler])),
@@ -51,6 +59,10 @@ export async function startProbeRuntime(cloud: TestCloud): Promise<ProbeRuntime>
       return (await runtime.runSchedule(functionId)) as ProbeOutcome;
     },
     runAsProcess: (functionId, call) => runtime.runAs(functionId, () => outcomeOf(call)),
-    stop: () => runtime.stop(),
+    warnings,
+    stop: async () => {
+      warnings.mockRestore();
+      await runtime.stop();
+    },
   };
 }

@@ -2,17 +2,10 @@ import { describe, expect, it } from 'vitest';
 import { iamRequestsFor, type ResourceIndex, resourceIndex } from '../../local/iam-requests.js';
 import { grantsAllow, type IamRequest } from '../../shared/grants.js';
 import { type FunctionGrants, type FunctionId, LIVE_INDEX, topology } from '../../shared/topology.js';
+import { localEnvFixture } from './local-env-fixture.js';
 
 /** Names as `envFor` provisions them under the prefix `p`. */
-const env = {
-  FUTURES_TABLE: 'p-futures',
-  MODELS_TABLE: 'p-models',
-  REGISTRY_TABLE: 'p-registry',
-  PREFIXES_TABLE: 'p-prefixes',
-  DATA_BUCKET: 'p-data',
-  WORK_QUEUE_URL: 'http://sqs.local:1/000000000000/p-work',
-};
-const queueUrls = { streamDlq: 'http://sqs.local:1/000000000000/p-stream-dlq' };
+const { env, queueUrls } = localEnvFixture();
 const index: ResourceIndex = resourceIndex(topology, env, queueUrls);
 
 /** `action on-what`, for compact expectations. */

@@ -6,6 +6,7 @@ import { config, resetConfig, setConfigScope } from '../../shared/config.js';
 import { ConfigError } from '../../shared/errors.js';
 import { logger } from '../../shared/logger.js';
 import { type FunctionId, topology } from '../../shared/topology.js';
+import { localEnvFixture } from './local-env-fixture.js';
 
 /**
  * The local runtime's environment scope: inside a function, `config()` sees only the resource
@@ -13,14 +14,7 @@ import { type FunctionId, topology } from '../../shared/topology.js';
  */
 
 const env: Record<string, string> = {
-  FUTURES_TABLE: 'p-futures',
-  MODELS_TABLE: 'p-models',
-  REGISTRY_TABLE: 'p-registry',
-  PREFIXES_TABLE: 'p-prefixes',
-  DATA_BUCKET: 'p-data',
-  WORK_QUEUE_URL: 'http://127.0.0.1:1/000000000000/p-work',
-  WORK_DLQ_URL: 'http://127.0.0.1:1/000000000000/p-work-dlq',
-  STREAM_DLQ_URL: 'http://127.0.0.1:1/000000000000/p-stream-dlq',
+  ...localEnvFixture().env,
   POOL: 'pool-a',
   LIVE_SHARDS: '3',
   LONG_POLL_SECONDS: '7',

@@ -8,20 +8,14 @@ import { resourceIndex } from '../../local/iam-requests.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
 import { logger } from '../../shared/logger.js';
 import { topology } from '../../shared/topology.js';
+import { localEnvFixture } from './local-env-fixture.js';
 
 /**
  * The enforcement middleware on clients whose transport only counts what reaches it: a denied call
  * must fail before any request is sent; an allowed one, or one made outside a function, goes out.
  */
 
-const env = {
-  FUTURES_TABLE: 'p-futures',
-  MODELS_TABLE: 'p-models',
-  REGISTRY_TABLE: 'p-registry',
-  PREFIXES_TABLE: 'p-prefixes',
-  DATA_BUCKET: 'p-data',
-  WORK_QUEUE_URL: 'http://127.0.0.1:1/000000000000/p-work',
-};
+const { env } = localEnvFixture();
 const access = new AccessPolicy(topology, resourceIndex(topology, env));
 
 class Sent extends Error {
