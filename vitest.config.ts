@@ -1,4 +1,22 @@
+import { execFileSync } from 'node:child_process';
 import { defineConfig } from 'vitest/config';
+
+/**
+ * The property tests' seed (test/support/property-seed.ts): FC_SEED, else the first 32 bits of the
+ * commit checked out, else none (fast-check then draws a random seed per property, as by default).
+ */
+function propertySeed(): string {
+  if (process.env.FC_SEED !== undefined) return process.env.FC_SEED;
+  try {
+    const head = execFileSync('git', ['rev-parse', 'HEAD'], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+    return String(Number.parseInt(head.slice(0, 8), 16) | 0);
+  } catch {
+    return '';
+  }
+}
 
 // Suites that need the local cloud (DynamoDB Local + fauxqs). Only their project starts it, so a
 // unit-only run (`npm run test:unit`, `vitest run test/unit`) needs no Java and pays no start-up.
@@ -11,7 +29,8 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     teardownTimeout: 30_000,
-    env: { AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
+    env: { AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true', FC_SEED: propertySeed() },
+    setupFiles: ['test/support/property-seed.ts'],
     projects: [
       {
         extends: true,
