@@ -138,7 +138,8 @@ function passPayload(seqId: number, salt: number, datums: number): { payload: Pa
 /** Plain JSON (the scheduler checks a body against the digest stored with it, whatever its key order). */
 function serialized(payload: PassPayload): SerializedPayload {
   const body = JSON.stringify(payload);
-  return { body, bytes: Buffer.byteLength(body), digest: sha256Hex(body) };
+  const digest = sha256Hex(body);
+  return { body, bytes: Buffer.byteLength(body), digest, storedDigest: digest, format: 'json' };
 }
 
 interface Scene {

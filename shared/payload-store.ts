@@ -4,20 +4,33 @@ import { config } from './config.js';
 import { InfrastructureError } from './errors.js';
 import { sha256Hex } from './ids.js';
 import { logger } from './logger.js';
+import {
+  isPayloadCompression,
+  isPayloadFormat,
+  PAYLOAD_CONTENT_TYPES,
+  PayloadBytes,
+  type PayloadCompression,
+  type PayloadFormat,
+} from './payload-bytes.js';
 import { storageKeys } from './storage-keys.js';
 
 /**
- * Request payloads in S3, under a key derived from the request id, with the sha256 digest of their
- * bytes. Payloads are serialized canonically (object keys sorted), and the API stores only values
- * derived from the validated request and its idempotency key, so a retried request produces the same
- * bytes and the same digest: the digest is both the integrity check a worker runs and the
- * fingerprint the idempotency records compare (R7).
+ * Request payloads in S3, under a key derived from the request id. Two digests: `digest`, the
+ * fingerprint the idempotency records compare (R7), is the sha256 of the payload's canonical form
+ * (JSON with sorted keys, or the canonical protobuf encoding of a pass), derived only from the
+ * validated request and its idempotency key, so a retry gives the same one whichever wire it came
+ * by; `storedDigest`, the sha256 of the stored bytes, is the integrity check readers run. They
+ * differ only for a body stored as received in compressed form.
  */
 
 export interface SerializedPayload {
-  readonly body: string;
+  readonly body: string | Uint8Array;
+  /** Stored bytes. */
   readonly bytes: number;
   readonly digest: string;
+  readonly storedDigest: string;
+  readonly format: PayloadFormat;
+  readonly compression?: PayloadCompression;
 }
 
 /**
@@ -40,7 +53,53 @@ export function canonicalJson(value: unknown): string {
 
 export function serializePayload(payload: unknown): SerializedPayload {
   const body = canonicalJson(payload);
-  return { body, bytes: Buffer.byteLength(body), digest: sha256Hex(body) };
+  const digest = sha256Hex(body);
+  return { body, bytes: Buffer.byteLength(body), digest, storedDigest: digest, format: 'json' };
+}
+
+/**
+ * A protobuf pass payload: `canonical` is its canonical encoding (the fingerprint); `stored`, when
+ * given, is what is kept instead (the client's compressed body, smaller to store and to move).
+ */
+export function serializeBinaryPayload(
+  canonical: Uint8Array,
+  stored?: { readonly bytes: Uint8Array; readonly compression: PayloadCompression },
+): SerializedPayload {
+  const digest = sha256Hex(canonical);
+  if (stored === undefined) {
+    return { body: canonical, bytes: canonical.length, digest, storedDigest: digest, format: 'tinker-pb' };
+  }
+  return {
+    body: stored.bytes,
+    bytes: stored.bytes.length,
+    digest,
+    storedDigest: sha256Hex(stored.bytes),
+    format: 'tinker-pb',
+    compression: stored.compression,
+  };
+}
+
+/** S3 metadata of a stored payload: its integrity digest, format and compression. */
+export function payloadMetadata(serialized: SerializedPayload): Record<string, string> {
+  return {
+    sha256: serialized.storedDigest,
+    format: serialized.format,
+    ...(serialized.compression === undefined ? {} : { compression: serialized.compression }),
+  };
+}
+
+/** The stored bytes with what their metadata says of them; objects from before formats were recorded are JSON. */
+export function payloadFromObject(
+  bytes: Uint8Array,
+  metadata: Record<string, string> | undefined,
+): PayloadBytes {
+  const format = metadata?.format;
+  const compression = metadata?.compression;
+  return new PayloadBytes(
+    bytes,
+    isPayloadFormat(format) ? format : 'json',
+    isPayloadCompression(compression) ? compression : undefined,
+  );
 }
 
 export async function putPayload(
@@ -54,27 +113,38 @@ export async function putPayload(
       Bucket: config().bucket,
       Key: key,
       Body: serialized.body,
-      ContentType: 'application/json',
-      Metadata: { sha256: serialized.digest },
+      ContentType: PAYLOAD_CONTENT_TYPES[serialized.format],
+      Metadata: payloadMetadata(serialized),
     }),
   );
   return key;
 }
 
-/** Reads a payload and checks its digest; a mismatch or a missing object is an infrastructure error. */
+/** Reads a payload and checks it against its stored digest; a mismatch or a missing object is an infrastructure error. */
+export async function readStoredPayload(key: string, s3: S3Client = awsClients().s3): Promise<PayloadBytes> {
+  const answer = await s3.send(new GetObjectCommand({ Bucket: config().bucket, Key: key }));
+  const bytes = await answer.Body?.transformToByteArray();
+  if (bytes === undefined) throw new InfrastructureError(`payload ${key} has no body`, { context: { key } });
+  const expected = answer.Metadata?.sha256;
+  if (expected !== undefined && sha256Hex(bytes) !== expected) {
+    throw new InfrastructureError(`payload ${key} does not match its digest`, { context: { key } });
+  }
+  return payloadFromObject(bytes, answer.Metadata);
+}
+
+/** A JSON payload, parsed, whose bytes must match `expectedDigest` (the row's fingerprint). */
 export async function readPayload<T = unknown>(
   key: string,
   expectedDigest: string,
   s3: S3Client = awsClients().s3,
 ): Promise<T> {
-  const answer = await s3.send(new GetObjectCommand({ Bucket: config().bucket, Key: key }));
-  const body = await answer.Body?.transformToString('utf8');
-  if (body === undefined) throw new InfrastructureError(`payload ${key} has no body`, { context: { key } });
-  const digest = sha256Hex(body);
-  if (digest !== expectedDigest) {
-    throw new InfrastructureError(`payload ${key} does not match its digest`, { context: { key } });
+  const payload = await readStoredPayload(key, s3);
+  if (payload.format !== 'json' || sha256Hex(payload.bytes) !== expectedDigest) {
+    throw new InfrastructureError(`payload ${key} is not the JSON payload its row names`, {
+      context: { key },
+    });
   }
-  return JSON.parse(body) as T;
+  return JSON.parse(new TextDecoder().decode(payload.bytes)) as T;
 }
 
 /** Best-effort delete of a payload no row will ever reference (the sweeper collects what this misses). */

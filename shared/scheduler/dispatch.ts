@@ -8,6 +8,7 @@ import {
 } from '@aws-sdk/client-s3';
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { manifestFor, type WorkItem, workItemSchema } from '../scheduling/work-item.js';
+import { encodeWorkItemFile } from '../scheduling/work-item-file.js';
 import { storageKeys } from '../storage-keys.js';
 
 /**
@@ -17,18 +18,20 @@ import { storageKeys } from '../storage-keys.js';
  */
 export const MULTIPART_PART_BYTES = 8 * 1024 * 1024;
 const PART_CONCURRENCY = 4;
+const WORK_ITEM_CONTENT_TYPE = 'application/octet-stream';
 
 /**
- * Writes the work item to S3 (`work/<id>.json`) and returns its size. Checked against the schema
- * first, so a malformed item (a gapped run, a missing payload) never reaches a worker.
+ * Writes the work item to S3 (`work/<id>.json`, in the layout of work-item-file.ts: payload bytes
+ * copied in as read) and returns its size. Checked against the schema first, so a malformed item
+ * (a gapped run, a missing payload) never reaches a worker.
  */
 export async function writeWorkItem(s3: S3Client, bucket: string, workItem: WorkItem): Promise<number> {
   workItemSchema.parse(workItem);
-  const body = Buffer.from(JSON.stringify(workItem), 'utf8');
+  const body = encodeWorkItemFile(workItem);
   const key = storageKeys.workItem(workItem.work_item_id);
   if (body.length <= MULTIPART_PART_BYTES) {
     await s3.send(
-      new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ContentType: 'application/json' }),
+      new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ContentType: WORK_ITEM_CONTENT_TYPE }),
     );
   } else {
     await putInParts(s3, bucket, key, body);
@@ -36,9 +39,9 @@ export async function writeWorkItem(s3: S3Client, bucket: string, workItem: Work
   return body.length;
 }
 
-async function putInParts(s3: S3Client, bucket: string, key: string, body: Buffer): Promise<void> {
+async function putInParts(s3: S3Client, bucket: string, key: string, body: Uint8Array): Promise<void> {
   const created = await s3.send(
-    new CreateMultipartUploadCommand({ Bucket: bucket, Key: key, ContentType: 'application/json' }),
+    new CreateMultipartUploadCommand({ Bucket: bucket, Key: key, ContentType: WORK_ITEM_CONTENT_TYPE }),
   );
   const uploadId = created.UploadId;
   if (uploadId === undefined) throw new Error(`S3 gave no upload id for ${key}`);

@@ -3,6 +3,7 @@ import { TRANSIENT_AWS_ERROR_NAMES } from '../aws/transient-errors.js';
 import { isAwsError } from '../errors.js';
 import { sha256Hex } from '../ids.js';
 import { logger } from '../logger.js';
+import { payloadFromObject } from '../payload-store.js';
 import { backoffDelay, realSleep } from '../prefix/backoff.js';
 import { Limiter } from '../prefix/limiter.js';
 import { storageKeys } from '../storage-keys.js';
@@ -17,16 +18,16 @@ const PAYLOAD_READ_CONCURRENCY = 32;
 const PAYLOAD_GET_ATTEMPTS = 3;
 const PAYLOAD_GET_BACKOFF = { baseMs: 25, capMs: 400, maxRetries: PAYLOAD_GET_ATTEMPTS };
 
-/** The object's body and stored digest; both undefined when it does not exist. */
+/** The object's bytes and metadata; both undefined when it does not exist. */
 async function getPayloadObject(
   s3: S3Client,
   bucket: string,
   key: string,
-): Promise<{ body?: string; digest?: string }> {
+): Promise<{ body?: Uint8Array; metadata?: Record<string, string> }> {
   for (let attempt = 1; ; attempt++) {
     try {
       const answer = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
-      return { body: await answer.Body?.transformToString('utf8'), digest: answer.Metadata?.sha256 };
+      return { body: await answer.Body?.transformToByteArray(), metadata: answer.Metadata ?? {} };
     } catch (error) {
       if (isAwsError(error, 'NoSuchKey', 'NotFound')) return {};
       if (attempt >= PAYLOAD_GET_ATTEMPTS || !isAwsError(error, ...TRANSIENT_AWS_ERROR_NAMES)) throw error;
@@ -36,7 +37,11 @@ async function getPayloadObject(
 }
 
 export interface PayloadReads {
-  /** Parsed payloads by request id; a request left out has no readable payload. */
+  /**
+   * `PayloadBytes` by request id, undecoded; a request left out has no readable payload. (Values of
+   * other kinds are written into the work item as inline JSON: the benchmarks' baselines hand the
+   * tick payloads they decoded themselves.)
+   */
   readonly payloads: Map<string, unknown>;
   readonly gets: number;
   readonly bytes: number;
@@ -45,7 +50,8 @@ export interface PayloadReads {
 }
 
 /**
- * GETs exactly the payloads of `requestIds` (R6: call it with the dispatched requests only). A
+ * GETs exactly the payloads of `requestIds` (R6: call it with the dispatched requests only), and
+ * keeps their bytes as stored: the worker decodes them (W4). A
  * missing object, or one whose body does not match the sha256 the API stored in its metadata, is
  * reported as unreadable: the caller dispatches that step as a server-error fail step (R5). A
  * transient S3 error is tried again a few times; any other error, or one that persists, is thrown:
@@ -64,18 +70,19 @@ export async function readPayloads(
     requestIds.map((requestId) =>
       limiter.run(async () => {
         const key = storageKeys.payload(requestId);
-        const { body, digest } = await getPayloadObject(s3, bucket, key);
+        const { body, metadata } = await getPayloadObject(s3, bucket, key);
         if (body === undefined) {
           unreadable.push(requestId);
           return;
         }
-        bytes += Buffer.byteLength(body);
+        bytes += body.length;
+        const digest = metadata?.sha256;
         if (digest !== undefined && sha256Hex(body) !== digest) {
           logger.error('payload does not match its stored digest', { request_id: requestId });
           unreadable.push(requestId);
           return;
         }
-        payloads.set(requestId, JSON.parse(body) as unknown);
+        payloads.set(requestId, payloadFromObject(body, metadata));
       }),
     ),
   );

@@ -1,12 +1,31 @@
 import type { S3Client } from '@aws-sdk/client-s3';
 import { InfrastructureError } from '../errors.js';
+import { PayloadBytes } from '../payload-bytes.js';
 import {
   type WorkItem,
   type WorkManifest,
   workItemSchema,
   workManifestSchema,
 } from '../scheduling/work-item.js';
+import { decodeWorkItemFile } from '../scheduling/work-item-file.js';
 import { getBytes } from './blobs.js';
+
+/**
+ * JSON payloads are parsed here, once per work item; protobuf pass payloads stay bytes until their
+ * step decodes them into typed arrays (W4).
+ */
+function withJsonPayloadsParsed(item: unknown): unknown {
+  const shape = item as { models?: { steps?: { payload?: unknown }[] }[]; samples?: { payload?: unknown }[] };
+  const entries = [...(shape.models ?? []).flatMap((model) => model.steps ?? []), ...(shape.samples ?? [])];
+  const text = new TextDecoder();
+  for (const entry of entries) {
+    const payload = entry.payload;
+    if (payload instanceof PayloadBytes && payload.format === 'json') {
+      entry.payload = JSON.parse(text.decode(payload.bytes)) as unknown;
+    }
+  }
+  return item;
+}
 
 /** A work item by value (tests, a driver that already holds it) or the manifest naming it in S3. */
 export type WorkSource = WorkItem | WorkManifest;
@@ -26,15 +45,15 @@ export function parseManifest(body: string): WorkManifest {
 
 /** The work item, checked against the scheduler's schema (contiguous seqs, one model once, R4). */
 export async function loadWorkItem(source: WorkSource, s3: S3Client): Promise<WorkItem> {
-  if (!isManifest(source)) return workItemSchema.parse(source);
+  if (!isManifest(source)) return workItemSchema.parse(withJsonPayloadsParsed(source));
   const bytes = await getBytes(s3, source.key);
   let parsed: unknown;
   try {
-    parsed = JSON.parse(new TextDecoder().decode(bytes));
+    parsed = decodeWorkItemFile(bytes);
   } catch (error) {
-    throw new InfrastructureError(`work item ${source.key} is not JSON`, { cause: error });
+    throw new InfrastructureError(`work item ${source.key} is not a work item file`, { cause: error });
   }
-  const checked = workItemSchema.safeParse(parsed);
+  const checked = workItemSchema.safeParse(withJsonPayloadsParsed(parsed));
   if (!checked.success) {
     throw new InfrastructureError(`work item ${source.key} does not match the work item schema`, {
       cause: checked.error,

@@ -1,4 +1,4 @@
-import { GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { DeleteMessageBatchCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { GetCommand, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
@@ -21,12 +21,13 @@ import { requireSeqCounter } from '../../shared/repositories/seq-counters.js';
 import { submitCreateModel, submitTrainingStep } from '../../shared/repositories/training-intake.js';
 import { runTick } from '../../shared/scheduler/tick.js';
 import {
+  manifestFor,
   type WorkItem,
   type WorkManifest,
-  workItemSchema,
   workManifestSchema,
 } from '../../shared/scheduling/work-item.js';
 import { storageKeys } from '../../shared/storage-keys.js';
+import { loadWorkItem } from '../../shared/worker/load-work-item.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 
 /**
@@ -142,7 +143,7 @@ export async function submitStep(
     },
     clients,
   );
-  return { requestId, payload: JSON.parse(serialized.body) as unknown };
+  return { requestId, payload: JSON.parse(serialized.body as string) as unknown };
 }
 
 /** A sampling session on a model's checkpoint (content id given), or on the bare base model. */
@@ -189,14 +190,11 @@ export async function submitSampleRequest(
     { requestId, tenant: TENANT, samplingSession: session, seqId, tokens: 7, payload: serialized, now },
     clients,
   );
-  return { requestId, payload: JSON.parse(serialized.body) as unknown };
+  return { requestId, payload: JSON.parse(serialized.body as string) as unknown };
 }
 
 export async function readWorkItem(clients: AwsClients, workItemId: string): Promise<WorkItem> {
-  const answer = await clients.s3.send(
-    new GetObjectCommand({ Bucket: config().bucket, Key: storageKeys.workItem(workItemId) }),
-  );
-  return workItemSchema.parse(JSON.parse((await answer.Body?.transformToString('utf8')) ?? ''));
+  return loadWorkItem(manifestFor(workItemId), clients.s3);
 }
 
 /** Every manifest waiting in the work queue (received and deleted). */

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { localAwsClients } from '../../local/aws-clients.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
 import { mintRequestId } from '../../shared/ids.js';
+import { PayloadBytes } from '../../shared/payload-bytes.js';
 import { putPayload, serializePayload } from '../../shared/payload-store.js';
 import { readPayloads } from '../../shared/scheduler/payloads.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
@@ -62,7 +63,15 @@ describe('payload reads under transient S3 errors', () => {
     expect(failNext).toBe(0);
     expect(getObjects).toBe(6);
     expect(reads.unreadable).toEqual([]);
-    expect(reads.payloads).toEqual(payloads);
+    // The bytes as stored, undecoded (the worker decodes them).
+    const read = new Map(
+      [...reads.payloads].map(([id, bytes]) => [
+        id,
+        JSON.parse(new TextDecoder().decode((bytes as PayloadBytes).bytes)) as unknown,
+      ]),
+    );
+    expect([...reads.payloads.values()].every((bytes) => bytes instanceof PayloadBytes)).toBe(true);
+    expect(read).toEqual(payloads);
   });
 
   it('an error that persists still fails the read; a missing object is still unreadable', async () => {

@@ -1,4 +1,4 @@
-import { ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
+import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { GetCommand, PutCommand, QueryCommand, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import * as ops from '../../shared/api/operations.js';
 import { retrieveFuture } from '../../shared/api/retrieve.js';
@@ -10,13 +10,13 @@ import { type FutureRow, type LiveRow, type ModelRow, registryKey } from '../../
 import { StepUserError } from '../../shared/errors.js';
 import { deriveId, deriveSeed, liveKey, mintRequestId } from '../../shared/ids.js';
 import { logger } from '../../shared/logger.js';
-import { readPayload } from '../../shared/payload-store.js';
+import { readStoredPayload } from '../../shared/payload-store.js';
+import { writeWorkItem } from '../../shared/scheduler/dispatch.js';
 import { assembleWorkItem, payloadsToRead, type SampleClaimed } from '../../shared/scheduling/assemble.js';
 import { claimFor, type ModelClaim, replanFor } from '../../shared/scheduling/claim.js';
 import { DEFAULT_PLAN_LIMITS, type PlanLimits } from '../../shared/scheduling/limits.js';
 import { plan } from '../../shared/scheduling/planner.js';
 import { manifestFor, type WorkItem, type WorkManifest } from '../../shared/scheduling/work-item.js';
-import { storageKeys } from '../../shared/storage-keys.js';
 import { LIVE_INDEX } from '../../shared/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 
@@ -350,12 +350,10 @@ export class WorkerHarness {
     for (const id of payloadsToRead(planned, claims, sampleClaimed)) {
       const future = (await this.future(id)) as FutureRow;
       // A missing object stays absent, as in the scheduler's reads: it becomes a fail step or entry.
-      const payload = await readPayload(future.payload_key, future.payload_digest, s3).catch(
-        (error: Error) => {
-          if (error.name === 'NoSuchKey') return undefined;
-          throw error;
-        },
-      );
+      const payload = await readStoredPayload(future.payload_key, s3).catch((error: Error) => {
+        if (error.name === 'NoSuchKey') return undefined;
+        throw error;
+      });
       if (payload !== undefined) payloads.set(id, payload);
     }
     const workItem = assembleWorkItem({
@@ -369,14 +367,7 @@ export class WorkerHarness {
     });
     if (workItem === undefined) return undefined;
     this.#items++;
-    await s3.send(
-      new PutObjectCommand({
-        Bucket: config().bucket,
-        Key: storageKeys.workItem(workItemId),
-        Body: JSON.stringify(workItem),
-        ContentType: 'application/json',
-      }),
-    );
+    await writeWorkItem(s3, config().bucket, workItem);
     return { item: workItem, manifest: manifestFor(workItemId) };
   }
 
