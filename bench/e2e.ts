@@ -3,7 +3,13 @@ import { BatchGetCommand } from '@aws-sdk/lib-dynamodb';
 import { phraseDatum } from '../local/demo/dataset.js';
 import { startLocalStack } from '../local/stack.js';
 import { DEFAULT_BASE_MODEL } from '../shared/api/capabilities.js';
-import type { ForwardBackwardInput, SampleRequest } from '../shared/backend/backend.js';
+import type { SampleRequest } from '../shared/backend/backend.js';
+import {
+  type ForwardBackwardInputJson,
+  type ModelInputJson,
+  modelInputFromJson,
+  passInputFromJson,
+} from '../shared/backend/pass-input.js';
 import { ReferenceBackend } from '../shared/backend/reference/reference-backend.js';
 import { TinkerClient } from '../shared/client/tinker-client.js';
 import { createApiKey } from '../shared/repositories/api-keys.js';
@@ -42,7 +48,7 @@ const SAMPLE_TOKENS = 8;
 
 function batch(model: number, round: number) {
   const data = [0, 1].map((i) => phraseDatum(TEXTS[(model + round + i) % TEXTS.length] as string));
-  return { data, loss_fn: 'cross_entropy' as const } satisfies ForwardBackwardInput;
+  return { data, loss_fn: 'cross_entropy' as const } satisfies ForwardBackwardInputJson;
 }
 
 function sampleRequest(model: number, round: number) {
@@ -56,7 +62,7 @@ function sampleRequest(model: number, round: number) {
       top_p: 1,
       seed: model * 1000 + round,
     },
-  } satisfies SampleRequest;
+  } satisfies Omit<SampleRequest, 'prompt'> & { prompt: ModelInputJson };
 }
 
 function percentile(sorted: readonly number[], p: number): number {
@@ -263,13 +269,18 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
           const since = (t: number) => performance.now() - (mode === 'burst' ? started : t);
           for (let r = 0; r < shape.rounds; r++) {
             const roundStart = performance.now();
-            state = (await backend.forwardBackward(state, batch(m, r))).state;
+            // Converted from JSON per call, as the worker converts each stored payload.
+            state = (await backend.forwardBackward(state, passInputFromJson(batch(m, r), 'input'))).state;
             record(latencies, 'forward_backward', since(roundStart));
             state = (await backend.optimStep(state, ADAM)).state;
             record(latencies, 'optim_step', since(roundStart));
             if (r % shape.sampleEvery === 0) {
               const sampler = await backend.loadSampler(DEFAULT_BASE_MODEL, null);
-              await backend.sample(sampler, sampleRequest(m, r));
+              const request = sampleRequest(m, r);
+              await backend.sample(sampler, {
+                ...request,
+                prompt: modelInputFromJson(request.prompt, 'prompt'),
+              });
               record(latencies, 'sample', since(roundStart));
             }
           }

@@ -13,39 +13,20 @@
  * with one adapter slot per sampler checkpoint); randomness must still be keyed by (seed, sample index,
  * position) so a resumed call continues exactly (P6). Results match the reference within a stated
  * tolerance, not bit-exactly (R1).
+ *
+ * Inputs arrive typed (W4): token ids in Int32Array, loss inputs as dense Float32Array / BigInt64Array
+ * tensors with their shape, whichever wire the client spoke (shared/backend/pass-input.ts), so an engine
+ * copies them to the device as they are; outputs are typed tensors the worker turns into JSON once.
  */
 
-/** `{data, dtype, shape}` as the Tinker SDK sends and receives tensors (flattened, row-major). */
-export interface TensorData {
-  readonly data: readonly number[];
-  readonly dtype: 'int64' | 'float32';
-  readonly shape?: readonly number[] | null;
-  readonly sparse_crow_indices?: readonly number[] | null;
-  readonly sparse_col_indices?: readonly number[] | null;
-}
+import type { ForwardBackwardInput, ModelInput } from './pass-input.js';
+import type { Tensor } from './tensor.js';
 
-export interface ModelInputChunk {
-  readonly type?: string;
-  readonly tokens?: readonly number[];
-}
+export type { Datum, EncodedTextChunk, ForwardBackwardInput, ModelInput } from './pass-input.js';
+export type { Float32Tensor, Int64Tensor, Tensor } from './tensor.js';
 
-export interface ModelInput {
-  readonly chunks: readonly ModelInputChunk[];
-}
-
-export interface Datum {
-  readonly model_input: ModelInput;
-  readonly loss_fn_inputs: Readonly<Record<string, TensorData>>;
-}
-
-/** Body of `forward_backward_input` / `forward_input`. */
-export interface ForwardBackwardInput {
-  readonly data: readonly Datum[];
-  readonly loss_fn: string;
-  readonly loss_fn_config?: Readonly<Record<string, number>> | null;
-}
-
-export type LossFnOutput = Record<string, TensorData>;
+/** Per datum, the loss function's outputs by name (`logprobs`, `elementwise_loss`), dense and typed. */
+export type LossFnOutput = Record<string, Tensor>;
 
 /** Metric keys read `name:reduction` (the SDK splits on ':' to merge chunked results). */
 export type Metrics = Record<string, number>;

@@ -49,11 +49,13 @@ export interface ModelInputJson {
   readonly chunks: readonly { readonly type?: string; readonly tokens?: readonly number[] }[];
 }
 
+export interface DatumJson {
+  readonly model_input: ModelInputJson;
+  readonly loss_fn_inputs: Readonly<Record<string, TensorDataJson>>;
+}
+
 export interface ForwardBackwardInputJson {
-  readonly data: readonly {
-    readonly model_input: ModelInputJson;
-    readonly loss_fn_inputs: Readonly<Record<string, TensorDataJson>>;
-  }[];
+  readonly data: readonly DatumJson[];
   readonly loss_fn: string;
   readonly loss_fn_config?: Readonly<Record<string, number | string>> | null;
 }

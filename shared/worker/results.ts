@@ -4,6 +4,7 @@ import {
   type SampleRun,
   toSampleResult,
 } from '../backend/backend.js';
+import { type TensorJson, tensorToJson } from '../backend/tensor.js';
 
 /**
  * The result JSON of each request type, as the Tinker SDK parses it (REFERENCE.md section 1). Every
@@ -19,10 +20,15 @@ export function createModelResult(modelId: string) {
   return { model_id: modelId, type: 'create_model' as const };
 }
 
+/** The backend's typed outputs as the SDK's JSON `TensorData` (`{data, dtype, shape}`, dense). */
 export function passResult(result: ForwardBackwardResult) {
   return {
     loss_fn_output_type: result.loss_fn_output_type,
-    loss_fn_outputs: result.loss_fn_outputs,
+    loss_fn_outputs: result.loss_fn_outputs.map((outputs) => {
+      const json: Record<string, TensorJson> = {};
+      for (const [name, tensor] of Object.entries(outputs)) json[name] = tensorToJson(tensor);
+      return json;
+    }),
     metrics: result.metrics,
   };
 }

@@ -1,5 +1,5 @@
 import { DeleteCommand } from '@aws-sdk/lib-dynamodb';
-import type { SampleRequest, SampleRun, SequencePrefix } from '../backend/backend.js';
+import type { SampleRun, SequencePrefix } from '../backend/backend.js';
 import { config } from '../config.js';
 import { registryKey, type SamplePrefixRef } from '../domain/records.js';
 import { isAwsError, StepUserError } from '../errors.js';
@@ -14,7 +14,7 @@ import { SampleClaimLostError } from './lease.js';
 import { storeOutcome } from './outputs.js';
 import { sampleResult } from './results.js';
 import { type SampleStart, type SequenceStart, sampleContentId, sequenceCallId } from './sample-resume.js';
-import { MalformedPayloadError, parseSamplePayload } from './step-payloads.js';
+import { MalformedPayloadError, parseSamplePayload, sampleRequestOf } from './step-payloads.js';
 import type { StepResult } from './steps.js';
 import type { PartOutcome, SampleCutReport, SampleOutcome, SequenceStartReport } from './types.js';
 
@@ -149,13 +149,7 @@ async function generate(sample: WorkItemSample, ctx: RunContext): Promise<Genera
   try {
     const payload = parseSamplePayload(sample.request_id, sample.payload);
     const sampler = await ctx.samplers.get(payload.base_model, payload.checkpoint);
-    const request = {
-      num_samples: payload.num_samples,
-      prompt: payload.prompt,
-      sampling_params: payload.sampling_params,
-      prompt_logprobs: payload.prompt_logprobs ?? false,
-      topk_prompt_logprobs: payload.topk_prompt_logprobs ?? 0,
-    } as SampleRequest;
+    const request = sampleRequestOf(sample.request_id, payload);
     const sampling = ctx.sampling;
     if (sampling === undefined) {
       return { kind: 'done', result: completed(await ctx.backend.sample(sampler, request)) };

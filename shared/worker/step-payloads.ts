@@ -1,11 +1,50 @@
 import { z } from 'zod';
+import type { ForwardBackwardInput, SampleRequest, SamplingParams } from '../backend/backend.js';
+import {
+  type ForwardBackwardInputJson,
+  type ModelInputJson,
+  modelInputFromJson,
+  passInputFromJson,
+} from '../backend/pass-input.js';
 import type { TrainingRequestType } from '../domain/records.js';
+import { ValidationError } from '../errors.js';
 
 /**
  * The members of the stored payloads (shared/api/payloads.ts) the worker relies on. Request bodies
  * themselves (`input`, `adam_params`, sampling fields) are checked by the backend, which reports bad
- * values as user errors; what is checked here is what only a server bug could get wrong.
+ * values as user errors; what is checked here is what only a server bug could get wrong. Pass inputs
+ * and prompts are checked to the array level only: intake checked every element, and re-walking tens of
+ * thousands of numbers per step would cost what intake already paid.
  */
+
+/** An array of numbers, elements unchecked (see above). */
+const numbers = z.custom<number[]>((value) => Array.isArray(value), {
+  error: 'Invalid input: expected array',
+});
+
+const modelInputJson = z.object({
+  chunks: z.array(z.object({ type: z.string().optional(), tokens: numbers.optional() })),
+}) satisfies z.ZodType<ModelInputJson>;
+
+const passInputJson = z.object({
+  data: z.array(
+    z.object({
+      model_input: modelInputJson,
+      loss_fn_inputs: z.record(
+        z.string(),
+        z.object({
+          data: numbers,
+          dtype: z.enum(['int64', 'float32']),
+          shape: numbers.nullish(),
+          sparse_crow_indices: numbers.nullish(),
+          sparse_col_indices: numbers.nullish(),
+        }),
+      ),
+    }),
+  ),
+  loss_fn: z.string(),
+  loss_fn_config: z.record(z.string(), z.union([z.number(), z.string()])).nullish(),
+}) satisfies z.ZodType<ForwardBackwardInputJson>;
 
 const checkpointRef = z.object({
   pk: z.string().min(1),
@@ -21,8 +60,8 @@ export const stepPayloadSchemas = {
     base_model: z.string().min(1),
     lora_config: z.looseObject({ rank: z.number() }),
   }),
-  forward: z.object({ request_type: z.literal('forward'), input: z.unknown() }),
-  forward_backward: z.object({ request_type: z.literal('forward_backward'), input: z.unknown() }),
+  forward: z.object({ request_type: z.literal('forward'), input: passInputJson }),
+  forward_backward: z.object({ request_type: z.literal('forward_backward'), input: passInputJson }),
   optim_step: z.object({ request_type: z.literal('optim_step'), adam_params: z.unknown() }),
   save_weights: z.object({ request_type: z.literal('save_weights'), checkpoint: checkpointRef }),
   save_weights_for_sampler: z.object({
@@ -52,7 +91,7 @@ export const samplePayloadSchema = z.object({
   base_model: z.string().min(1),
   checkpoint: z.object({ model_id: z.string().min(1), content_id: z.string().min(1) }).optional(),
   num_samples: z.number(),
-  prompt: z.unknown(),
+  prompt: modelInputJson,
   sampling_params: z.looseObject({ seed: z.number() }),
   prompt_logprobs: z.boolean().optional(),
   topk_prompt_logprobs: z.number().optional(),
@@ -83,4 +122,39 @@ export function parseSamplePayload(requestId: string, payload: unknown): SampleS
   if (!parsed.success)
     throw new MalformedPayloadError(requestId, parsed.error.issues[0]?.message ?? 'invalid');
   return parsed.data;
+}
+
+/**
+ * A stored value's typed form for the backend. The converters' `ValidationError`s are what intake
+ * rejects with a 400, so one here means the stored payload is not what intake accepted.
+ */
+function typed<T>(requestId: string, convert: () => T): T {
+  try {
+    return convert();
+  } catch (error) {
+    if (error instanceof ValidationError) throw new MalformedPayloadError(requestId, error.message);
+    throw error;
+  }
+}
+
+/**
+ * The typed input of a forward / forward_backward step (W4), the one place a stored pass input becomes
+ * what the backend takes: a payload stored in another encoding (protobuf bytes) is decoded here too.
+ */
+export function passInputOf(
+  requestId: string,
+  payload: StepPayload<'forward' | 'forward_backward'>,
+): ForwardBackwardInput {
+  return typed(requestId, () => passInputFromJson(payload.input, 'input'));
+}
+
+/** The backend's request for a stored sample: the prompt typed; sampling fields the backend checks. */
+export function sampleRequestOf(requestId: string, payload: SampleStepPayload): SampleRequest {
+  return {
+    num_samples: payload.num_samples,
+    prompt: typed(requestId, () => modelInputFromJson(payload.prompt, 'prompt')),
+    sampling_params: payload.sampling_params as SamplingParams,
+    prompt_logprobs: payload.prompt_logprobs ?? false,
+    topk_prompt_logprobs: payload.topk_prompt_logprobs ?? 0,
+  };
 }

@@ -1,10 +1,4 @@
-import type {
-  AdamParams,
-  Backend,
-  BackendState,
-  ForwardBackwardInput,
-  LoraConfigInput,
-} from '../backend/backend.js';
+import type { AdamParams, Backend, BackendState, LoraConfigInput } from '../backend/backend.js';
 import { type FutureError, registryKey, type SamplingSessionRecord } from '../domain/records.js';
 import { StepUserError } from '../errors.js';
 import type { WorkItemModel, WorkItemStep } from '../scheduling/work-item.js';
@@ -13,7 +7,7 @@ import { loadCheckpointBytes } from './checkpoint-source.js';
 import type { CheckpointEffect } from './commit-items.js';
 import type { PassBatcher } from './pass-batcher.js';
 import * as results from './results.js';
-import { MalformedPayloadError, parseStepPayload } from './step-payloads.js';
+import { MalformedPayloadError, parseStepPayload, passInputOf } from './step-payloads.js';
 import type { WorkerClients } from './types.js';
 
 /**
@@ -122,7 +116,7 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
       const outcome = await env.passes.run({
         type: step.request_type,
         state: requireState(part, modelId),
-        input: payload.input as ForwardBackwardInput,
+        input: passInputOf(step.request_id, payload),
       });
       if (!outcome.ok) throw outcome.error;
       if (step.request_type === 'forward_backward') {

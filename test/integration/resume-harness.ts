@@ -1,5 +1,6 @@
 import { expect } from 'vitest';
-import { type SampleRequest, toSampleResult } from '../../shared/backend/backend.js';
+import { type SampleRequest, type SamplingParams, toSampleResult } from '../../shared/backend/backend.js';
+import { type ModelInputJson, modelInputFromJson } from '../../shared/backend/pass-input.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import {
   type FutureRow,
@@ -100,12 +101,17 @@ export async function cycle(
 
 /** The answer an uninterrupted run gives: the body sampled at once on the reference backend. */
 export async function uninterrupted(
-  body: Omit<SampleRequest, 'sampling_params'> & {
+  body: Omit<SampleRequest, 'prompt' | 'sampling_params'> & {
+    readonly prompt: ModelInputJson;
     readonly sampling_params: Record<string, unknown>;
   },
 ): Promise<unknown> {
   const sampler = await backend.loadSampler(BASE_MODEL, null);
-  const run = await backend.sample(sampler, body as SampleRequest);
+  const run = await backend.sample(sampler, {
+    ...body,
+    prompt: modelInputFromJson(body.prompt, 'prompt'),
+    sampling_params: body.sampling_params as SamplingParams,
+  });
   return JSON.parse(JSON.stringify(toSampleResult(run))) as unknown;
 }
 

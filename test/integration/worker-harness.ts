@@ -2,8 +2,14 @@ import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { GetCommand, PutCommand, QueryCommand, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import * as ops from '../../shared/api/operations.js';
 import { retrieveFuture } from '../../shared/api/retrieve.js';
-import type { Backend, BackendState, Datum, ForwardBackwardInput } from '../../shared/backend/backend.js';
+import type { Backend, BackendState, SamplingParams } from '../../shared/backend/backend.js';
 import { toSampleResult } from '../../shared/backend/backend.js';
+import {
+  type DatumJson,
+  type ForwardBackwardInputJson,
+  modelInputFromJson,
+  passInputFromJson,
+} from '../../shared/backend/pass-input.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { config } from '../../shared/config.js';
 import { type FutureRow, type LiveRow, type ModelRow, registryKey } from '../../shared/domain/records.js';
@@ -18,6 +24,7 @@ import { DEFAULT_PLAN_LIMITS, type PlanLimits } from '../../shared/scheduling/li
 import { plan } from '../../shared/scheduling/planner.js';
 import { manifestFor, type WorkItem, type WorkManifest } from '../../shared/scheduling/work-item.js';
 import { LIVE_INDEX } from '../../shared/topology.js';
+import { passResult } from '../../shared/worker/results.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 
 /**
@@ -33,7 +40,7 @@ const LEASE_MS = 60_000;
 
 export const bytesOf = (text: string) => [...Buffer.from(text, 'utf8')];
 
-export function textDatum(text: string, weights?: number[]): Datum {
+export function textDatum(text: string, weights?: number[]): DatumJson {
   const all = bytesOf(text);
   const tokens = all.slice(0, -1);
   return {
@@ -45,7 +52,10 @@ export function textDatum(text: string, weights?: number[]): Datum {
   };
 }
 
-export const crossEntropy = (...data: Datum[]): ForwardBackwardInput => ({ data, loss_fn: 'cross_entropy' });
+export const crossEntropy = (...data: DatumJson[]): ForwardBackwardInputJson => ({
+  data,
+  loss_fn: 'cross_entropy',
+});
 
 /** What the API answers for a future: the result, or `{error, category}`. */
 export type Answer = unknown;
@@ -56,7 +66,7 @@ type Submission =
       kind: 'forward' | 'forward_backward';
       request_id: string;
       model_id: string;
-      input: ForwardBackwardInput;
+      input: ForwardBackwardInputJson;
     }
   | { kind: 'optim_step'; request_id: string; model_id: string; adam: Record<string, number> }
   | { kind: 'save_weights'; request_id: string; model_id: string; path: string }
@@ -135,7 +145,7 @@ export class TenantClient {
   async pass(
     kind: 'forward' | 'forward_backward',
     modelId: string,
-    input: ForwardBackwardInput,
+    input: ForwardBackwardInputJson,
   ): Promise<string> {
     const body = { model_id: modelId, seq_id: this.#nextSeq(modelId) };
     const answer =
@@ -499,12 +509,15 @@ export class WorkerHarness {
                 }),
               );
               return { model_id: sub.model_id, type: 'create_model' };
-            case 'forward':
-              return json(await backend.forward(states.get(sub.model_id) as BackendState, sub.input));
+            case 'forward': {
+              const input = passInputFromJson(sub.input, 'input');
+              return json(passResult(await backend.forward(states.get(sub.model_id) as BackendState, input)));
+            }
             case 'forward_backward': {
-              const out = await backend.forwardBackward(states.get(sub.model_id) as BackendState, sub.input);
+              const input = passInputFromJson(sub.input, 'input');
+              const out = await backend.forwardBackward(states.get(sub.model_id) as BackendState, input);
               states.set(sub.model_id, out.state);
-              return json(out.result);
+              return json(passResult(out.result));
             }
             case 'optim_step': {
               const out = await backend.optimStep(states.get(sub.model_id) as BackendState, sub.adam);
@@ -543,7 +556,12 @@ export class WorkerHarness {
               const weights =
                 sessions.get(sub.sampling_session_id) ?? (target ? (checkpoints.get(target) ?? null) : null);
               const sampler = await backend.loadSampler(BASE_MODEL, weights);
-              return json(toSampleResult(await backend.sample(sampler, sub.body as never)));
+              const request = {
+                ...sub.body,
+                prompt: modelInputFromJson(sub.body.prompt, 'prompt'),
+                sampling_params: sub.body.sampling_params as SamplingParams,
+              };
+              return json(toSampleResult(await backend.sample(sampler, request)));
             }
           }
         } catch (error) {

@@ -6,6 +6,7 @@ import {
   type SamplingParams,
   toSampleResult,
 } from '../../shared/backend/backend.js';
+import { modelInputFromJson, passInputFromJson } from '../../shared/backend/pass-input.js';
 import { VOCAB } from '../../shared/backend/reference/model.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { InfrastructureError, StepUserError } from '../../shared/errors.js';
@@ -14,10 +15,12 @@ const backend = new ReferenceBackend();
 const BASE = 'meta-llama/Llama-3.2-1B';
 const bytes = (text: string) => [...Buffer.from(text, 'utf8')];
 const PROMPT = bytes('Once upon a time');
+/** A typed prompt, converted as the worker converts a stored one. */
+const promptOf = (tokens: number[]) => modelInputFromJson({ chunks: [{ tokens }] }, 'prompt');
 
 function request(params: SamplingParams, extra: Partial<SampleRequest> = {}): SampleRequest {
   return {
-    prompt: { chunks: [{ type: 'encoded_text', tokens: PROMPT }] },
+    prompt: promptOf(PROMPT),
     sampling_params: params,
     ...extra,
   };
@@ -34,8 +37,9 @@ beforeAll(async () => {
     model_input: { chunks: [{ tokens: text.slice(0, -1) }] },
     loss_fn_inputs: { target_tokens: { data: text.slice(1), dtype: 'int64' as const } },
   };
+  const input = passInputFromJson({ data: [datum], loss_fn: 'cross_entropy' }, 'input');
   for (let i = 0; i < 5; i++) {
-    const fb = await backend.forwardBackward(state, { data: [datum], loss_fn: 'cross_entropy' });
+    const fb = await backend.forwardBackward(state, input);
     state = (await backend.optimStep(fb.state, { learning_rate: 0.05 })).state;
   }
   tuned = await backend.loadSampler(BASE, await backend.exportWeights(state, 'sampler'));
@@ -45,7 +49,7 @@ beforeAll(async () => {
 /** Full next-token distributions (sorted, as [token, logprob]) at every generated position. */
 async function distributions(sampler: SamplerModel, generated: number[]): Promise<[number, number][][]> {
   const run = await backend.sample(sampler, {
-    prompt: { chunks: [{ tokens: [...PROMPT, ...generated] }] },
+    prompt: promptOf([...PROMPT, ...generated]),
     sampling_params: { max_tokens: 1, temperature: 0 },
     topk_prompt_logprobs: VOCAB,
   });
@@ -95,17 +99,18 @@ describe('reference sampling', () => {
     });
     // The same numbers a training-side forward pass reports.
     const state = await backend.createModel({ base_model: BASE, lora_config: { rank: 8, seed: 2 } });
-    const forwardBase = await backend.forward(state, {
+    const forwardInput = {
       loss_fn: 'cross_entropy',
       data: [
         {
           model_input: { chunks: [{ tokens: tokens.slice(0, -1) }] },
-          loss_fn_inputs: { target_tokens: { data: tokens.slice(1), dtype: 'int64' } },
+          loss_fn_inputs: { target_tokens: { data: tokens.slice(1), dtype: 'int64' as const } },
         },
       ],
-    });
+    };
+    const forwardBase = await backend.forward(state, passInputFromJson(forwardInput, 'input'));
     const baseRun = await backend.sample(base, {
-      prompt: { chunks: [{ tokens }] },
+      prompt: promptOf(tokens),
       sampling_params: { max_tokens: 1 },
       prompt_logprobs: true,
     });
@@ -182,6 +187,7 @@ describe('reference sampling', () => {
       [request({ stop: [300] }), /sampling_params\.stop\[0\]: token id 300/],
       [request({}, { num_samples: 0 }), /num_samples/],
       [request({}, { prompt: { chunks: [] } }), /prompt: holds no tokens/],
+      [request({}, { prompt: promptOf([1, VOCAB]) }), /prompt\.chunks\[0\]\.tokens\[1\]: token id 256/],
     ];
     for (const [bad, message] of cases) {
       await expect(backend.sample(tuned, bad)).rejects.toSatisfy(

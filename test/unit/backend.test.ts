@@ -2,9 +2,11 @@ import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { BackendState, Datum, ForwardBackwardInput } from '../../shared/backend/backend.js';
+import { type DatumJson, passInputFromJson } from '../../shared/backend/pass-input.js';
 import { DIM, VOCAB } from '../../shared/backend/reference/model.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { asReferenceState, type ReferenceState } from '../../shared/backend/reference/state.js';
+import { float32Tensor, int64Tensor } from '../../shared/backend/tensor.js';
 import { InfrastructureError, StepUserError } from '../../shared/errors.js';
 
 const backend = new ReferenceBackend();
@@ -12,8 +14,8 @@ const BASE = 'Qwen/Qwen3-4B';
 
 const bytes = (text: string) => [...Buffer.from(text, 'utf8')];
 
-/** Next-token datum over the bytes of `text`, with optional per-token weights. */
-function textDatum(text: string, weights?: number[]): Datum {
+/** Next-token datum over the bytes of `text`, with optional per-token weights, as the JSON wire sends it. */
+function textDatum(text: string, weights?: number[]): DatumJson {
   const all = bytes(text);
   const tokens = all.slice(0, -1);
   const w = weights ?? tokens.map(() => 1);
@@ -26,7 +28,9 @@ function textDatum(text: string, weights?: number[]): Datum {
   };
 }
 
-const ce = (data: Datum[]): ForwardBackwardInput => ({ data, loss_fn: 'cross_entropy' });
+/** The backend's typed input, converted as the worker converts a stored JSON payload. */
+const ce = (data: DatumJson[], loss_fn = 'cross_entropy'): ForwardBackwardInput =>
+  passInputFromJson({ data, loss_fn }, 'input');
 
 /** A model whose adapter B is non-zero (so both A and B have gradients), from deterministic steps. */
 async function trainedModel(rank = 4, steps = 3): Promise<BackendState> {
@@ -40,6 +44,31 @@ async function trainedModel(rank = 4, steps = 3): Promise<BackendState> {
 
 function withParams(state: BackendState, params: Float64Array): ReferenceState {
   return { ...asReferenceState(state), params };
+}
+
+/** The accumulated gradient of `input` against central finite differences of `loss:sum`, per weight. */
+async function expectFiniteDifferenceGradient(input: ForwardBackwardInput): Promise<void> {
+  const state = asReferenceState(await trainedModel(3));
+  const loss = async (params: Float64Array) =>
+    (await backend.forward(withParams(state, params), input)).metrics['loss:sum'] as number;
+  const grad = asReferenceState((await backend.forwardBackward(state, input)).state).grad as Float64Array;
+  expect(grad.length).toBe(2 * DIM * 3);
+  const h = 1e-5;
+  let diffSquares = 0;
+  let gradSquares = 0;
+  for (let i = 0; i < grad.length; i++) {
+    const plus = state.params.slice();
+    const minus = state.params.slice();
+    plus[i] = (plus[i] as number) + h;
+    minus[i] = (minus[i] as number) - h;
+    const numeric = ((await loss(plus)) - (await loss(minus))) / (2 * h);
+    const analytic = grad[i] as number;
+    expect(Math.abs(numeric - analytic)).toBeLessThan(1e-6 + 1e-5 * Math.abs(numeric));
+    diffSquares += (numeric - analytic) ** 2;
+    gradSquares += analytic ** 2;
+  }
+  expect(Math.sqrt(gradSquares)).toBeGreaterThan(0.1);
+  expect(Math.sqrt(diffSquares / gradSquares)).toBeLessThan(1e-7);
 }
 
 const sha = (data: Uint8Array) => createHash('sha256').update(data).digest('hex');
@@ -56,31 +85,9 @@ describe('reference backend: model and gradients', () => {
   });
 
   it('adapter gradients match central finite differences', async () => {
-    const state = asReferenceState(await trainedModel(3));
-    const input = ce([
-      textDatum('abcabcabd', [1, 0.5, 0, 2, 1, 1, 1, 3]),
-      textDatum('zebra!', [1, 1, 1, 1, 0.25]),
-    ]);
-    const loss = async (params: Float64Array) =>
-      (await backend.forward(withParams(state, params), input)).metrics['loss:sum'] as number;
-    const grad = asReferenceState((await backend.forwardBackward(state, input)).state).grad as Float64Array;
-    expect(grad.length).toBe(2 * DIM * 3);
-    const h = 1e-5;
-    let diffSquares = 0;
-    let gradSquares = 0;
-    for (let i = 0; i < grad.length; i++) {
-      const plus = state.params.slice();
-      const minus = state.params.slice();
-      plus[i] = (plus[i] as number) + h;
-      minus[i] = (minus[i] as number) - h;
-      const numeric = ((await loss(plus)) - (await loss(minus))) / (2 * h);
-      const analytic = grad[i] as number;
-      expect(Math.abs(numeric - analytic)).toBeLessThan(1e-6 + 1e-5 * Math.abs(numeric));
-      diffSquares += (numeric - analytic) ** 2;
-      gradSquares += analytic ** 2;
-    }
-    expect(Math.sqrt(gradSquares)).toBeGreaterThan(0.1);
-    expect(Math.sqrt(diffSquares / gradSquares)).toBeLessThan(1e-7);
+    await expectFiniteDifferenceGradient(
+      ce([textDatum('abcabcabd', [1, 0.5, 0, 2, 1, 1, 1, 3]), textDatum('zebra!', [1, 1, 1, 1, 0.25])]),
+    );
   });
 
   it('gradients sum across forward_backward calls; forward leaves the state alone', async () => {
@@ -108,18 +115,14 @@ describe('reference backend: model and gradients', () => {
     const weights = [1, 2, 0, 0.5];
     const { result } = await backend.forwardBackward(state, ce([textDatum('wxyz!', weights)]));
     expect(result.loss_fn_output_type).toBe('ArrayRecord');
-    const out = result.loss_fn_outputs[0] as Record<
-      string,
-      { data: number[]; dtype: string; shape: number[] }
-    >;
-    expect(out.logprobs?.dtype).toBe('float32');
-    expect(out.logprobs?.shape).toEqual([4]);
-    const logprobs = out.logprobs?.data as number[];
-    for (const lp of logprobs) {
-      expect(lp).toBeLessThan(0);
-      expect(Math.fround(lp)).toBe(lp);
-    }
-    const elementwise = out.elementwise_loss?.data as number[];
+    const out = result.loss_fn_outputs[0];
+    expect(out?.logprobs?.dtype).toBe('float32');
+    expect(out?.logprobs?.shape).toEqual([4]);
+    expect(out?.elementwise_loss?.shape).toEqual([4]);
+    const logprobs = out?.logprobs?.data as Float32Array;
+    expect(logprobs).toBeInstanceOf(Float32Array);
+    for (const lp of logprobs) expect(lp).toBeLessThan(0);
+    const elementwise = out?.elementwise_loss?.data as Float32Array;
     for (const [t, l] of elementwise.entries()) {
       expect(l).toBeCloseTo(-(weights[t] as number) * (logprobs[t] as number), 5);
     }
@@ -133,6 +136,146 @@ describe('reference backend: model and gradients', () => {
     }
     const zero = await backend.forward(state, ce([textDatum('ab', [0])]));
     expect(zero.metrics['loss:mean']).toBe(0);
+  });
+});
+
+/**
+ * Top-k style datum over `text` (targets [N, K]): per position the true next byte, then K - 1 other
+ * bytes, with optional weights [N, K] (row-major).
+ */
+function topKDatum(text: string, k: number, weights?: number[]): DatumJson {
+  const all = bytes(text);
+  const tokens = all.slice(0, -1);
+  const targets = tokens.flatMap((_, n) =>
+    Array.from({ length: k }, (_, j) => ((all[n + 1] as number) + 37 * j) % VOCAB),
+  );
+  const shape = [tokens.length, k];
+  return {
+    model_input: { chunks: [{ type: 'encoded_text', tokens }] },
+    loss_fn_inputs: {
+      target_tokens: { data: targets, dtype: 'int64', shape },
+      ...(weights ? { weights: { data: weights, dtype: 'float32', shape } } : {}),
+    },
+  };
+}
+
+/** Column `k` of a top-k datum as a 1-D datum. */
+function column(datum: DatumJson, k: number): DatumJson {
+  const pick = (name: string) => {
+    const tensor = datum.loss_fn_inputs[name];
+    if (tensor === undefined) return {};
+    const [n, width] = tensor.shape as [number, number];
+    const data = Array.from({ length: n }, (_, i) => tensor.data[i * width + k] as number);
+    return { [name]: { data, dtype: tensor.dtype, shape: [n] } };
+  };
+  return { model_input: datum.model_input, loss_fn_inputs: { ...pick('target_tokens'), ...pick('weights') } };
+}
+
+const gradOf = async (state: BackendState, input: ForwardBackwardInput) =>
+  asReferenceState((await backend.forwardBackward(state, input)).state).grad as Float64Array;
+
+describe('reference backend: 2-D cross_entropy (top-k targets)', () => {
+  const K = 3;
+  // Dyadic weights, exact in float32, some zero (no loss, no gradient).
+  const weights = Array.from({ length: 8 * K }, (_, i) => [0.5, 0.25, 0.125, 0, 1, 2][i % 6] as number);
+  const datum = topKDatum('abcabcabd', K, weights);
+
+  it("logprobs are [N, K], one per target; a position's loss sums its targets", async () => {
+    const state = await trainedModel();
+    const { result } = await backend.forwardBackward(state, ce([datum]));
+    const out = result.loss_fn_outputs[0];
+    expect(out?.logprobs?.shape).toEqual([8, K]);
+    expect(out?.elementwise_loss?.shape).toEqual([8]);
+    const logprobs = out?.logprobs?.data as Float32Array;
+    const losses = out?.elementwise_loss?.data as Float32Array;
+    let sum = 0;
+    for (let k = 0; k < K; k++) {
+      // The same targets as a 1-D datum give the same logprobs, bit for bit.
+      const single = await backend.forward(state, ce([column(datum, k)]));
+      const columnLogprobs = single.loss_fn_outputs[0]?.logprobs?.data as Float32Array;
+      for (let n = 0; n < 8; n++) expect(logprobs[n * K + k]).toBe(columnLogprobs[n]);
+      sum += single.metrics['loss:sum'] as number;
+    }
+    for (let n = 0; n < 8; n++) {
+      let expected = 0;
+      for (let k = 0; k < K; k++)
+        expected -= (weights[n * K + k] as number) * (logprobs[n * K + k] as number);
+      expect(losses[n]).toBeCloseTo(expected, 5);
+    }
+    expect(result.metrics['loss:sum']).toBeCloseTo(sum, 10);
+    const weightSum = weights.reduce((a, w) => a + w, 0);
+    expect(result.metrics['loss:mean']).toBe((result.metrics['loss:sum'] as number) / weightSum);
+  });
+
+  it('the gradient is the sum of the per-column gradients', async () => {
+    const state = await trainedModel();
+    const grad = await gradOf(state, ce([datum]));
+    const columns = await Promise.all(
+      Array.from({ length: K }, (_, k) => gradOf(state, ce([column(datum, k)]))),
+    );
+    for (let i = 0; i < grad.length; i++) {
+      const expected = columns.reduce((acc, g) => acc + (g[i] as number), 0);
+      expect(Math.abs((grad[i] as number) - expected)).toBeLessThan(1e-12 * (1 + Math.abs(expected)));
+    }
+  });
+
+  it('adapter gradients match central finite differences', async () => {
+    await expectFiniteDifferenceGradient(ce([datum, topKDatum('zebra!', 2)]));
+  });
+
+  it('K = 1 is the 1-D loss bit for bit (logprobs keep the [N, 1] shape)', async () => {
+    const state = await trainedModel();
+    const flat = [1, 0.5, 0, 2, 1, 1, 1, 3];
+    const twoD = ce([topKDatum('abcabcabd', 1, flat)]);
+    const oneD = ce([textDatum('abcabcabd', flat)]);
+    const [a, b] = [await backend.forwardBackward(state, twoD), await backend.forwardBackward(state, oneD)];
+    expect(a.result.metrics).toEqual(b.result.metrics);
+    expect(a.result.loss_fn_outputs[0]?.elementwise_loss).toEqual(
+      b.result.loss_fn_outputs[0]?.elementwise_loss,
+    );
+    expect(a.result.loss_fn_outputs[0]?.logprobs?.data).toEqual(b.result.loss_fn_outputs[0]?.logprobs?.data);
+    expect(a.result.loss_fn_outputs[0]?.logprobs?.shape).toEqual([8, 1]);
+    expect(await backend.serializeState(a.state)).toEqual(await backend.serializeState(b.state));
+  });
+
+  it('sparse CSR targets and weights, as the SDK sends top-k, equal their dense form', async () => {
+    const state = await trainedModel();
+    const tokens = bytes('abcd').slice(0, 3);
+    // Rows: {0: 98, 1: 120}, {0: 99}, {1: 100}; absent entries are target 0 with weight 0.
+    const crow = [0, 2, 3, 4];
+    const col = [0, 1, 0, 1];
+    const sparse: DatumJson = {
+      model_input: { chunks: [{ tokens }] },
+      loss_fn_inputs: {
+        target_tokens: {
+          data: [98, 120, 99, 100],
+          dtype: 'int64',
+          shape: [3, 2],
+          sparse_crow_indices: crow,
+          sparse_col_indices: col,
+        },
+        weights: {
+          data: [0.75, 0.25, 1, 1],
+          dtype: 'float32',
+          shape: [3, 2],
+          sparse_crow_indices: crow,
+          sparse_col_indices: col,
+        },
+      },
+    };
+    const dense: DatumJson = {
+      model_input: { chunks: [{ tokens }] },
+      loss_fn_inputs: {
+        target_tokens: { data: [98, 120, 99, 0, 0, 100], dtype: 'int64', shape: [3, 2] },
+        weights: { data: [0.75, 0.25, 1, 0, 0, 1], dtype: 'float32', shape: [3, 2] },
+      },
+    };
+    const [a, b] = [
+      await backend.forwardBackward(state, ce([sparse])),
+      await backend.forwardBackward(state, ce([dense])),
+    ];
+    expect(a.result).toEqual(b.result);
+    expect(await backend.serializeState(a.state)).toEqual(await backend.serializeState(b.state));
   });
 });
 
@@ -266,15 +409,17 @@ describe('reference backend: state bytes', () => {
     };
     const here = await script();
     const moduleUrl = new URL('../../shared/backend/reference/reference-backend.ts', import.meta.url).href;
+    const passInputUrl = new URL('../../shared/backend/pass-input.ts', import.meta.url).href;
     const code = `
       import { createHash } from 'node:crypto';
       const { ReferenceBackend } = await import(${JSON.stringify(moduleUrl)});
       const backend = new ReferenceBackend();
       const BASE = ${JSON.stringify(BASE)};
       const sha = (d) => createHash('sha256').update(d).digest('hex');
+      const { passInputFromJson } = await import(${JSON.stringify(passInputUrl)});
       const textDatum = ${textDatum.toString()};
       const bytes = ${bytes.toString()};
-      const ce = ${ce.toString()};
+      const ce = (data) => passInputFromJson({ data, loss_fn: 'cross_entropy' }, 'input');
       const script = ${script.toString()};
       process.stdout.write(await script());`;
     const there = execFileSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
@@ -349,7 +494,7 @@ describe('reference backend: user errors', () => {
     [
       'weights length mismatch',
       async () => backend.forwardBackward(await trainedModel(), ce([textDatum('abcd', [1, 1])])),
-      /data\[0\]\.loss_fn_inputs\.weights: has 2 values for 3 input tokens/,
+      /data\[0\]\.loss_fn_inputs\.weights: has shape \[2\]; it must match target_tokens' \[3\]/,
     ],
     [
       'target length mismatch',
@@ -358,26 +503,128 @@ describe('reference backend: user errors', () => {
           await trainedModel(),
           ce([{ ...good, loss_fn_inputs: { target_tokens: { data: [1], dtype: 'int64' } } }]),
         ),
-      /target_tokens: has 1 values for 3 input tokens/,
+      /data\[0\]\.loss_fn_inputs\.target_tokens: has 1 positions for 3 input tokens/,
+    ],
+    [
+      '2-D weights of another width',
+      async () => {
+        const datum = topKDatum('abcd', 2);
+        const weights = {
+          data: Array.from({ length: 9 }, () => 1),
+          dtype: 'float32' as const,
+          shape: [3, 3],
+        };
+        return backend.forward(
+          await trainedModel(),
+          ce([{ ...datum, loss_fn_inputs: { ...datum.loss_fn_inputs, weights } }]),
+        );
+      },
+      /data\[0\]\.loss_fn_inputs\.weights: has shape \[3, 3\]; it must match target_tokens' \[3, 2\]/,
+    ],
+    [
+      'float32 target tokens',
+      async () =>
+        backend.forward(
+          await trainedModel(),
+          ce([{ ...good, loss_fn_inputs: { target_tokens: { data: [1, 2, 3], dtype: 'float32' } } }]),
+        ),
+      /data\[0\]\.loss_fn_inputs\.target_tokens\.dtype: must be int64/,
+    ],
+    [
+      '3-D target tokens',
+      async () =>
+        backend.forward(
+          await trainedModel(),
+          ce([
+            {
+              ...good,
+              loss_fn_inputs: { target_tokens: { data: [1, 2, 3], dtype: 'int64', shape: [3, 1, 1] } },
+            },
+          ]),
+        ),
+      /target_tokens\.shape: must be \[N\] or \[N, K\], got \[3, 1, 1\]/,
+    ],
+    [
+      '2-D weights for 1-D targets',
+      async () =>
+        backend.forward(
+          await trainedModel(),
+          ce([
+            {
+              ...good,
+              loss_fn_inputs: {
+                ...good.loss_fn_inputs,
+                weights: { data: [1, 1, 1], dtype: 'float32', shape: [3, 1] },
+              },
+            },
+          ]),
+        ),
+      /data\[0\]\.loss_fn_inputs\.weights: has shape \[3, 1\]; it must match target_tokens' \[3\]/,
+    ],
+    [
+      'a weight beyond float32',
+      async () => backend.forwardBackward(await trainedModel(), ce([textDatum('abcd', [1, 1e39, 1])])),
+      /data\[0\]\.loss_fn_inputs\.weights\.data\[1\]: must be a finite float32, got Infinity/,
+    ],
+    [
+      'typed weights of the wrong length',
+      async () => {
+        const datum: Datum = {
+          model_input: { chunks: [{ type: 'encoded_text', tokens: Int32Array.of(1, 2, 3) }] },
+          loss_fn_inputs: { target_tokens: int64Tensor([2, 3, 4]), weights: float32Tensor([1, 1]) },
+        };
+        return backend.forwardBackward(await trainedModel(), {
+          data: [datum],
+          loss_fn: 'cross_entropy',
+          loss_fn_config: {},
+        });
+      },
+      /data\[0\]\.loss_fn_inputs\.weights: has shape \[2\]; it must match target_tokens' \[3\]/,
+    ],
+    [
+      'typed tensor whose shape disagrees with its data',
+      async () => {
+        const datum: Datum = {
+          model_input: { chunks: [{ type: 'encoded_text', tokens: Int32Array.of(1, 2, 3) }] },
+          loss_fn_inputs: { target_tokens: int64Tensor([2, 3], [3]) },
+        };
+        return backend.forward(await trainedModel(), {
+          data: [datum],
+          loss_fn: 'cross_entropy',
+          loss_fn_config: {},
+        });
+      },
+      /data\[0\]\.loss_fn_inputs\.target_tokens\.shape: \[3\] does not match its 2 values/,
+    ],
+    [
+      'typed token ids across chunks',
+      async () => {
+        const datum: Datum = {
+          model_input: {
+            chunks: [
+              { type: 'encoded_text', tokens: Int32Array.of(1) },
+              { type: 'encoded_text', tokens: Int32Array.of(2, -5) },
+            ],
+          },
+          loss_fn_inputs: { target_tokens: int64Tensor([2, 3, 4]) },
+        };
+        return backend.forward(await trainedModel(), {
+          data: [datum],
+          loss_fn: 'cross_entropy',
+          loss_fn_config: {},
+        });
+      },
+      /data\[0\]\.model_input\.chunks\[1\]\.tokens\[1\]: token id -5 is outside the vocabulary/,
     ],
     [
       'unknown loss_fn',
-      async () => backend.forwardBackward(await trainedModel(), { data: [good], loss_fn: 'ppo' }),
+      async () => backend.forwardBackward(await trainedModel(), ce([good], 'ppo')),
       /loss_fn: unknown loss function "ppo"; supported: cross_entropy/,
     ],
     [
       'empty data',
       async () => backend.forwardBackward(await trainedModel(), ce([])),
       /data: must hold at least one datum/,
-    ],
-    [
-      'image chunk',
-      async () =>
-        backend.forward(
-          await trainedModel(),
-          ce([{ ...good, model_input: { chunks: [{ type: 'image', tokens: [] }] } }]),
-        ),
-      /chunks\[0\]\.type: chunk type image is not supported/,
     ],
     [
       'negative learning rate',
@@ -420,7 +667,7 @@ describe('reference backend: user errors', () => {
     const input = ce([textDatum('fused pass')]);
     const outcomes = await backend.runPasses([
       { type: 'forward_backward', state, input },
-      { type: 'forward', state: other, input: { data: [textDatum('x')], loss_fn: 'nope' } },
+      { type: 'forward', state: other, input: ce([textDatum('x')], 'nope') },
       { type: 'forward', state: other, input },
     ]);
     const [first, bad, third] = outcomes;

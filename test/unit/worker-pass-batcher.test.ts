@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Backend, BackendState, ForwardBackwardInput, PassItem } from '../../shared/backend/backend.js';
+import { passInputFromJson } from '../../shared/backend/pass-input.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { PassBatcher } from '../../shared/worker/pass-batcher.js';
 
@@ -9,15 +10,13 @@ function input(text: string, badToken = false): ForwardBackwardInput {
   const all = [...Buffer.from(text, 'utf8')];
   const tokens = all.slice(0, -1);
   if (badToken) tokens[0] = 4096;
-  return {
-    data: [
-      {
-        model_input: { chunks: [{ type: 'encoded_text', tokens }] },
-        loss_fn_inputs: { target_tokens: { data: all.slice(1), dtype: 'int64', shape: [tokens.length] } },
-      },
-    ],
-    loss_fn: 'cross_entropy',
+  const datum = {
+    model_input: { chunks: [{ type: 'encoded_text', tokens }] },
+    loss_fn_inputs: {
+      target_tokens: { data: all.slice(1), dtype: 'int64' as const, shape: [tokens.length] },
+    },
   };
+  return passInputFromJson({ data: [datum], loss_fn: 'cross_entropy' }, 'input');
 }
 
 function recording(inner: Backend = reference): Backend & { calls: number[] } {

@@ -1,10 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import type { Backend, BackendState, ForwardBackwardInput } from '../../shared/backend/backend.js';
+import { type ForwardBackwardInputJson, passInputFromJson } from '../../shared/backend/pass-input.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { InfrastructureError } from '../../shared/errors.js';
 import type { WorkItemModel, WorkItemStep } from '../../shared/scheduling/work-item.js';
 import { checkpointContentId, storageKeys } from '../../shared/storage-keys.js';
 import { PassBatcher } from '../../shared/worker/pass-batcher.js';
+import { passResult } from '../../shared/worker/results.js';
 import { executeStep, type PartState, type StepEnv } from '../../shared/worker/steps.js';
 
 const backend = new ReferenceBackend();
@@ -12,7 +14,8 @@ const MODEL = 'model-1';
 const BASE = 'reference/byte-lm';
 
 const text = (s: string) => [...Buffer.from(s, 'utf8')];
-function input(s: string): ForwardBackwardInput {
+/** A stored payload's `input` (JSON, as intake stores it). */
+function input(s: string): ForwardBackwardInputJson {
   const all = text(s);
   return {
     data: [
@@ -24,7 +27,7 @@ function input(s: string): ForwardBackwardInput {
     loss_fn: 'cross_entropy',
   };
 }
-const badInput: ForwardBackwardInput = {
+const badInput: ForwardBackwardInputJson = {
   data: [
     {
       model_input: { chunks: [{ type: 'encoded_text', tokens: [1, 999] }] },
@@ -33,6 +36,9 @@ const badInput: ForwardBackwardInput = {
   ],
   loss_fn: 'cross_entropy',
 };
+
+/** The backend's typed form of a stored input, for direct backend calls. */
+const typed = (json: ForwardBackwardInputJson): ForwardBackwardInput => passInputFromJson(json, 'input');
 
 const ref = (kind: 'weights' | 'sampler', name: string) => ({
   pk: `ckpt#${MODEL}#${kind}#${name}`,
@@ -103,12 +109,12 @@ describe('executeStep: each request type against the backend, with Tinker result
       result: { model_id: MODEL, type: 'create_model' },
     });
 
-    const fb = await backend.forwardBackward(direct, input('hello world'));
+    const fb = await backend.forwardBackward(direct, typed(input('hello world')));
     direct = fb.state;
     const fbStep = await run(
       step('forward_backward', { request_type: 'forward_backward', seq_id: 1, input: input('hello world') }),
     );
-    expect(json(fbStep.outcome)).toEqual({ status: 'completed', result: json(fb.result) });
+    expect(json(fbStep.outcome)).toEqual({ status: 'completed', result: json(passResult(fb.result)) });
     expect(
       Object.keys(fbStep.outcome.status === 'completed' ? (fbStep.outcome.result as object) : {}).sort(),
     ).toEqual(['loss_fn_output_type', 'loss_fn_outputs', 'metrics']);
@@ -190,7 +196,7 @@ describe('executeStep: each request type against the backend, with Tinker result
     });
 
     // Train on, then load the checkpoint saved earlier in this part (from memory, no cloud).
-    direct = (await backend.forwardBackward(direct, input('more'))).state;
+    direct = (await backend.forwardBackward(direct, typed(input('more')))).state;
     await run(
       step('forward_backward', { request_type: 'forward_backward', seq_id: 6, input: input('more') }),
     );
@@ -210,7 +216,7 @@ describe('executeStep: each request type against the backend, with Tinker result
       result: { path: `tinker://${MODEL}/weights/w1`, type: 'load_weights' },
     });
 
-    const forward = await backend.forward(direct, input('hello world'));
+    const forward = await backend.forward(direct, typed(input('hello world')));
     expect(
       json(
         (await run(step('forward', { request_type: 'forward', seq_id: 8, input: input('hello world') })))
@@ -218,7 +224,7 @@ describe('executeStep: each request type against the backend, with Tinker result
       ),
     ).toEqual({
       status: 'completed',
-      result: json(forward),
+      result: json(passResult(forward)),
     });
     expect(await backend.serializeState(part.state as BackendState)).toEqual(
       await backend.serializeState(direct),
@@ -269,7 +275,7 @@ describe('executeStep: failures (E6)', () => {
     );
     expect(json(good.outcome)).toEqual({
       status: 'completed',
-      result: json((await backend.forwardBackward(before, input('ok now'))).result),
+      result: json(passResult((await backend.forwardBackward(before, typed(input('ok now')))).result)),
     });
   });
 
@@ -310,6 +316,60 @@ describe('executeStep: failures (E6)', () => {
       status: 'failed',
       error: { category: 'server', message: expect.stringMatching(/malformed/) },
     });
+  });
+
+  it('a stored pass input the converter rejects fails as a server error, before the backend runs', async () => {
+    const { part, env } = setup();
+    await executeStep(step('create_model', createPayload), part, env);
+    const before = part.state;
+    const good = input('abc');
+    const datum = good.data[0] as ForwardBackwardInputJson['data'][number];
+    const malformed: unknown[] = [
+      { ...good, data: [{ ...datum, model_input: { chunks: [{ type: 'image', tokens: [] }] } }] },
+      { ...good, data: 'not an array' },
+      {
+        ...good,
+        data: [{ ...datum, loss_fn_inputs: { target_tokens: { data: [1, 2], dtype: 'int64', shape: [3] } } }],
+      },
+    ];
+    for (const bad of malformed) {
+      const failed = await executeStep(
+        step('forward_backward', { request_type: 'forward_backward', input: bad }),
+        part,
+        env,
+      );
+      expect(failed.outcome).toMatchObject({
+        status: 'failed',
+        error: { category: 'server', message: expect.stringMatching(/malformed/) },
+      });
+    }
+    expect(part.state).toBe(before);
+  });
+
+  it('2-D target tokens answer [N, K] logprobs as JSON numbers', async () => {
+    const { part, env } = setup();
+    await executeStep(step('create_model', createPayload), part, env);
+    const twoD: ForwardBackwardInputJson = {
+      loss_fn: 'cross_entropy',
+      data: [
+        {
+          model_input: { chunks: [{ tokens: [104, 105] }] },
+          loss_fn_inputs: {
+            target_tokens: { data: [105, 33, 33, 10], dtype: 'int64', shape: [2, 2] },
+            weights: { data: [0.75, 0.25, 1, 0], dtype: 'float32', shape: [2, 2] },
+          },
+        },
+      ],
+    };
+    const done = await executeStep(step('forward', { request_type: 'forward', input: twoD }), part, env);
+    const result =
+      done.outcome.status === 'completed' ? (done.outcome.result as ReturnType<typeof passResult>) : null;
+    const outputs = result?.loss_fn_outputs[0];
+    expect(outputs?.logprobs).toMatchObject({ dtype: 'float32', shape: [2, 2] });
+    expect(Array.isArray(outputs?.logprobs?.data)).toBe(true);
+    expect(outputs?.logprobs?.data).toHaveLength(4);
+    expect(outputs?.elementwise_loss?.shape).toEqual([2]);
+    expect(json(result)).toEqual(result);
   });
 
   it('an infrastructure error from the backend is thrown, not recorded', async () => {

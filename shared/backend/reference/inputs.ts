@@ -1,6 +1,9 @@
 /**
  * Checks of request bodies at execution time. Every failure is a `StepUserError` whose message starts with
- * the offending field's path, so the client sees what to fix (E6).
+ * the offending field's path, so the client sees what to fix (E6). Pass inputs arrive typed and already
+ * shape-checked by their wire's converter (shared/backend/pass-input.ts); what is checked here is what
+ * only this model knows: its vocabulary, its context length, the loss functions it implements and the
+ * inputs they need.
  */
 
 import { StepUserError } from '../../errors.js';
@@ -10,11 +13,12 @@ import type {
   ForwardBackwardInput,
   ModelInput,
   SampleRequest,
-  TensorData,
+  Tensor,
 } from '../backend.js';
+import { concatTokens } from '../pass-input.js';
+import { shapeSize } from '../tensor.js';
 import { MAX_CONTEXT, MAX_RANK, VOCAB } from './model.js';
 
-export const SUPPORTED_LOSS_FNS = ['cross_entropy'] as const;
 export const MAX_SAMPLES = 256;
 
 function fail(field: string, problem: string): never {
@@ -42,74 +46,120 @@ function optionalNumber(value: unknown, fallback: number): unknown {
   return value === undefined || value === null ? fallback : value;
 }
 
-/** Concatenated token ids of `encoded_text` chunks. */
-export function inputTokens(input: ModelInput, field: string): number[] {
-  if (!isRecord(input) || !Array.isArray(input.chunks)) fail(`${field}.chunks`, 'must be an array of chunks');
-  const tokens: number[] = [];
-  input.chunks.forEach((chunk: unknown, c) => {
-    const chunkField = `${field}.chunks[${c}]`;
-    if (!isRecord(chunk)) fail(chunkField, 'must be an object');
-    if (chunk.type !== undefined && chunk.type !== 'encoded_text') {
-      fail(`${chunkField}.type`, `chunk type ${String(chunk.type)} is not supported (only encoded_text)`);
+const shapeText = (shape: readonly number[]) => `[${shape.join(', ')}]`;
+
+/** Concatenated token ids of the chunks, each within the vocabulary, 1 to MAX_CONTEXT of them. */
+export function inputTokens(input: ModelInput, field: string): Int32Array {
+  let count = 0;
+  input.chunks.forEach((chunk, c) => {
+    const { tokens } = chunk;
+    for (let t = 0; t < tokens.length; t++) {
+      const token = tokens[t] as number;
+      if (token < 0 || token >= VOCAB) {
+        fail(
+          `${field}.chunks[${c}].tokens[${t}]`,
+          `token id ${token} is outside the vocabulary [0, ${VOCAB})`,
+        );
+      }
     }
-    if (!Array.isArray(chunk.tokens)) fail(`${chunkField}.tokens`, 'must be an array of token ids');
-    chunk.tokens.forEach((token: unknown, t) => {
-      tokens.push(checkToken(token, `${chunkField}.tokens[${t}]`));
-    });
+    count += tokens.length;
   });
-  if (tokens.length === 0) fail(field, 'holds no tokens');
-  if (tokens.length > MAX_CONTEXT) fail(field, `holds ${tokens.length} tokens, more than ${MAX_CONTEXT}`);
-  return tokens;
+  if (count === 0) fail(field, 'holds no tokens');
+  if (count > MAX_CONTEXT) fail(field, `holds ${count} tokens, more than ${MAX_CONTEXT}`);
+  return concatTokens(input);
 }
 
-function tensorValues(tensor: unknown, field: string, length: number): readonly unknown[] {
-  if (!isRecord(tensor) || !Array.isArray(tensor.data)) fail(field, 'must be a tensor {data, dtype, shape}');
-  const t = tensor as unknown as TensorData;
-  if (t.sparse_crow_indices != null || t.sparse_col_indices != null)
-    fail(field, 'sparse tensors are not supported');
-  if (t.shape != null && (t.shape.length !== 1 || t.shape[0] !== t.data.length)) {
-    fail(`${field}.shape`, `must be [${t.data.length}], got [${t.shape.join(', ')}]`);
-  }
-  if (t.data.length !== length) fail(field, `has ${t.data.length} values for ${length} input tokens`);
-  return t.data;
-}
-
+/** A datum as the loss functions read it. */
 export interface PassDatum {
-  readonly tokens: readonly number[];
-  readonly targets: readonly number[];
-  /** Per-token weights; all ones when the datum gives none. */
-  readonly weights: Float64Array;
+  /** `data[d]`, the prefix of every message about this datum. */
+  readonly field: string;
+  readonly tokens: Int32Array;
+  /**
+   * `target_tokens` row-major: shape [N] (one target per position) or [N, K] (K targets per position,
+   * as top-k distillation sends), with N the input tokens. Element i is position floor(i / K).
+   */
+  readonly targets: Int32Array;
+  readonly targetShape: readonly number[];
+  /** K: targets per position (1 for a 1-D `target_tokens`). */
+  readonly perPosition: number;
+  readonly lossFnInputs: Readonly<Record<string, Tensor>>;
 }
 
+function checkSize(tensor: Tensor, field: string): void {
+  // The converters guarantee it; a backend reading past its data would silently produce NaN.
+  if (tensor.data.length !== shapeSize(tensor.shape)) {
+    fail(`${field}.shape`, `${shapeText(tensor.shape)} does not match its ${tensor.data.length} values`);
+  }
+}
+
+function targetTokens(
+  inputs: Readonly<Record<string, Tensor>>,
+  datumField: string,
+  positions: number,
+  lossFn: string,
+): Pick<PassDatum, 'targets' | 'targetShape' | 'perPosition'> {
+  const field = `${datumField}.loss_fn_inputs.target_tokens`;
+  const tensor = inputs.target_tokens;
+  if (tensor === undefined) fail(field, `is required by ${lossFn}`);
+  if (tensor.dtype !== 'int64') fail(`${field}.dtype`, 'must be int64 (token ids)');
+  checkSize(tensor, field);
+  const { shape } = tensor;
+  if (shape.length !== 1 && shape.length !== 2) {
+    fail(`${field}.shape`, `must be [N] or [N, K], got ${shapeText(shape)}`);
+  }
+  if (shape[0] !== positions) fail(field, `has ${shape[0]} positions for ${positions} input tokens`);
+  const targets = new Int32Array(tensor.data.length);
+  const vocab = BigInt(VOCAB);
+  for (let i = 0; i < targets.length; i++) {
+    const id = tensor.data[i] as bigint;
+    if (id < 0n || id >= vocab) {
+      fail(`${field}.data[${i}]`, `token id ${id} is outside the vocabulary [0, ${VOCAB})`);
+    }
+    targets[i] = Number(id);
+  }
+  return { targets, targetShape: shape, perPosition: shape.length === 2 ? (shape[1] as number) : 1 };
+}
+
+/** The typed pass input's datums checked against the model (the loss function is chosen apart). */
 export function parsePassInput(input: ForwardBackwardInput): PassDatum[] {
-  if (!isRecord(input)) fail('input', 'must be an object');
-  if (!(SUPPORTED_LOSS_FNS as readonly unknown[]).includes(input.loss_fn)) {
+  if (input.data.length === 0) fail('data', 'must hold at least one datum');
+  return input.data.map((datum, d) => {
+    const field = `data[${d}]`;
+    const tokens = inputTokens(datum.model_input, `${field}.model_input`);
+    const lossFnInputs = datum.loss_fn_inputs;
+    return {
+      field,
+      tokens,
+      ...targetTokens(lossFnInputs, field, tokens.length, input.loss_fn),
+      lossFnInputs,
+    };
+  });
+}
+
+/**
+ * An optional float loss input (weights, advantages, ...) of `target_tokens`' shape, as float32 values;
+ * null when the datum gives none. Int64 values are converted (the JSON wire lets a client send them).
+ */
+export function floatLossInput(datum: PassDatum, name: string): Float32Array | null {
+  const field = `${datum.field}.loss_fn_inputs.${name}`;
+  const tensor = datum.lossFnInputs[name];
+  if (tensor === undefined) return null;
+  checkSize(tensor, field);
+  const same =
+    tensor.shape.length === datum.targetShape.length &&
+    tensor.shape.every((dimension, i) => dimension === datum.targetShape[i]);
+  if (!same) {
     fail(
-      'loss_fn',
-      `unknown loss function ${JSON.stringify(input.loss_fn)}; supported: ${SUPPORTED_LOSS_FNS.join(', ')}`,
+      field,
+      `has shape ${shapeText(tensor.shape)}; it must match target_tokens' ${shapeText(datum.targetShape)}`,
     );
   }
-  if (!Array.isArray(input.data) || input.data.length === 0) fail('data', 'must hold at least one datum');
-  return input.data.map((datum: unknown, d) => {
-    const field = `data[${d}]`;
-    if (!isRecord(datum)) fail(field, 'must be an object');
-    const tokens = inputTokens(datum.model_input as ModelInput, `${field}.model_input`);
-    const lossInputs = datum.loss_fn_inputs;
-    if (!isRecord(lossInputs)) fail(`${field}.loss_fn_inputs`, 'must be an object');
-    const targetField = `${field}.loss_fn_inputs.target_tokens`;
-    if (lossInputs.target_tokens === undefined) fail(targetField, 'is required by cross_entropy');
-    const targets = tensorValues(lossInputs.target_tokens, targetField, tokens.length).map((value, i) =>
-      checkToken(value, `${targetField}.data[${i}]`),
-    );
-    const weights = new Float64Array(tokens.length).fill(1);
-    if (lossInputs.weights !== undefined && lossInputs.weights !== null) {
-      const weightField = `${field}.loss_fn_inputs.weights`;
-      tensorValues(lossInputs.weights, weightField, tokens.length).forEach((value, i) => {
-        weights[i] = checkNumber(value, `${weightField}.data[${i}]`, () => true, 'a finite number');
-      });
-    }
-    return { tokens, targets, weights };
-  });
+  const values =
+    tensor.dtype === 'float32' ? tensor.data : Float32Array.from(tensor.data, (value) => Number(value));
+  // The edge checks JSON numbers are finite in float64; one beyond float32's range becomes infinite here.
+  const bad = values.findIndex((value) => !Number.isFinite(value));
+  if (bad >= 0) fail(`${field}.data[${bad}]`, `must be a finite float32, got ${values[bad]}`);
+  return values;
 }
 
 export interface ReferenceAdamParams {
@@ -175,7 +225,7 @@ export function parseCreateModel(input: CreateModelInput): ReferenceModelConfig 
 }
 
 export interface ReferenceSampleRequest {
-  readonly prompt: readonly number[];
+  readonly prompt: Int32Array;
   readonly numSamples: number;
   readonly maxTokens: number;
   readonly temperature: number;

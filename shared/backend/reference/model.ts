@@ -157,12 +157,22 @@ export class SequenceRunner {
     logSoftmax(logits, this.logprobs, this.probs);
   }
 
-  /** Adds d(coef * -log p(target))/d(params) for the last pushed position to `grad`. */
-  backward(target: number, coef: number, grad: Float64Array): void {
+  /**
+   * Adds d(L)/d(params) for the last pushed position to `grad`, where L depends on this position through
+   * log p(targets[k]) with dL/dlog p(targets[k]) = slopes[k] (k < targets.length). Since
+   * dlog p(t)/dz_v = [v = t] - p_v, dL/dz_v = sum_k slopes[k] [v = targets[k]] - p_v sum_k slopes[k].
+   */
+  backward(targets: Int32Array, slopes: Float64Array, grad: Float64Array): void {
     const { unembed } = this.base;
     const { params, rank, hidden, low, dLogits, dAdapted, dLow, probs } = this;
-    for (let v = 0; v < VOCAB; v++) dLogits[v] = coef * (probs[v] as number);
-    dLogits[target] = (dLogits[target] as number) - coef;
+    let total = 0;
+    for (let k = 0; k < targets.length; k++) total += slopes[k] as number;
+    const scale = -total;
+    for (let v = 0; v < VOCAB; v++) dLogits[v] = scale * (probs[v] as number);
+    for (let k = 0; k < targets.length; k++) {
+      const target = targets[k] as number;
+      dLogits[target] = (dLogits[target] as number) + (slopes[k] as number);
+    }
     for (let j = 0; j < DIM; j++) {
       const wRow = j * VOCAB;
       let acc = 0;

@@ -1,11 +1,14 @@
 /**
  * Training steps of the reference backend, as pure functions from state to state.
  *
- * Loss (Tinker's `cross_entropy`, sum reduction): L = sum over datums d and positions t of
- * w_{d,t} * -log p(target_{d,t} | tokens_{d,<=t}). Its gradient is ADDED to the accumulator, so gradients
- * sum across forward_backward calls until optim_step applies and clears them (as in Tinker).
- * Metrics: `loss:sum` = L; `loss:mean` = L / sum_{d,t} w_{d,t} (0 when the weights sum to 0);
- * `weights_version:max` = optimizer steps applied so far.
+ * Loss (./losses.ts): L = sum over datums d, positions t and targets k of loss(log p(target_{d,t,k} |
+ * tokens_{d,<=t})); for `cross_entropy` that is w_{d,t,k} * -log p(...) (K = 1 for 1-D target_tokens).
+ * Outputs per datum: `logprobs` of target_tokens' shape ([N] or [N, K]) and `elementwise_loss` [N], the
+ * loss of each position, both float32. The gradient is ADDED to the accumulator, so gradients sum across
+ * forward_backward calls until optim_step applies and clears them (as in Tinker).
+ * Metrics: `loss:sum` = L; `loss:mean` = L / sum w (0 when the weights sum to 0);
+ * `weights_version:max` = optimizer steps applied so far. Weights are float32 (the wire's type); every
+ * sum runs in Float64 in a fixed order, so the same inputs give the same bits.
  *
  * optim_step is AdamW. With g the accumulated gradient (scaled by c/|g| when grad_clip_norm c > 0 and
  * |g| > c):
@@ -20,11 +23,14 @@ import type {
   CreateModelInput,
   ForwardBackwardInput,
   ForwardBackwardResult,
+  LossFnOutput,
   OptimStepResult,
   WeightsKind,
 } from '../backend.js';
+import { float32Tensor } from '../tensor.js';
 import { BLOB_SAMPLER_WEIGHTS, BLOB_STATE, BLOB_TRAINING_WEIGHTS, decodeBlob, encodeBlob } from './codec.js';
 import { parseAdamParams, parseCreateModel, parsePassInput } from './inputs.js';
+import { lossFunction } from './losses.js';
 import { baseWeights, initialAdapter, SequenceRunner } from './model.js';
 import { REFERENCE_STATE_KIND, type ReferenceState } from './state.js';
 
@@ -43,18 +49,13 @@ export function createReferenceModel(input: CreateModelInput): ReferenceState {
   };
 }
 
-const float32 = (values: readonly number[]) => ({
-  data: values.map(Math.fround),
-  dtype: 'float32' as const,
-  shape: [values.length],
-});
-
 /** forward (state unchanged) or, `withGradient`, forward_backward (gradient added to the accumulator). */
 export function runPass(
   state: ReferenceState,
   input: ForwardBackwardInput,
   withGradient: boolean,
 ): { state: ReferenceState; result: ForwardBackwardResult } {
+  const loss = lossFunction(input.loss_fn);
   const datums = parsePassInput(input);
   const base = baseWeights(state.base_model);
   // This call's gradient, added to the accumulator at the end: a call's contribution never depends on
@@ -62,23 +63,37 @@ export function runPass(
   const grad = withGradient ? new Float64Array(state.params.length) : null;
   let lossSum = 0;
   let weightSum = 0;
-  const outputs = datums.map(({ tokens, targets, weights }) => {
+  const outputs = datums.map((datum): LossFnOutput => {
+    const terms = loss.forDatum(datum, input.loss_fn_config);
+    const { tokens, targets, perPosition } = datum;
     const runner = new SequenceRunner(base, state.params, state.rank);
-    const logprobs: number[] = [];
-    const losses: number[] = [];
-    tokens.forEach((token, t) => {
-      runner.push(token);
-      const target = targets[t] as number;
-      const weight = weights[t] as number;
-      const logprob = runner.logprobs[target] as number;
-      const loss = weight === 0 ? 0 : -weight * logprob;
-      logprobs.push(logprob);
-      losses.push(loss);
-      lossSum += loss;
-      weightSum += weight;
-      if (grad && weight !== 0) runner.backward(target, weight, grad);
-    });
-    return { logprobs: float32(logprobs), elementwise_loss: float32(losses) };
+    const logprobs = new Float32Array(targets.length);
+    const losses = new Float32Array(tokens.length);
+    const slopes = new Float64Array(perPosition);
+    for (let t = 0; t < tokens.length; t++) {
+      runner.push(tokens[t] as number);
+      const first = t * perPosition;
+      let positionLoss = 0;
+      let slopeSeen = false;
+      for (let k = 0; k < perPosition; k++) {
+        const i = first + k;
+        const logprob = runner.logprobs[targets[i] as number] as number;
+        logprobs[i] = logprob;
+        positionLoss += terms.value(i, logprob);
+        weightSum += terms.weight(i);
+        if (grad) {
+          slopes[k] = terms.slope(i, logprob);
+          slopeSeen ||= slopes[k] !== 0;
+        }
+      }
+      losses[t] = positionLoss;
+      lossSum += positionLoss;
+      if (grad && slopeSeen) runner.backward(targets.subarray(first, first + perPosition), slopes, grad);
+    }
+    return {
+      logprobs: { dtype: 'float32', data: logprobs, shape: datum.targetShape },
+      elementwise_loss: float32Tensor(losses),
+    };
   });
   const result: ForwardBackwardResult = {
     loss_fn_output_type: 'ArrayRecord',

@@ -1,5 +1,5 @@
 import { DEFAULT_BASE_MODEL } from '../../../shared/api/capabilities.js';
-import type { Datum, ForwardBackwardInput } from '../../../shared/backend/backend.js';
+import type { DatumJson, ForwardBackwardInputJson } from '../../../shared/backend/pass-input.js';
 import type { TinkerClient } from '../../../shared/client/tinker-client.js';
 import { deriveSeed } from '../../../shared/ids.js';
 import { textDatum, type WorkerHarness } from '../../integration/worker-harness.js';
@@ -24,10 +24,10 @@ interface Sent {
 /** A token outside the reference model's byte vocabulary: the step fails at execution (user error). */
 const OUT_OF_VOCABULARY = 300;
 
-export function datumOf(spec: DatumSpec): Datum {
+export function datumOf(spec: DatumSpec): DatumJson {
   const datum = textDatum(spec.text, spec.weights ? [...spec.weights] : undefined);
   if (!spec.bad) return datum;
-  const [chunk] = datum.model_input.chunks as { type: 'encoded_text'; tokens: number[] }[];
+  const [chunk] = datum.model_input.chunks;
   return {
     ...datum,
     model_input: {
@@ -129,7 +129,7 @@ export class TenantDriver {
       }
       case 'pass': {
         const modelId = this.#model(action.model);
-        const input: ForwardBackwardInput = { data: action.data.map(datumOf), loss_fn: 'cross_entropy' };
+        const input: ForwardBackwardInputJson = { data: action.data.map(datumOf), loss_fn: 'cross_entropy' };
         const field = action.type === 'forward' ? 'forward_input' : 'forward_backward_input';
         const body = { model_id: modelId, seq_id: this.#nextSeq(modelId), [field]: input };
         let requestId: string;
