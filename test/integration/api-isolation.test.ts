@@ -49,7 +49,7 @@ beforeAll(async () => {
   ).request_id;
   await owner.saveWeightsForSampler({ model_id: owned.model, seq_id: 2, path: 'shared-name' });
   await owner.saveWeights({ model_id: owned.model, seq_id: 3, path: 'shared-name' });
-  owned.samplerPath = `tinker://${owned.model}/shared-name`;
+  owned.samplerPath = `tinker://${owned.model}/sampler_weights/shared-name`;
   owned.weightsPath = `tinker://${owned.model}/weights/shared-name`;
   await api.cloud.clients.doc.send(
     new UpdateCommand({
@@ -94,7 +94,7 @@ const UNKNOWN = {
   model: 'model-0000',
   future: '0'.repeat(32),
   samplingSession: 'samp-0000',
-  samplerPath: 'tinker://model-0000/shared-name',
+  samplerPath: 'tinker://model-0000/sampler_weights/shared-name',
   weightsPath: 'tinker://model-0000/weights/shared-name',
 };
 
