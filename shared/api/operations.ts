@@ -26,7 +26,11 @@ import {
   submitUnload,
 } from '../repositories/training-intake.js';
 import { checkpointContentId } from '../storage-keys.js';
-import { CLIENT_CONFIG, CLIENT_DYNAMIC_CONFIG, SUPPORTED_MODELS } from './capabilities.js';
+import {
+  clientConfig as buildClientConfig,
+  CLIENT_DYNAMIC_CONFIG,
+  SUPPORTED_MODELS,
+} from './capabilities.js';
 import type {
   CheckpointRef,
   CreateModelPayload,
@@ -54,10 +58,12 @@ export interface OperationContext {
   readonly tunables: Tunables;
 }
 
-export function clientConfig(body: unknown): typeof CLIENT_CONFIG {
+export function clientConfig(ctx: OperationContext, body: unknown): ReturnType<typeof buildClientConfig> {
   parseRequest(schemas.clientConfigRequest, body);
-  return CLIENT_CONFIG;
+  return buildClientConfig(ctx.tunables);
 }
+
+export { getInfo, getSampler, weightsInfo } from './info.js';
 
 export function clientDynamicConfig(): typeof CLIENT_DYNAMIC_CONFIG {
   return CLIENT_DYNAMIC_CONFIG;

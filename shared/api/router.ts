@@ -54,7 +54,7 @@ const POST = ['POST'] as const;
 
 /** Everything under `/api/v1/`, as the Tinker SDK calls it; `{param}` segments per route-matcher.ts. */
 const ROUTES: Readonly<Record<string, Route>> = {
-  'client/config': { methods: POST, run: (_ctx, body) => ops.clientConfig(body) },
+  'client/config': { methods: POST, run: ops.clientConfig },
   'client/dynamic_config': { methods: ['GET', 'POST'], run: () => ops.clientDynamicConfig() },
   get_server_capabilities: { methods: ['GET', 'POST'], run: () => ops.serverCapabilities() },
   create_session: { methods: POST, run: ops.createSession },
@@ -71,6 +71,9 @@ const ROUTES: Readonly<Record<string, Route>> = {
   asample: { methods: POST, run: ops.asample },
   unload_model: { methods: POST, run: ops.unloadModel },
   retrieve_future: { methods: POST, run: (ctx, body) => retrieveFuture(ctx, body) },
+  get_info: { methods: POST, run: ops.getInfo },
+  weights_info: { methods: POST, run: ops.weightsInfo },
+  'samplers/{sampler_id}': { methods: ['GET'], run: (ctx, _body, params) => ops.getSampler(ctx, params) },
 };
 const ROUTE_MATCHER = compileRoutes(ROUTES);
 

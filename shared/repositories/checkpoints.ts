@@ -69,8 +69,11 @@ export async function resolveCheckpoint(
     registryKey.checkpointName(parsed.modelId, parsed.kind, parsed.name),
     doc,
   );
-  if (record === undefined || record.tenant !== tenant) {
-    throw new NotFoundError(`checkpoint ${path} not found`, { context: { field } });
-  }
+  if (record === undefined || record.tenant !== tenant) throw checkpointNotFound(path, field);
   return record;
+}
+
+/** The one answer for a path naming no checkpoint of the caller's: unknown, another tenant's, or dead. */
+export function checkpointNotFound(path: string, field: string): NotFoundError {
+  return new NotFoundError(`checkpoint ${path} not found`, { context: { field } });
 }

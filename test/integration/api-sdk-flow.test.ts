@@ -75,7 +75,7 @@ describe('the SDK call sequence with its exact request bodies', () => {
     const answer = await client.raw('POST', '/api/v1/client/config', { sdk_version: SDK_VERSION });
     expect(answer).toEqual({
       status: 200,
-      body: { use_pyqwest_transport: false, parallel_fwdbwd_chunks: false },
+      body: expect.objectContaining({ use_pyqwest_transport: false, parallel_fwdbwd_chunks: false }),
     });
     const dynamic = await client.raw('POST', '/api/v1/client/dynamic_config', {});
     expect(dynamic.status).toBe(200);
@@ -604,7 +604,7 @@ describe('the typed client', () => {
   it('drives a session and a model through the same endpoints', async () => {
     const typed = new TinkerClient({ baseUrl: api.url, apiKey: key });
     expect(await typed.healthz()).toEqual({ status: 'ok' });
-    expect(await typed.clientConfig()).toEqual({
+    expect(await typed.clientConfig()).toMatchObject({
       use_pyqwest_transport: false,
       parallel_fwdbwd_chunks: false,
     });

@@ -6,6 +6,7 @@ import {
   byteTokenizerFiles,
   REFERENCE_TOKENIZER_DIR,
 } from '../../shared/backend/reference/byte-tokenizer.js';
+import { readConfig, TOKENIZER_ID_VAR } from '../../shared/config.js';
 
 /** Encodes as the shipped tokenizer.json does: each UTF-8 byte to its character, then to its vocab id. */
 function encode(text: string): number[] {
@@ -33,5 +34,14 @@ describe('the reference tokenizer files', () => {
     expect(encode('hi')).toEqual([104, 105]);
     const text = 'héllo wörld 😀\n\t\u0000';
     expect(encode(text)).toEqual([...Buffer.from(text, 'utf8')]);
+  });
+});
+
+describe('get_info tokenizer_id setting', () => {
+  it('is optional: unset or empty means get_info omits it', () => {
+    expect(TOKENIZER_ID_VAR).toBe('REFERENCE_TOKENIZER_ID');
+    expect(readConfig({}).tokenizerId).toBeUndefined();
+    expect(readConfig({ REFERENCE_TOKENIZER_ID: '' }).tokenizerId).toBeUndefined();
+    expect(readConfig({ REFERENCE_TOKENIZER_ID: '/opt/tok' }).tokenizerId).toBe('/opt/tok');
   });
 });

@@ -13,7 +13,7 @@ import { MAX_CONTEXT, VOCAB } from './model.js';
  */
 
 /** The folder holding `tokenizer.json` and `tokenizer_config.json`, as an absolute path. */
-export const REFERENCE_TOKENIZER_DIR = fileURLToPath(new URL('./tokenizer/', import.meta.url));
+export const REFERENCE_TOKENIZER_DIR = fileURLToPath(new URL('./tokenizer', import.meta.url));
 
 /**
  * Byte -> character of the ByteLevel alphabet: bytes that are printable Latin-1 characters (other than
