@@ -7,6 +7,7 @@ import { TinkerServerlessStack } from './stack.js';
  * - `stackName` (default `tinker-serverless`), `namePrefix` (default: the stack name)
  * - `referenceWorker` (default true): deploy the reference CPU worker Lambda
  * - `removalPolicy`: `retain` (default) or `destroy`, for the tables, bucket and log groups
+ * - `tokenizerId` (default unset): get_info's tokenizer_id, an id the clients can load (see the stack)
  * The stack is environment-agnostic, so synth needs no account, region or lookup. Synthesis runs
  * cdk-nag's AwsSolutions checks and stops on any finding not acknowledged in `nag.ts`.
  */
@@ -28,6 +29,7 @@ const stack = new TinkerServerlessStack(app, 'TinkerServerless', {
   namePrefix: context('namePrefix'),
   referenceWorker: context('referenceWorker') !== 'false',
   removalPolicy: removalPolicyName === 'destroy' ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,
+  tokenizerId: context('tokenizerId'),
   description: 'tinker-serverless: Tinker-compatible control plane for multi-LoRA training and sampling',
 });
 

@@ -4,6 +4,7 @@ import { Aws, CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-l
 import type { NodejsFunction } from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import type { Construct } from 'constructs';
+import { TOKENIZER_ID_VAR } from '../shared/config.js';
 import { STACK_ENV_OUTPUTS } from '../shared/stack-outputs.js';
 import {
   topology as declaredTopology,
@@ -42,6 +43,12 @@ export interface TinkerServerlessStackProps extends StackProps {
   /** For the tables, the bucket and the log groups (queues are always deleted); defaults to RETAIN. */
   readonly removalPolicy?: RemovalPolicy;
   readonly logRetention?: logs.RetentionDays;
+  /**
+   * get_info's `model_data.tokenizer_id` (REFERENCE_TOKENIZER_ID on the API function): an id the
+   * clients' `AutoTokenizer.from_pretrained` can load, e.g. a Hub id they can reach or a folder they
+   * all have. Unset, get_info omits it and the SDK guesses an id from the base model's name.
+   */
+  readonly tokenizerId?: string;
 }
 
 /** The whole system, built from the topology declaration and nothing else. */
@@ -90,6 +97,7 @@ export class TinkerServerlessStack extends Stack {
       for (const [index, trigger] of decl.triggers.entries()) {
         switch (trigger.kind) {
           case 'http':
+            if (props.tokenizerId !== undefined) fn.addEnvironment(TOKENIZER_ID_VAR, props.tokenizerId);
             this.http ??= new HttpEntry(this, 'Http', {
               apiName: physicalName(namePrefix, 'api'),
               logRetention: props.logRetention ?? logs.RetentionDays.ONE_MONTH,

@@ -3,7 +3,8 @@ import { DescribeTableCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DynamoDBStreamsClient } from '@aws-sdk/client-dynamodb-streams';
 import { GetQueueAttributesCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { resetAwsClients } from '../shared/aws/clients.js';
-import { resetConfig } from '../shared/config.js';
+import { REFERENCE_TOKENIZER_DIR } from '../shared/backend/reference/byte-tokenizer.js';
+import { resetConfig, TOKENIZER_ID_VAR } from '../shared/config.js';
 import { logger } from '../shared/logger.js';
 import { FUNCTION_IDS, type FunctionId, type QueueId, type Topology } from '../shared/topology.js';
 import { installConfigScope } from './env-scope.js';
@@ -175,7 +176,9 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
  */
 function applyEnvironment(env: Readonly<Record<string, string>>): void {
   const level = env.POWERTOOLS_LOG_LEVEL ?? process.env.POWERTOOLS_LOG_LEVEL ?? 'WARN';
-  Object.assign(process.env, env, { POWERTOOLS_LOG_LEVEL: level });
+  // get_info's tokenizer_id: a local client runs on this machine, so the shipped folder loads there.
+  const tokenizer = env[TOKENIZER_ID_VAR] ?? process.env[TOKENIZER_ID_VAR] ?? REFERENCE_TOKENIZER_DIR;
+  Object.assign(process.env, env, { POWERTOOLS_LOG_LEVEL: level, [TOKENIZER_ID_VAR]: tokenizer });
   logger.setLogLevel(level as LogLevel);
   resetConfig();
   installGrantEnforcement();

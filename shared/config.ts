@@ -29,6 +29,14 @@ export interface Config {
    * into metrics), off elsewhere unless EMIT_METRICS=true (they would only be noise locally).
    */
   readonly emitMetrics: boolean;
+  /**
+   * `get_info`'s `model_data.tokenizer_id` (REFERENCE_TOKENIZER_ID): what the client's
+   * `AutoTokenizer.from_pretrained` loads for the reference model, so it must be loadable on the
+   * client's machine (a Hub id, or a folder path there). Optional: unset, the answer omits it. The
+   * local runtime sets it to the shipped folder (shared/backend/reference/tokenizer/); on AWS the
+   * stack passes the `tokenizerId` context value.
+   */
+  readonly tokenizerId: string | undefined;
   readonly tunables: Tunables;
 }
 
@@ -70,6 +78,15 @@ function required(env: Env, name: string): string {
   }
   return value;
 }
+
+/** An optional setting: unset and empty both mean absent (never a default that looks like a value). */
+function optional(env: Env, name: string): string | undefined {
+  const value = env[name];
+  return value === undefined || value === '' ? undefined : value;
+}
+
+/** The variable naming get_info's tokenizer_id (see `Config.tokenizerId`). */
+export const TOKENIZER_ID_VAR = 'REFERENCE_TOKENIZER_ID';
 
 function positiveInteger(env: Env, name: string, fallback?: number): number {
   const raw = env[name];
@@ -127,6 +144,7 @@ export function readConfig(env: Env = process.env): Config {
     },
     s3ForcePathStyle: booleanFlag(env, 'S3_FORCE_PATH_STYLE'),
     emitMetrics: booleanFlag(env, 'EMIT_METRICS') || env.AWS_LAMBDA_FUNCTION_NAME !== undefined,
+    tokenizerId: optional(env, TOKENIZER_ID_VAR),
     tunables,
   };
 }

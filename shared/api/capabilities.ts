@@ -1,4 +1,5 @@
 import { MAX_CONTEXT, MAX_RANK } from '../backend/reference/model.js';
+import type { Tunables } from '../config.js';
 
 /**
  * What this deployment serves, as `get_server_capabilities` advertises it. The reference backend
@@ -27,8 +28,37 @@ export const LOSS_FN_INPUTS = {
 export type LossFn = keyof typeof LOSS_FN_INPUTS;
 export const LOSS_FNS = Object.keys(LOSS_FN_INPUTS) as [LossFn, ...LossFn[]];
 
-/** The flags `client/config` answers: the SDK's pyqwest transport and parallel chunk submits stay off. */
-export const CLIENT_CONFIG = { use_pyqwest_transport: false, parallel_fwdbwd_chunks: false } as const;
+/** `get_info`'s `model_data.arch`: every base model the reference backend serves has this shape. */
+export const REFERENCE_ARCH = 'reference-byte-lm';
+
+/**
+ * Lambda's synchronous invocation payload limit (6 MB), which binds before API Gateway's (10 MB). A
+ * binary body reaches Lambda base64-encoded, 4/3 of its size, inside an event that also carries the
+ * headers, the request context and the JSON envelope: 256 KiB is left for those and for the SDK's
+ * size being an estimate. So the largest binary body is (6 MiB - 256 KiB) * 3/4 = 4,521,984 bytes.
+ */
+const LAMBDA_REQUEST_BYTES = 6 * 1024 * 1024;
+const EVENT_HEADROOM_BYTES = 256 * 1024;
+export const LAMBDA_MAX_BINARY_BODY_BYTES = Math.floor(
+  ((LAMBDA_REQUEST_BYTES - EVENT_HEADROOM_BYTES) * 3) / 4,
+);
+
+/**
+ * `client/config`: the SDK's pyqwest transport and parallel chunk submits stay off. The SDK splits a
+ * forward_backward into chunks of at most `fwdbwd_max_chunk_len` datums and about
+ * `fwdbwd_max_chunk_bytes_count` serialized protobuf bytes before zstd; that size must pass
+ * MAX_BODY_BYTES (which counts decompressed bytes) and, sent uncompressed, still fit Lambda's limit.
+ * `proto_compress_fwdbwd`: the SDK sends those bodies zstd-compressed (`Content-Encoding: zstd`).
+ */
+export function clientConfig(tunables: Pick<Tunables, 'maxDatums' | 'maxBodyBytes'>) {
+  return {
+    use_pyqwest_transport: false,
+    parallel_fwdbwd_chunks: false,
+    proto_compress_fwdbwd: true,
+    fwdbwd_max_chunk_len: tunables.maxDatums,
+    fwdbwd_max_chunk_bytes_count: Math.min(tunables.maxBodyBytes, LAMBDA_MAX_BINARY_BODY_BYTES),
+  } as const;
+}
 
 /** `client/dynamic_config`: cancellation of sampling futures is not offered. */
 export const CLIENT_DYNAMIC_CONFIG = { refresh_interval_sec: 300, sample_cancel_enabled: false } as const;

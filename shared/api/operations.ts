@@ -10,7 +10,7 @@ import {
 import { RetryLaterError, ValidationError } from '../errors.js';
 import { deriveId, deriveSeed, mintId, mintRequestId, sha256Hex } from '../ids.js';
 import { canonicalJson, serializePayload } from '../payload-store.js';
-import { resolveCheckpoint } from '../repositories/checkpoints.js';
+import { issuedPath, resolveCheckpoint } from '../repositories/checkpoints.js';
 import type { IntakeClients } from '../repositories/intake.js';
 import {
   createSamplingSession as storeSamplingSession,
@@ -26,7 +26,11 @@ import {
   submitUnload,
 } from '../repositories/training-intake.js';
 import { checkpointContentId } from '../storage-keys.js';
-import { CLIENT_CONFIG, CLIENT_DYNAMIC_CONFIG, SUPPORTED_MODELS } from './capabilities.js';
+import {
+  clientConfig as buildClientConfig,
+  CLIENT_DYNAMIC_CONFIG,
+  SUPPORTED_MODELS,
+} from './capabilities.js';
 import type {
   CheckpointRef,
   CreateModelPayload,
@@ -54,10 +58,12 @@ export interface OperationContext {
   readonly tunables: Tunables;
 }
 
-export function clientConfig(body: unknown): typeof CLIENT_CONFIG {
+export function clientConfig(ctx: OperationContext, body: unknown): ReturnType<typeof buildClientConfig> {
   parseRequest(schemas.clientConfigRequest, body);
-  return CLIENT_CONFIG;
+  return buildClientConfig(ctx.tunables);
 }
+
+export { getInfo, getSampler, weightsInfo } from './info.js';
 
 export function clientDynamicConfig(): typeof CLIENT_DYNAMIC_CONFIG {
   return CLIENT_DYNAMIC_CONFIG;
@@ -263,7 +269,7 @@ export async function saveWeights(ctx: OperationContext, body: unknown): Promise
 }
 
 /**
- * Named: reserves `tinker://<model>/<name>`. Unnamed (`sampling_session_seq_id`): the sampling session
+ * Named: reserves `tinker://<model>/sampler_weights/<name>`. Unnamed (`sampling_session_seq_id`): the sampling session
  * id is derived from (model, seq_id), so a retry names the same one; it also names the anonymous
  * checkpoint, and the worker writes the sampling session record when the save commits.
  */
@@ -374,9 +380,12 @@ export async function createSamplingSession(ctx: OperationContext, body: unknown
       ctx.clients.doc,
     );
     if (checkpoint.status !== 'committed') {
-      throw new RetryLaterError(`model_path: checkpoint ${checkpoint.path} is not saved yet; retry shortly`, {
-        context: { field: 'model_path' },
-      });
+      throw new RetryLaterError(
+        `model_path: checkpoint ${request.model_path} is not saved yet; retry shortly`,
+        {
+          context: { field: 'model_path' },
+        },
+      );
     }
     const owner = await requireSeqCounter(checkpoint.model_id, ctx.tenant, ctx.clients.doc);
     if (request.base_model && request.base_model !== owner.base_model) {
@@ -389,7 +398,8 @@ export async function createSamplingSession(ctx: OperationContext, body: unknown
       model_id: checkpoint.model_id,
       base_model: owner.base_model,
       checkpoint_id: checkpoint.content_id,
-      model_path: checkpoint.path,
+      // The SDK's form even when the client named a legacy path (W5): GET samplers/{id} answers it.
+      model_path: issuedPath(checkpoint),
     };
   } else {
     const baseModel = request.base_model as string;

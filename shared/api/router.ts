@@ -8,6 +8,7 @@ import { NO_FAVICON, statusPageSubpath } from '../status-page/page.js';
 import * as ops from './operations.js';
 import { parseJsonBody } from './request-checks.js';
 import { retrieveFuture } from './retrieve.js';
+import { compileRoutes } from './route-matcher.js';
 import { handleStatusRoute } from './status-routes.js';
 
 /** An HTTP request as the edge sees it, independent of API Gateway's event shape. */
@@ -40,7 +41,9 @@ export interface ErrorBody {
   readonly field?: string;
 }
 
-type Handler = (ctx: ops.OperationContext & { readonly deadline: number }, body: unknown) => unknown;
+type HandlerContext = ops.OperationContext & { readonly deadline: number };
+/** `params`: the route pattern's `{param}` values, decoded (none for a literal route). */
+type Handler = (ctx: HandlerContext, body: unknown, params: Readonly<Record<string, string>>) => unknown;
 
 interface Route {
   readonly methods: readonly string[];
@@ -49,9 +52,9 @@ interface Route {
 
 const POST = ['POST'] as const;
 
-/** Everything under `/api/v1/`, as the Tinker SDK calls it. */
+/** Everything under `/api/v1/`, as the Tinker SDK calls it; `{param}` segments per route-matcher.ts. */
 const ROUTES: Readonly<Record<string, Route>> = {
-  'client/config': { methods: POST, run: (_ctx, body) => ops.clientConfig(body) },
+  'client/config': { methods: POST, run: ops.clientConfig },
   'client/dynamic_config': { methods: ['GET', 'POST'], run: () => ops.clientDynamicConfig() },
   get_server_capabilities: { methods: ['GET', 'POST'], run: () => ops.serverCapabilities() },
   create_session: { methods: POST, run: ops.createSession },
@@ -67,8 +70,12 @@ const ROUTES: Readonly<Record<string, Route>> = {
   create_sampling_session: { methods: POST, run: ops.createSamplingSession },
   asample: { methods: POST, run: ops.asample },
   unload_model: { methods: POST, run: ops.unloadModel },
-  retrieve_future: { methods: POST, run: retrieveFuture },
+  retrieve_future: { methods: POST, run: (ctx, body) => retrieveFuture(ctx, body) },
+  get_info: { methods: POST, run: ops.getInfo },
+  weights_info: { methods: POST, run: ops.weightsInfo },
+  'samplers/{sampler_id}': { methods: ['GET'], run: (ctx, _body, params) => ops.getSampler(ctx, params) },
 };
+const ROUTE_MATCHER = compileRoutes(ROUTES);
 
 const API_PREFIX = '/api/v1/';
 /** Margin left to a Lambda invocation after a long poll, to answer before the timeout. */
@@ -144,9 +151,15 @@ export async function handleApiRequest(
     }
   }
   const name = request.path.startsWith(API_PREFIX) ? request.path.slice(API_PREFIX.length) : undefined;
-  // Own keys only: `/api/v1/constructor` or `/api/v1/__proto__` must not find Object.prototype's members.
-  const route = name !== undefined && Object.hasOwn(ROUTES, name) ? ROUTES[name] : undefined;
-  if (route === undefined) return answer(404, `no route for ${method} ${request.path}`);
+  // A Map and prototype-less params (route-matcher.ts): `/api/v1/constructor` or `/api/v1/__proto__`
+  // must not find Object.prototype's members.
+  const matched = name === undefined ? undefined : ROUTE_MATCHER.match(name);
+  if (matched === undefined) return answer(404, `no route for ${method} ${request.path}`);
+  // The path's parameters are bound here, so the call below passes only (ctx, body).
+  const route = {
+    methods: matched.route.methods,
+    run: (ctx: HandlerContext, body: unknown) => matched.route.run(ctx, body, matched.params),
+  };
   if (!route.methods.includes(method)) {
     return answer(
       405,

@@ -249,6 +249,13 @@ export const sampleRequest = z.object({
   topk_prompt_logprobs: z.int().min(0).max(1024).default(0),
 });
 
+export const getInfoRequest = z.object({ model_id: idString });
+
+export const weightsInfoRequest = z.object({ tinker_path: z.string().max(512) });
+
+/** `GET samplers/{sampler_id}`: the path parameter, checked like a body field. */
+export const getSamplerParams = z.object({ sampler_id: idString });
+
 export const retrieveFutureRequest = z.object({
   request_id: z.string().min(1).max(128),
   allow_metadata_only: z.boolean().optional(),

@@ -1,5 +1,6 @@
 import type { z } from 'zod';
-import type { CLIENT_CONFIG, CLIENT_DYNAMIC_CONFIG, SUPPORTED_MODELS } from '../api/capabilities.js';
+import type { CLIENT_DYNAMIC_CONFIG, clientConfig, SUPPORTED_MODELS } from '../api/capabilities.js';
+import type { GetInfoAnswer, GetSamplerAnswer, WeightsInfoAnswer } from '../api/info.js';
 import type { FailedAnswer, TryAgain } from '../api/retrieve.js';
 import type * as schemas from '../api/schemas.js';
 
@@ -105,8 +106,20 @@ export class TinkerClient {
     return answer.body as { status: string };
   }
 
-  clientConfig(body: In<typeof schemas.clientConfigRequest> = {}): Promise<typeof CLIENT_CONFIG> {
+  clientConfig(body: In<typeof schemas.clientConfigRequest> = {}): Promise<ReturnType<typeof clientConfig>> {
     return this.call('POST', 'client/config', body);
+  }
+
+  getInfo(modelId: string): Promise<GetInfoAnswer> {
+    return this.call('POST', 'get_info', { model_id: modelId, type: 'get_info' });
+  }
+
+  weightsInfo(tinkerPath: string): Promise<WeightsInfoAnswer> {
+    return this.call('POST', 'weights_info', { tinker_path: tinkerPath });
+  }
+
+  getSampler(samplerId: string): Promise<GetSamplerAnswer> {
+    return this.call('GET', `samplers/${encodeURIComponent(samplerId)}`);
   }
 
   dynamicConfig(): Promise<typeof CLIENT_DYNAMIC_CONFIG> {

@@ -29,26 +29,35 @@ export async function staleReservation(
   return future?.status === 'failed';
 }
 
+const EXPECTED_PATH: Readonly<Record<CheckpointKind | 'any', string>> = {
+  weights: 'tinker://<model_id>/weights/<name> (from save_weights)',
+  sampler: 'tinker://<model_id>/sampler_weights/<name> (from save_weights_for_sampler)',
+  any: 'tinker://<model_id>/weights/<name> or tinker://<model_id>/sampler_weights/<name>',
+};
+
+/** The path this server issues for a checkpoint, whatever form its record stored (W5). */
+export function issuedPath(record: Pick<CheckpointNameRecord, 'model_id' | 'kind' | 'name'>): string {
+  return formatCheckpointPath({ modelId: record.model_id, kind: record.kind, name: record.name });
+}
+
 /**
- * Resolves a `tinker://` path of the wanted kind to the tenant's checkpoint name record. A path of
- * the wrong shape or kind is a 400; a checkpoint that does not exist, or is another tenant's, a 404.
- * The record may still be pending (reserved, not yet committed): callers decide what that means.
+ * Resolves a `tinker://` path to the tenant's checkpoint name record: of the wanted kind, or of
+ * either (`any`). Every form the parser accepts resolves, the legacy sampler form included. A path
+ * of the wrong shape or kind is a 400; a checkpoint that does not exist, or is another tenant's, a
+ * 404. The record may still be pending (reserved, not yet committed): callers decide what that means.
  */
 export async function resolveCheckpoint(
   path: string,
-  kind: CheckpointKind,
+  kind: CheckpointKind | 'any',
   tenant: string,
   field: string,
   doc: DynamoDBDocumentClient = awsClients().doc,
 ): Promise<CheckpointNameRecord> {
   const parsed = parseCheckpointPath(path);
-  const expected =
-    kind === 'weights'
-      ? 'tinker://<model_id>/weights/<name> (from save_weights)'
-      : 'tinker://<model_id>/<name> (from save_weights_for_sampler)';
+  const expected = EXPECTED_PATH[kind];
   if (parsed === undefined)
     throw new ValidationError(`${field}: must look like ${expected}`, { context: { field } });
-  if (parsed.kind !== kind) {
+  if (kind !== 'any' && parsed.kind !== kind) {
     throw new ValidationError(
       `${field}: ${formatCheckpointPath(parsed)} is a ${parsed.kind} checkpoint; expected ${expected}`,
       {
@@ -56,9 +65,15 @@ export async function resolveCheckpoint(
       },
     );
   }
-  const record = await readCheckpointName(registryKey.checkpointName(parsed.modelId, kind, parsed.name), doc);
-  if (record === undefined || record.tenant !== tenant) {
-    throw new NotFoundError(`checkpoint ${path} not found`, { context: { field } });
-  }
+  const record = await readCheckpointName(
+    registryKey.checkpointName(parsed.modelId, parsed.kind, parsed.name),
+    doc,
+  );
+  if (record === undefined || record.tenant !== tenant) throw checkpointNotFound(path, field);
   return record;
+}
+
+/** The one answer for a path naming no checkpoint of the caller's: unknown, another tenant's, or dead. */
+export function checkpointNotFound(path: string, field: string): NotFoundError {
+  return new NotFoundError(`checkpoint ${path} not found`, { context: { field } });
 }

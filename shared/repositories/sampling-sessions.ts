@@ -4,11 +4,12 @@ import { registryKey, type SamplingSessionRecord } from '../domain/records.js';
 import { NotFoundError } from '../errors.js';
 import { readRegistryItem } from './registry.js';
 
-/** The tenant's sampling session, or 404 (unknown and other tenants' look the same). */
+/** The tenant's sampling session, or 404 naming `field` (unknown and other tenants' look the same). */
 export async function requireSamplingSession(
   samplingSessionId: string,
   tenant: string,
   doc: DynamoDBDocumentClient = awsClients().doc,
+  field = 'sampling_session_id',
 ): Promise<SamplingSessionRecord> {
   const record = await readRegistryItem<SamplingSessionRecord>(
     registryKey.samplingSession(samplingSessionId),
@@ -16,7 +17,7 @@ export async function requireSamplingSession(
   );
   if (record === undefined || record.tenant !== tenant) {
     throw new NotFoundError(`sampling session ${samplingSessionId} not found`, {
-      context: { field: 'sampling_session_id' },
+      context: { field },
     });
   }
   return record;

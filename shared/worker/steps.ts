@@ -1,6 +1,7 @@
 import type { AdamParams, Backend, BackendState, LoraConfigInput } from '../backend/backend.js';
 import { type FutureError, registryKey, type SamplingSessionRecord } from '../domain/records.js';
 import { StepUserError } from '../errors.js';
+import { issuedPath } from '../repositories/checkpoints.js';
 import type { WorkItemModel, WorkItemStep } from '../scheduling/work-item.js';
 import { checkpointContentId, storageKeys } from '../storage-keys.js';
 import { loadCheckpointBytes } from './checkpoint-source.js';
@@ -144,12 +145,14 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
       const key = storageKeys.checkpoint(modelId, contentId);
       part.saved.set(contentId, { key, bytes });
       const checkpoint: CheckpointEffect = { action: 'commit', pk: payload.checkpoint.pk, blob_key: key };
+      // From the name, not the payload's `path`: a payload stored before W5 carries the legacy form.
+      const path = issuedPath(payload.checkpoint);
       if (step.request_type === 'save_weights') {
-        return completed(step, results.saveWeightsResult(payload.checkpoint.path), { checkpoint });
+        return completed(step, results.saveWeightsResult(path), { checkpoint });
       }
       const session = 'sampling_session' in payload ? payload.sampling_session : undefined;
       if (session === undefined) {
-        return completed(step, results.saveWeightsForSamplerResult({ path: payload.checkpoint.path }), {
+        return completed(step, results.saveWeightsForSamplerResult({ path }), {
           checkpoint,
         });
       }
@@ -161,7 +164,7 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
         model_id: modelId,
         base_model: session.base_model,
         checkpoint_id: contentId,
-        model_path: payload.checkpoint.path,
+        model_path: path,
         created_at: env.now(),
       };
       return completed(
@@ -178,7 +181,7 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
         optimizer: payload.optimizer,
       });
       part.stateChanged = true;
-      return completed(step, results.loadWeightsResult(payload.checkpoint.path));
+      return completed(step, results.loadWeightsResult(issuedPath(payload.checkpoint)));
     }
     case 'unload_model':
       parseStepPayload('unload_model', step.request_id, step.payload);

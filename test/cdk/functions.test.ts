@@ -88,3 +88,17 @@ describe('functions', () => {
     }
   });
 });
+
+describe('the tokenizerId option', () => {
+  it('gives only the api function REFERENCE_TOKENIZER_ID, and nothing when unset', () => {
+    const configured = synth({ tokenizerId: 'acme/byte-tokenizer' });
+    for (const functionId of FUNCTION_IDS) {
+      const props = properties(configured.template, functionLogicalId(configured.stack, functionId));
+      const variables = (props.Environment as { Variables: Record<string, unknown> }).Variables;
+      expect(variables.REFERENCE_TOKENIZER_ID, functionId).toBe(
+        functionId === 'api' ? 'acme/byte-tokenizer' : undefined,
+      );
+      expect(environment(functionId).REFERENCE_TOKENIZER_ID).toBeUndefined();
+    }
+  });
+});

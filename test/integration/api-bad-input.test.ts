@@ -234,7 +234,11 @@ const cases: BadRequest[] = [
   {
     name: 'load_weights of a sampler checkpoint',
     endpoint: 'load_weights',
-    body: () => ({ model_id: ids.model, seq_id: 9, path: `tinker://${ids.model}/ready-sampler` }),
+    body: () => ({
+      model_id: ids.model,
+      seq_id: 9,
+      path: `tinker://${ids.model}/sampler_weights/ready-sampler`,
+    }),
     status: 400,
     field: 'path',
     error: /is a sampler checkpoint/,
@@ -287,7 +291,7 @@ const cases: BadRequest[] = [
     body: () => ({
       session_id: ids.session,
       sampling_session_seq_id: 5,
-      model_path: `tinker://${ids.model}/pending-sampler`,
+      model_path: `tinker://${ids.model}/sampler_weights/pending-sampler`,
     }),
     status: 408,
     field: 'model_path',
@@ -299,7 +303,7 @@ const cases: BadRequest[] = [
     body: () => ({
       session_id: ids.session,
       sampling_session_seq_id: 5,
-      model_path: `tinker://${ids.model}/nope`,
+      model_path: `tinker://${ids.model}/sampler_weights/nope`,
     }),
     status: 404,
     field: 'model_path',
@@ -311,7 +315,7 @@ const cases: BadRequest[] = [
     body: () => ({
       session_id: ids.session,
       sampling_session_seq_id: 5,
-      model_path: `tinker://${ids.model}/ready-sampler`,
+      model_path: `tinker://${ids.model}/sampler_weights/ready-sampler`,
       base_model: 'other/model',
     }),
     status: 400,

@@ -49,7 +49,7 @@ beforeAll(async () => {
   ).request_id;
   await owner.saveWeightsForSampler({ model_id: owned.model, seq_id: 2, path: 'shared-name' });
   await owner.saveWeights({ model_id: owned.model, seq_id: 3, path: 'shared-name' });
-  owned.samplerPath = `tinker://${owned.model}/shared-name`;
+  owned.samplerPath = `tinker://${owned.model}/sampler_weights/shared-name`;
   owned.weightsPath = `tinker://${owned.model}/weights/shared-name`;
   await api.cloud.clients.doc.send(
     new UpdateCommand({
@@ -87,6 +87,8 @@ interface Probe {
   /** The body naming the owner's id, and the same body with an id nobody has. */
   readonly body: (ids: typeof owned) => Record<string, unknown>;
   readonly field: string;
+  /** GET routes: the path under /api/v1/ naming the id (there is no body). */
+  readonly get?: (ids: typeof owned) => string;
 }
 
 const UNKNOWN = {
@@ -94,7 +96,7 @@ const UNKNOWN = {
   model: 'model-0000',
   future: '0'.repeat(32),
   samplingSession: 'samp-0000',
-  samplerPath: 'tinker://model-0000/shared-name',
+  samplerPath: 'tinker://model-0000/sampler_weights/shared-name',
   weightsPath: 'tinker://model-0000/weights/shared-name',
 };
 
@@ -180,6 +182,21 @@ const probes: Probe[] = [
     field: 'sampling_session_id',
   },
   { endpoint: 'retrieve_future', body: (ids) => ({ request_id: ids.future }), field: 'request_id' },
+  { endpoint: 'get_info', body: (ids) => ({ model_id: ids.model, type: 'get_info' }), field: 'model_id' },
+  // The weights checkpoint is still pending (408 to its owner), the sampler one committed: neither shows.
+  { endpoint: 'weights_info', body: (ids) => ({ tinker_path: ids.weightsPath }), field: 'tinker_path' },
+  { endpoint: 'weights_info', body: (ids) => ({ tinker_path: ids.samplerPath }), field: 'tinker_path' },
+  {
+    endpoint: 'weights_info',
+    body: (ids) => ({ tinker_path: ids.samplerPath.replace('/sampler_weights/', '/') }),
+    field: 'tinker_path',
+  },
+  {
+    endpoint: 'samplers/{sampler_id}',
+    body: () => ({}),
+    get: (ids) => `samplers/${ids.samplingSession}`,
+    field: 'sampler_id',
+  },
 ];
 
 function withIds(text: string, from: typeof owned, to: typeof owned): string {
@@ -194,8 +211,12 @@ describe('tenant isolation on every endpoint', () => {
     '$endpoint naming another tenant’s $field answers what an unknown id answers',
     async (probe) => {
       const before = await api.counts();
-      const theirs = await rival.raw('POST', `/api/v1/${probe.endpoint}`, probe.body(owned));
-      const unknown = await rival.raw('POST', `/api/v1/${probe.endpoint}`, probe.body(UNKNOWN));
+      const ask = (ids: typeof owned) =>
+        probe.get === undefined
+          ? rival.raw('POST', `/api/v1/${probe.endpoint}`, probe.body(ids))
+          : rival.raw('GET', `/api/v1/${probe.get(ids)}`);
+      const theirs = await ask(owned);
+      const unknown = await ask(UNKNOWN);
       expect(theirs.status).toBe(404);
       expect(theirs.body).toMatchObject({ field: probe.field });
       expect(unknown.status).toBe(404);
@@ -218,5 +239,14 @@ describe('tenant isolation on every endpoint', () => {
     expect(typeof sample.request_id).toBe('string');
     const next = await owner.optimStep({ model_id: owned.model, seq_id: 4, adam_params: {} });
     expect(next.model_id).toBe(owned.model);
+    expect((await owner.getInfo(owned.model)).model_id).toBe(owned.model);
+    expect((await owner.weightsInfo(owned.samplerPath)).lora_rank).toBe(4);
+    const pending = await owner.raw('POST', '/api/v1/weights_info', { tinker_path: owned.weightsPath });
+    expect(pending.status).toBe(408);
+    expect(await owner.getSampler(owned.samplingSession)).toEqual({
+      sampler_id: owned.samplingSession,
+      base_model: 'reference/byte-lm',
+      model_path: owned.samplerPath,
+    });
   });
 });

@@ -3,6 +3,7 @@ import { GetCommand, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SUPPORTED_MODELS } from '../../shared/api/capabilities.js';
 import type { PassPayload, SamplePayload, SaveWeightsForSamplerPayload } from '../../shared/api/payloads.js';
+import { SDK_TINKER_PATH } from '../../shared/api/tinker-path.js';
 import { TinkerClient } from '../../shared/client/tinker-client.js';
 import {
   type CheckpointNameRecord,
@@ -74,7 +75,7 @@ describe('the SDK call sequence with its exact request bodies', () => {
     const answer = await client.raw('POST', '/api/v1/client/config', { sdk_version: SDK_VERSION });
     expect(answer).toEqual({
       status: 200,
-      body: { use_pyqwest_transport: false, parallel_fwdbwd_chunks: false },
+      body: expect.objectContaining({ use_pyqwest_transport: false, parallel_fwdbwd_chunks: false }),
     });
     const dynamic = await client.raw('POST', '/api/v1/client/dynamic_config', {});
     expect(dynamic.status).toBe(200);
@@ -289,7 +290,8 @@ describe('the SDK call sequence with its exact request bodies', () => {
     });
     expect(answer.status).toBe(200);
     futures.save = (answer.body as { request_id: string }).request_id;
-    samplerPath = `tinker://${modelId}/step-1`;
+    samplerPath = `tinker://${modelId}/sampler_weights/step-1`;
+    expect(samplerPath).toMatch(SDK_TINKER_PATH);
     const record = await get<CheckpointNameRecord>('registry', {
       pk: registryKey.checkpointName(modelId, 'sampler', 'step-1'),
     });
@@ -401,7 +403,7 @@ describe('the SDK call sequence with its exact request bodies', () => {
     expect(payload.checkpoint).toMatchObject({
       name: minted,
       kind: 'sampler',
-      path: `tinker://${modelId}/${minted}`,
+      path: `tinker://${modelId}/sampler_weights/${minted}`,
     });
     const record = await get<CheckpointNameRecord>('registry', { pk: payload.checkpoint.pk });
     expect(record).toMatchObject({ status: 'pending', request_id: requestId });
@@ -602,7 +604,7 @@ describe('the typed client', () => {
   it('drives a session and a model through the same endpoints', async () => {
     const typed = new TinkerClient({ baseUrl: api.url, apiKey: key });
     expect(await typed.healthz()).toEqual({ status: 'ok' });
-    expect(await typed.clientConfig()).toEqual({
+    expect(await typed.clientConfig()).toMatchObject({
       use_pyqwest_transport: false,
       parallel_fwdbwd_chunks: false,
     });

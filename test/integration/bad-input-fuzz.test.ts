@@ -1,6 +1,8 @@
+import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
+import { registryKey } from '../../shared/domain/records.js';
 import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 /**
@@ -115,6 +117,8 @@ const VALID: Record<string, (n: number) => Json> = {
     type: 'sample',
   }),
   retrieve_future: () => ({ request_id: ids.future, allow_metadata_only: false }),
+  get_info: () => ({ model_id: ids.model, type: 'get_info' }),
+  weights_info: () => ({ tinker_path: `tinker://${ids.model}/weights/base-ckpt` }),
   telemetry: () => ({ events: [{ event: 'GENERIC_EVENT', severity: 'INFO' }], platform: 'linux' }),
 };
 const ENDPOINTS = Object.keys(VALID);
@@ -241,6 +245,16 @@ beforeAll(async () => {
   ids.model = model.model_id;
   ids.future = model.request_id;
   await client.saveWeights({ model_id: ids.model, seq_id: 1, path: 'base-ckpt' });
+  // Committed, as the worker's commit would, so weights_info answers 200 on the valid body.
+  await api.cloud.clients.doc.send(
+    new UpdateCommand({
+      TableName: api.cloud.names.tables.registry,
+      Key: { pk: registryKey.checkpointName(ids.model, 'weights', 'base-ckpt') },
+      UpdateExpression: 'SET #status = :committed',
+      ExpressionAttributeNames: { '#status': 'status' },
+      ExpressionAttributeValues: { ':committed': 'committed' },
+    }),
+  );
   ids.samplingSession = (
     await client.createSamplingSession({
       session_id: ids.session,

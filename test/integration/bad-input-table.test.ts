@@ -994,6 +994,153 @@ const routes: BadRequest[] = [
   { name: 'POST /healthz', path: '/healthz', body: () => ({}), status: 405, error: /use GET/ },
 ];
 
+/** get_info, weights_info and GET samplers/{sampler_id} (W6): read-only, but no bad input stores anything either. */
+const reads: BadRequest[] = [
+  {
+    name: 'get_info without model_id',
+    path: 'get_info',
+    body: () => ({}),
+    status: 400,
+    field: 'model_id',
+    error: /model_id/,
+  },
+  {
+    name: 'get_info with a numeric model_id',
+    path: 'get_info',
+    body: () => ({ model_id: 7 }),
+    status: 400,
+    field: 'model_id',
+    error: /model_id/,
+  },
+  {
+    name: 'get_info with a key separator in model_id',
+    path: 'get_info',
+    body: () => ({ model_id: 'a#b' }),
+    status: 400,
+    field: 'model_id',
+    error: /must be an id/,
+  },
+  {
+    name: 'get_info of an unknown model',
+    path: 'get_info',
+    body: () => ({ model_id: 'model-nobody', type: 'get_info' }),
+    status: 404,
+    field: 'model_id',
+    error: /model model-nobody not found/,
+  },
+  {
+    name: 'weights_info without tinker_path',
+    path: 'weights_info',
+    body: () => ({}),
+    status: 400,
+    field: 'tinker_path',
+    error: /tinker_path/,
+  },
+  {
+    name: 'weights_info with a numeric tinker_path',
+    path: 'weights_info',
+    body: () => ({ tinker_path: 1 }),
+    status: 400,
+    field: 'tinker_path',
+    error: /tinker_path/,
+  },
+  {
+    name: 'weights_info of a path that is not tinker://',
+    path: 'weights_info',
+    body: () => ({ tinker_path: 's3://bucket/key' }),
+    status: 400,
+    field: 'tinker_path',
+    error: /tinker_path: must look like tinker:\/\//,
+  },
+  {
+    name: 'weights_info of an unknown kind segment',
+    path: 'weights_info',
+    body: () => ({ tinker_path: `tinker://${ids.model}/checkpoints/taken` }),
+    status: 400,
+    field: 'tinker_path',
+    error: /must look like/,
+  },
+  {
+    name: 'weights_info of an over-long path',
+    path: 'weights_info',
+    body: () => ({ tinker_path: `tinker://${'m'.repeat(600)}/weights/x` }),
+    status: 400,
+    field: 'tinker_path',
+    error: /tinker_path/,
+  },
+  {
+    name: 'weights_info of a checkpoint not saved yet',
+    path: 'weights_info',
+    body: () => ({ tinker_path: `tinker://${ids.model}/weights/taken` }),
+    status: 408,
+    field: 'tinker_path',
+    error: /not saved yet; retry/,
+  },
+  {
+    name: 'weights_info of an unknown checkpoint',
+    path: 'weights_info',
+    body: () => ({ tinker_path: `tinker://${ids.model}/sampler_weights/nope` }),
+    status: 404,
+    field: 'tinker_path',
+    error: /not found/,
+  },
+  {
+    name: 'GET samplers/ with a key separator',
+    method: 'GET',
+    path: 'samplers/a%23b',
+    status: 400,
+    field: 'sampler_id',
+    error: /sampler_id: must be an id/,
+  },
+  {
+    name: 'GET samplers/ of an unknown id',
+    method: 'GET',
+    path: 'samplers/samp-nobody',
+    status: 404,
+    field: 'sampler_id',
+    error: /sampling session samp-nobody not found/,
+  },
+  { name: 'GET samplers/ with no id', method: 'GET', path: 'samplers/', status: 404, error: /no route/ },
+  {
+    name: 'GET samplers/ with two segments',
+    method: 'GET',
+    path: 'samplers/a/b',
+    status: 404,
+    error: /no route/,
+  },
+  {
+    name: 'GET samplers/ with an encoded slash',
+    method: 'GET',
+    path: 'samplers/a%2Fb',
+    status: 404,
+    error: /no route/,
+  },
+  {
+    name: 'GET samplers/ with a malformed escape',
+    method: 'GET',
+    path: 'samplers/%E0%A4%A',
+    status: 404,
+    error: /no route/,
+  },
+  {
+    name: 'GET samplers/__proto__',
+    method: 'GET',
+    path: 'samplers/__proto__',
+    status: 404,
+    field: 'sampler_id',
+    error: /not found/,
+  },
+  {
+    name: 'POST samplers/{id}',
+    path: 'samplers/x',
+    body: () => ({}),
+    status: 405,
+    error: /method POST is not allowed .* use GET/,
+  },
+  { name: 'GET get_info', method: 'GET', path: 'get_info', status: 405, error: /use POST/ },
+  { name: 'GET weights_info', method: 'GET', path: 'weights_info', status: 405, error: /use POST/ },
+];
+
 /** Keys stand in the table as words; the real ones are only known once the fixture ran. */
 function realHeaders(given: BadRequest['headers']): BadRequest['headers'] {
   if (given === undefined) return undefined;
@@ -1022,6 +1169,7 @@ describe.each([
   ['replayed seq_ids with other payloads', replays],
   ['headers and content types', headers],
   ['paths and methods', routes],
+  ['read endpoints', reads],
 ] as const)('%s', (_group, cases) => {
   it.each(cases)('$name -> $status', async (testCase) => {
     const before: Counts = await api.counts();

@@ -195,7 +195,7 @@ export class TenantClient {
       model_id: modelId,
       ...(name === undefined
         ? { sampling_session_id: deriveId('sampling', modelId, seqId) }
-        : { path: `tinker://${modelId}/${name}` }),
+        : { path: `tinker://${modelId}/sampler_weights/${name}` }),
     });
     return answer.request_id;
   }

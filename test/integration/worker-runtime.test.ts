@@ -81,7 +81,9 @@ describe('the worker runtime on the local cloud', () => {
     expect(backend.batches).toContain(2);
 
     // Samples from the two sampler checkpoints, now committed.
-    const named = await acme.samplingSession({ model_path: `tinker://${a.model_id}/sampler-1` });
+    const named = await acme.samplingSession({
+      model_path: `tinker://${a.model_id}/sampler_weights/sampler-1`,
+    });
     const unnamedId = (await h.registry<SamplingSessionRecord>(
       registryKey.samplingSession(
         (

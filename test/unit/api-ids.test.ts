@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import { formatCheckpointPath, parseCheckpointPath } from '../../shared/api/tinker-path.js';
 import {
   deriveId,
   deriveSeed,
@@ -75,31 +74,6 @@ describe('live shards', () => {
   it('rejects a non-positive shard count and formats the GSI key', () => {
     expect(() => liveShard('m', 0)).toThrow(RangeError);
     expect(liveKey('default', 3)).toBe('default#3');
-  });
-});
-
-describe('tinker:// paths', () => {
-  it('round-trip both checkpoint kinds', () => {
-    const weights = { modelId: 'model-1', kind: 'weights', name: 'step-10' } as const;
-    const sampler = { modelId: 'model-1', kind: 'sampler', name: 'final' } as const;
-    expect(formatCheckpointPath(weights)).toBe('tinker://model-1/weights/step-10');
-    expect(formatCheckpointPath(sampler)).toBe('tinker://model-1/final');
-    expect(parseCheckpointPath('tinker://model-1/weights/step-10')).toEqual(weights);
-    expect(parseCheckpointPath('tinker://model-1/final')).toEqual(sampler);
-  });
-
-  it('reject other shapes', () => {
-    for (const path of [
-      'model-1/final',
-      'tinker://model-1',
-      'tinker://model-1/',
-      'tinker://model-1/a/b',
-      'tinker://model-1/weights/a/b',
-      'tinker://mo#del/final',
-      's3://model-1/final',
-    ]) {
-      expect(parseCheckpointPath(path), path).toBeUndefined();
-    }
   });
 });
 

@@ -40,6 +40,8 @@ const badInput: ForwardBackwardInputJson = {
 /** The backend's typed form of a stored input, for direct backend calls. */
 const typed = (json: ForwardBackwardInputJson): ForwardBackwardInput => passInputFromJson(json, 'input');
 
+// A sampler ref carries the legacy path, as a payload stored before W5 does: results are issued in the
+// SDK's form from the name regardless.
 const ref = (kind: 'weights' | 'sampler', name: string) => ({
   pk: `ckpt#${MODEL}#${kind}#${name}`,
   model_id: MODEL,
@@ -163,7 +165,7 @@ describe('executeStep: each request type against the backend, with Tinker result
     );
     expect(named.outcome).toEqual({
       status: 'completed',
-      result: { path: `tinker://${MODEL}/s1`, type: 'save_weights_for_sampler' },
+      result: { path: `tinker://${MODEL}/sampler_weights/s1`, type: 'save_weights_for_sampler' },
     });
     expect(named.sampling_session).toBeUndefined();
 
@@ -191,7 +193,7 @@ describe('executeStep: each request type against the backend, with Tinker result
       model_id: MODEL,
       base_model: BASE,
       checkpoint_id: checkpointContentId(unnamedStep.request_id),
-      model_path: `tinker://${MODEL}/samp-1`,
+      model_path: `tinker://${MODEL}/sampler_weights/samp-1`,
       created_at: 1000,
     });
 

@@ -189,7 +189,7 @@ export class TenantDriver {
           kind: 'save_weights_for_sampler',
           request_id: answer.request_id,
           model_id: modelId,
-          path: `tinker://${modelId}/${action.name}`,
+          path: `tinker://${modelId}/sampler_weights/${action.name}`,
         });
         return;
       }
