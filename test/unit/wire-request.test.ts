@@ -97,16 +97,16 @@ describe('decodeForwardBackwardRequest on bytes the SDK 0.25.0 produced', () => 
     expect(decoded.forward_only).toBe(true);
   });
 
-  it('the stored form of an SDK dense request is what the SDK sent, map entries sorted', () => {
-    // The SDK writes loss_fn_inputs in insertion order; these fixtures' keys happen to be sorted already.
-    for (const name of ['schema-example', 'cross-entropy-4', 'forward-only']) {
-      const bytes = fixtureBytes(name);
-      expect(Buffer.from(encodeStoredPass(decodeForwardBackwardRequest(bytes))).equals(bytes)).toBe(true);
+  it('the stored form of an SDK dense request is the same message, map entries sorted', () => {
+    // Byte for byte only for the schema example: upb may write the SDK's map entries in any order.
+    const example = fixtureBytes('schema-example');
+    expect(Buffer.from(encodeStoredPass(decodeForwardBackwardRequest(example))).equals(example)).toBe(true);
+    for (const name of ['cross-entropy-4', 'importance-sampling', 'forward-only']) {
+      const sent = fixtureBytes(name);
+      const stored = encodeStoredPass(decodeForwardBackwardRequest(sent));
+      expect(stored.length).toBe(sent.length);
+      expect(decodeForwardBackwardRequest(stored)).toEqual(decodeForwardBackwardRequest(sent));
     }
-    const unsorted = fixtureBytes('importance-sampling');
-    const stored = encodeStoredPass(decodeForwardBackwardRequest(unsorted));
-    expect(stored.length).toBe(unsorted.length);
-    expect(decodeForwardBackwardRequest(stored)).toEqual(decodeForwardBackwardRequest(unsorted));
   });
 
   it('a sparse CSR request is stored dense, and reads back the same', () => {
