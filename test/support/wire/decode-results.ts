@@ -1,0 +1,95 @@
+import { fromBinary } from '@bufbuild/protobuf';
+import {
+  DType,
+  ForwardBackwardOutputSchema,
+  SampleResponseSchema,
+  StopReason,
+} from '../../../shared/wire/gen/tinker_public_pb.js';
+
+/**
+ * Test-only decoders for our result encoders, reading the bytes the way the SDK's response_conv.py
+ * does (byte offsets, trailing shapes, NaN and top-k padding), but taking each record's own field set.
+ */
+
+export interface PlainTensor {
+  dtype: 'float32' | 'int64';
+  shape: number[];
+  data: number[];
+}
+
+function view(bytes: Uint8Array): DataView {
+  return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+function numbers(bytes: Uint8Array, kind: 'i32' | 'f32' | 'i64'): number[] {
+  const data = view(bytes);
+  const size = kind === 'i64' ? 8 : 4;
+  return Array.from({ length: bytes.length / size }, (_, i) =>
+    kind === 'i32'
+      ? data.getInt32(i * 4, true)
+      : kind === 'f32'
+        ? data.getFloat32(i * 4, true)
+        : Number(data.getBigInt64(i * 8, true)),
+  );
+}
+
+export function decodeForwardBackwardOutput(bytes: Uint8Array) {
+  const message = fromBinary(ForwardBackwardOutputSchema, bytes);
+  const outputs: Record<string, PlainTensor>[] = [];
+  const records = message.lossFnOutputs.map((record) => {
+    const datums: Record<string, PlainTensor>[] = Array.from(
+      { length: Number(record.numDatums) },
+      () => ({}),
+    );
+    for (const [name, batched] of Object.entries(record.fields)) {
+      const float = batched.dtype === DType.DTYPE_FLOAT32;
+      const offsets = numbers(batched.offsets, 'i64');
+      const trailing = batched.trailingShape.map(Number);
+      const inner = trailing.reduce((a, b) => a * b, 1);
+      datums.forEach((datum, i) => {
+        const slice = batched.data.subarray(offsets[i], offsets[i + 1]);
+        const data = numbers(slice, float ? 'f32' : 'i64');
+        datum[name] = { dtype: float ? 'float32' : 'int64', shape: [data.length / inner, ...trailing], data };
+      });
+    }
+    outputs.push(...datums);
+    return { numDatums: Number(record.numDatums), fields: Object.keys(record.fields).sort() };
+  });
+  return {
+    loss_fn_output_type: message.lossFnOutputType,
+    loss_fn_outputs: outputs,
+    metrics: { ...message.metrics },
+    records,
+  };
+}
+
+export function decodeSampleResponse(bytes: Uint8Array) {
+  const message = fromBinary(SampleResponseSchema, bytes);
+  const topk = message.topkPromptLogprobs;
+  let rows: ([number, number][] | null)[] | null = null;
+  if (topk !== undefined && topk.k > 0 && topk.promptLength > 0) {
+    const ids = numbers(topk.tokenIds, 'i32');
+    const logprobs = numbers(topk.logprobs, 'f32');
+    rows = Array.from({ length: topk.promptLength }, (_, row) => {
+      const cells: [number, number][] = [];
+      for (let column = 0; column < topk.k; column++) {
+        const at = row * topk.k + column;
+        cells.push([ids[at] as number, logprobs[at] as number]);
+      }
+      while (cells.length > 0 && cells.at(-1)?.[0] === 0 && cells.at(-1)?.[1] === -99999) cells.pop();
+      return cells.length === 0 ? null : cells;
+    });
+  }
+  return {
+    sequences: message.sequences.map((sequence) => ({
+      stop_reason: sequence.stopReason === StopReason.LENGTH ? 'length' : 'stop',
+      tokens: numbers(sequence.tokens, 'i32'),
+      logprobs: sequence.logprobs?.length ? numbers(sequence.logprobs, 'f32') : null,
+    })),
+    prompt_logprobs: message.promptLogprobs?.length
+      ? numbers(message.promptLogprobs, 'f32').map((value) => (Number.isNaN(value) ? null : value))
+      : null,
+    topk_prompt_logprobs: rows,
+    prompt_cache_hit_tokens: message.promptCacheHitTokens,
+  };
+}

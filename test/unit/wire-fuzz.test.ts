@@ -1,0 +1,143 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { ValidationError } from '../../shared/errors.js';
+import {
+  decodeForwardBackwardRequest,
+  encodeStoredPass,
+} from '../../shared/wire/forward-backward-request.js';
+import { decompressZstdBounded } from '../../shared/wire/zstd.js';
+import { fixtureBytes } from '../support/wire/fixtures.js';
+
+/** Malformed input may fail only as a client error: ValidationError 400 / 413 / 422, nothing else. */
+function onlyClientErrors(run: () => unknown): void {
+  try {
+    run();
+  } catch (error) {
+    if (!(error instanceof ValidationError)) throw error;
+    expect([400, 413, 422]).toContain(error.status);
+    expect(typeof error.context.field).toBe('string');
+    expect(error.message.startsWith(`${error.context.field}: `)).toBe(true);
+  }
+}
+
+const REQUESTS = [
+  'schema-example',
+  'cross-entropy-4',
+  'importance-sampling',
+  'forward-only',
+  'sparse-csr',
+  'image-chunk',
+].map(fixtureBytes);
+const STORED = REQUESTS.slice(0, 5).map((bytes) => encodeStoredPass(decodeForwardBackwardRequest(bytes)));
+const ZSTD = ['cross-entropy-4.zst', 'bomb-streamed.zst', 'bomb-declared.zst'].map(fixtureBytes);
+
+type Mutation =
+  | { kind: 'flip'; at: number[]; bit: number[] }
+  | { kind: 'truncate'; at: number }
+  | { kind: 'insert'; at: number; bytes: Uint8Array }
+  | { kind: 'delete'; at: number; length: number }
+  | { kind: 'splice'; at: number; from: number; donor: number; length: number };
+
+const mutationArb: fc.Arbitrary<Mutation> = fc.oneof(
+  fc.record({
+    kind: fc.constant('flip' as const),
+    at: fc.array(fc.nat(), { minLength: 1, maxLength: 8 }),
+    bit: fc.array(fc.nat(7), { minLength: 8, maxLength: 8 }),
+  }),
+  fc.record({ kind: fc.constant('truncate' as const), at: fc.nat() }),
+  fc.record({
+    kind: fc.constant('insert' as const),
+    at: fc.nat(),
+    bytes: fc.uint8Array({ minLength: 1, maxLength: 16 }),
+  }),
+  fc.record({ kind: fc.constant('delete' as const), at: fc.nat(), length: fc.integer({ min: 1, max: 32 }) }),
+  fc.record({
+    kind: fc.constant('splice' as const),
+    at: fc.nat(),
+    from: fc.nat(),
+    donor: fc.nat(),
+    length: fc.integer({ min: 1, max: 64 }),
+  }),
+);
+
+function mutate(base: Uint8Array, mutations: readonly Mutation[], donors: readonly Uint8Array[]): Uint8Array {
+  let bytes = Uint8Array.from(base);
+  for (const m of mutations) {
+    const at = bytes.length === 0 ? 0 : (m.kind === 'flip' ? 0 : m.at) % (bytes.length + 1);
+    if (m.kind === 'flip') {
+      if (bytes.length === 0) continue;
+      m.at.forEach((index, i) => {
+        const target = index % bytes.length;
+        bytes[target] = (bytes[target] as number) ^ (1 << (m.bit[i] as number));
+      });
+    } else if (m.kind === 'truncate') {
+      bytes = bytes.slice(0, at);
+    } else if (m.kind === 'insert') {
+      bytes = Uint8Array.from([...bytes.subarray(0, at), ...m.bytes, ...bytes.subarray(at)]);
+    } else if (m.kind === 'delete') {
+      bytes = Uint8Array.from([...bytes.subarray(0, at), ...bytes.subarray(at + m.length)]);
+    } else {
+      const donor = donors[m.donor % donors.length] as Uint8Array;
+      const from = m.from % (donor.length + 1);
+      bytes = Uint8Array.from([
+        ...bytes.subarray(0, at),
+        ...donor.subarray(from, from + m.length),
+        ...bytes.subarray(at),
+      ]);
+    }
+  }
+  return bytes;
+}
+
+describe('decodeForwardBackwardRequest under fuzzing', () => {
+  it('random bytes fail only with ValidationError', () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 512 }), (bytes) =>
+        onlyClientErrors(() => decodeForwardBackwardRequest(bytes)),
+      ),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('mutated SDK and stored messages (bit flips, truncation, splices) fail only with ValidationError', () => {
+    const bases = [...REQUESTS, ...STORED];
+    fc.assert(
+      fc.property(fc.nat(), fc.array(mutationArb, { minLength: 1, maxLength: 4 }), (base, mutations) => {
+        const bytes = mutate(bases[base % bases.length] as Uint8Array, mutations, bases);
+        onlyClientErrors(() => decodeForwardBackwardRequest(bytes));
+      }),
+      { numRuns: 3000 },
+    );
+  });
+});
+
+describe('decompressZstdBounded under fuzzing', () => {
+  const inflate = (bytes: Uint8Array) =>
+    onlyClientErrors(() => {
+      const body = decompressZstdBounded(bytes, 1 << 20);
+      // Whatever inflates goes on to the decoder, as in the handler.
+      onlyClientErrors(() => decodeForwardBackwardRequest(body));
+    });
+
+  it('random bytes, with and without a zstd magic number, fail only with ValidationError', () => {
+    fc.assert(
+      fc.property(fc.boolean(), fc.uint8Array({ maxLength: 256 }), (magic, tail) => {
+        inflate(magic ? Uint8Array.from([0x28, 0xb5, 0x2f, 0xfd, ...tail]) : tail);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('mutated real frames and bombs fail only with ValidationError, in bounded time', () => {
+    fc.assert(
+      fc.property(fc.nat(), fc.array(mutationArb, { minLength: 1, maxLength: 3 }), (base, mutations) => {
+        const bytes = mutate(ZSTD[base % ZSTD.length] as Uint8Array, mutations, ZSTD);
+        const start = performance.now();
+        inflate(bytes);
+        // 1 MiB of output at most: a mutation that made the decoder spin would show here.
+        expect(performance.now() - start).toBeLessThan(2000);
+      }),
+      { numRuns: 600 },
+    );
+  });
+});
