@@ -6,6 +6,7 @@ import { envFor, provisionResources } from '../local/resources.js';
 import { checkForwardInput, parseRequest } from '../shared/api/request-checks.js';
 import { forwardBackwardRequest } from '../shared/api/schemas.js';
 import { awsClients, resetAwsClients } from '../shared/aws/clients.js';
+import { passInputFromJson } from '../shared/backend/pass-input.js';
 import { config, resetConfig } from '../shared/config.js';
 import { type IdempotencyRecord, registryKey } from '../shared/domain/records.js';
 import { mintRequestId, sha256Hex } from '../shared/ids.js';
@@ -89,7 +90,7 @@ async function inlineSubmit(body: string, apiKey: string): Promise<void> {
   if (tenant === undefined) throw new Error('bad key');
   const request = parseRequest(forwardBackwardRequest, JSON.parse(body));
   const tokens = checkForwardInput(
-    request.forward_backward_input,
+    passInputFromJson(request.forward_backward_input, 'forward_backward_input'),
     'forward_backward_input',
     config().tunables,
   );

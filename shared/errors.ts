@@ -32,7 +32,7 @@ export class ValidationError extends TinkerError {
   override readonly category = 'user' as const;
   constructor(
     message: string,
-    options: { cause?: unknown; context?: ErrorContext; status?: 400 | 413 | 422 } = {},
+    options: { cause?: unknown; context?: ErrorContext; status?: 400 | 413 | 415 | 422 } = {},
   ) {
     super(message, options);
     this.status = options.status ?? 400;

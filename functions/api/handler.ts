@@ -1,17 +1,17 @@
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import { handleApiRequest } from '../../shared/api/router.js';
 
-/** API Gateway HTTP API (payload v2) -> the API edge -> JSON answer (or the status page's own). */
+/**
+ * API Gateway HTTP API (payload v2) -> the API edge -> its answer. Bodies stay bytes both ways (W3):
+ * a binary request arrives base64-encoded and is decoded to bytes, never to text; a binary answer
+ * (a protobuf result) goes back base64-encoded with `isBase64Encoded`.
+ */
 export async function handler(
   event: APIGatewayProxyEventV2,
   context?: Pick<Context, 'getRemainingTimeInMillis'>,
 ): Promise<APIGatewayProxyStructuredResultV2> {
   const body =
-    event.body === undefined
-      ? undefined
-      : event.isBase64Encoded
-        ? Buffer.from(event.body, 'base64').toString('utf8')
-        : event.body;
+    event.body === undefined ? undefined : Buffer.from(event.body, event.isBase64Encoded ? 'base64' : 'utf8');
   const response = await handleApiRequest({
     method: event.requestContext.http.method,
     path: event.rawPath,
@@ -20,7 +20,15 @@ export async function handler(
     ...(context ? { remainingMs: context.getRemainingTimeInMillis() } : {}),
   });
   if ('raw' in response) {
-    return { statusCode: response.status, headers: { ...response.headers }, body: response.raw };
+    if (typeof response.raw === 'string') {
+      return { statusCode: response.status, headers: { ...response.headers }, body: response.raw };
+    }
+    return {
+      statusCode: response.status,
+      headers: { ...response.headers },
+      body: Buffer.from(response.raw).toString('base64'),
+      isBase64Encoded: true,
+    };
   }
   return {
     statusCode: response.status,

@@ -19,7 +19,8 @@ export interface HttpReply {
   readonly body: Buffer;
 }
 
-// API Gateway HTTP APIs pass these bodies as text; anything else arrives base64-encoded.
+// API Gateway HTTP APIs pass these bodies as text; anything else (and any body with a
+// Content-Encoding, such as the SDK's zstd) arrives base64-encoded.
 const TEXT_CONTENT =
   /^(text\/|application\/(json|xml|javascript|x-www-form-urlencoded)\b|[^;]*\+(json|xml)\b)/i;
 
@@ -77,7 +78,8 @@ export function toHttpApiEvent(request: RawHttpRequest, now: Date = new Date()):
   const query = queryParameters(rawQueryString);
   if (query !== undefined) event.queryStringParameters = query;
   if (request.body.length > 0) {
-    const text = isTextContent(headers['content-type']);
+    const encoded = headers['content-encoding'] !== undefined && headers['content-encoding'] !== 'identity';
+    const text = isTextContent(headers['content-type']) && !encoded;
     event.body = text ? request.body.toString('utf8') : request.body.toString('base64');
     event.isBase64Encoded = !text;
   }

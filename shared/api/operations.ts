@@ -1,3 +1,4 @@
+import { type ForwardBackwardInput, passInputFromJson } from '../backend/pass-input.js';
 import type { Tunables } from '../config.js';
 import {
   baseModelId,
@@ -9,7 +10,7 @@ import {
 } from '../domain/records.js';
 import { RetryLaterError, ValidationError } from '../errors.js';
 import { deriveId, deriveSeed, mintId, mintRequestId, sha256Hex } from '../ids.js';
-import { canonicalJson, serializePayload } from '../payload-store.js';
+import { canonicalJson, serializeBinaryPayload, serializePayload } from '../payload-store.js';
 import { issuedPath, resolveCheckpoint } from '../repositories/checkpoints.js';
 import type { IntakeClients } from '../repositories/intake.js';
 import {
@@ -26,6 +27,8 @@ import {
   submitUnload,
 } from '../repositories/training-intake.js';
 import { checkpointContentId } from '../storage-keys.js';
+import { decodeForwardBackwardRequest, encodeStoredPass } from '../wire/forward-backward-request.js';
+import { ProtobufBody } from './bodies.js';
 import {
   clientConfig as buildClientConfig,
   CLIENT_DYNAMIC_CONFIG,
@@ -36,7 +39,6 @@ import type {
   CreateModelPayload,
   LoadWeightsPayload,
   OptimStepPayload,
-  PassPayload,
   SamplePayload,
   SaveWeightsForSamplerPayload,
   SaveWeightsPayload,
@@ -149,26 +151,41 @@ export async function createModel(ctx: OperationContext, body: unknown): Promise
   );
 }
 
-async function submitPass(
-  ctx: OperationContext,
-  type: 'forward' | 'forward_backward',
-  modelId: string,
-  seqId: number,
-  input: schemas.ForwardBackwardInputBody,
-  field: string,
-): Promise<FutureAnswer> {
-  const tokens = checkForwardInput(input, field, ctx.tunables);
-  const counter = await requireSeqCounter(modelId, ctx.tenant, ctx.clients.doc);
-  const payload: PassPayload = { request_type: type, seq_id: seqId, input };
+/** The stored form of a pass, for both wires: the canonical protobuf encoding (W4). */
+interface PassToStore {
+  readonly type: 'forward' | 'forward_backward';
+  readonly modelId: string;
+  readonly seqId: number;
+  readonly input: ForwardBackwardInput;
+  /** `field` prefix of the input's members in error messages ('' for protobuf bodies). */
+  readonly field: string;
+  /** The client's zstd body, stored as received (smaller); its canonical form is the fingerprint. */
+  readonly compressed?: Uint8Array;
+}
+
+async function submitPass(ctx: OperationContext, pass: PassToStore): Promise<FutureAnswer> {
+  const tokens = checkForwardInput(pass.input, pass.field, ctx.tunables);
+  const counter = await requireSeqCounter(pass.modelId, ctx.tenant, ctx.clients.doc);
+  // The ids live on the row and in the idempotency key, so the stored form leaves them out: the same
+  // step gives the same fingerprint on either wire (and a JSON seq_id above int32 still fits).
+  const canonical = encodeStoredPass({
+    model_id: '',
+    seq_id: 0,
+    forward_only: pass.type === 'forward',
+    input: pass.input,
+  });
   return submitTrainingStep(
     {
       requestId: mintRequestId(ctx.now),
       tenant: ctx.tenant,
-      modelId,
-      seqId,
-      requestType: type,
+      modelId: pass.modelId,
+      seqId: pass.seqId,
+      requestType: pass.type,
       tokens,
-      payload: serializePayload(payload),
+      payload: serializeBinaryPayload(
+        canonical,
+        pass.compressed === undefined ? undefined : { bytes: pass.compressed, compression: 'zstd' },
+      ),
       counter,
       now: ctx.now,
     },
@@ -176,21 +193,41 @@ async function submitPass(
   );
 }
 
+/** A protobuf `ForwardBackwardRequest` (SDK 0.25; `forward_only` is a forward), or JSON (<= 0.24.1). */
 export async function forwardBackward(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
+  if (body instanceof ProtobufBody) {
+    const request = decodeForwardBackwardRequest(body.bytes);
+    const ids = parseRequest(schemas.protobufPassIds, { model_id: request.model_id, seq_id: request.seq_id });
+    return submitPass(ctx, {
+      type: request.forward_only ? 'forward' : 'forward_backward',
+      modelId: ids.model_id,
+      seqId: ids.seq_id,
+      input: request.input,
+      field: '',
+      ...(body.compressed === undefined ? {} : { compressed: body.compressed }),
+    });
+  }
   const request = parseRequest(schemas.forwardBackwardRequest, body);
-  return submitPass(
-    ctx,
-    'forward_backward',
-    request.model_id,
-    request.seq_id,
-    request.forward_backward_input,
-    'forward_backward_input',
-  );
+  const field = 'forward_backward_input';
+  return submitPass(ctx, {
+    type: 'forward_backward',
+    modelId: request.model_id,
+    seqId: request.seq_id,
+    input: passInputFromJson(request.forward_backward_input, field),
+    field,
+  });
 }
 
 export async function forward(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.forwardRequest, body);
-  return submitPass(ctx, 'forward', request.model_id, request.seq_id, request.forward_input, 'forward_input');
+  const field = 'forward_input';
+  return submitPass(ctx, {
+    type: 'forward',
+    modelId: request.model_id,
+    seqId: request.seq_id,
+    input: passInputFromJson(request.forward_input, field),
+    field,
+  });
 }
 
 export async function optimStep(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {

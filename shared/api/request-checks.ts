@@ -1,13 +1,10 @@
 import type { z } from 'zod';
+import { type ForwardBackwardInput, inputTokenCount } from '../backend/pass-input.js';
+import type { Tensor } from '../backend/tensor.js';
 import type { Tunables } from '../config.js';
 import { ValidationError } from '../errors.js';
-import { LOSS_FN_INPUTS } from './capabilities.js';
-import type {
-  ForwardBackwardInputBody,
-  ModelInputBody,
-  SampleRequestBody,
-  TensorDataBody,
-} from './schemas.js';
+import { LOSS_FN_INPUTS, LOSS_FNS, type LossFn } from './capabilities.js';
+import type { ModelInputBody, SampleRequestBody } from './schemas.js';
 
 /**
  * Validation beyond shapes: limits (413), features this deployment does not offer (422) and rules
@@ -21,15 +18,23 @@ function invalid(field: string, problem: string, status: 400 | 413 | 422 = 400):
   return new ValidationError(`${field}: ${problem}`, { status, context: { field } });
 }
 
-/** Decodes and parses a JSON body; an empty body counts as `{}` (GET-like calls send none). */
-export function parseJsonBody(raw: string | undefined, limits: Pick<Limits, 'maxBodyBytes'>): unknown {
-  if (raw === undefined || raw === '') return {};
-  const bytes = Buffer.byteLength(raw);
+/**
+ * Decodes and parses a JSON body; an empty body counts as `{}` (GET-like calls send none). A byte
+ * order mark is kept, so JSON.parse refuses it, as it did when bodies arrived as text.
+ */
+export function parseJsonBody(
+  raw: string | Uint8Array | undefined,
+  limits: Pick<Limits, 'maxBodyBytes'>,
+): unknown {
+  if (raw === undefined || raw.length === 0) return {};
+  const bytes = typeof raw === 'string' ? Buffer.byteLength(raw) : raw.length;
   if (bytes > limits.maxBodyBytes) {
     throw invalid('body', `${bytes} bytes exceeds the limit of ${limits.maxBodyBytes} bytes`, 413);
   }
   try {
-    return JSON.parse(raw) as unknown;
+    return JSON.parse(
+      typeof raw === 'string' ? raw : new TextDecoder('utf-8', { ignoreBOM: true }).decode(raw),
+    ) as unknown;
   } catch (error) {
     throw invalid('body', `not valid JSON (${error instanceof Error ? error.message : 'parse error'})`);
   }
@@ -50,7 +55,12 @@ export function parseRequest<S extends z.ZodType>(schema: S, body: unknown): z.o
   throw new ValidationError(message, { context: { field } });
 }
 
-/** Counts the tokens of a model input; every chunk must be an encoded_text chunk with tokens. */
+/** `field.name`, or `name` at the top level (protobuf bodies have no wrapper member). */
+function sub(field: string, name: string): string {
+  return field === '' ? name : `${field}.${name}`;
+}
+
+/** Counts the tokens of a JSON model input; every chunk must be an encoded_text chunk with tokens. */
 export function checkModelInput(input: ModelInputBody, field: string): number {
   let tokens = 0;
   input.chunks.forEach((chunk, index) => {
@@ -66,45 +76,40 @@ export function checkModelInput(input: ModelInputBody, field: string): number {
   return tokens;
 }
 
-function checkTensor(tensor: TensorDataBody, field: string, positions: number): void {
-  if (tensor.sparse_crow_indices != null || tensor.sparse_col_indices != null) {
-    throw invalid(field, 'sparse tensors are not supported; send dense data', 422);
-  }
-  if (tensor.dtype === 'int64' && !tensor.data.every(Number.isInteger)) {
-    throw invalid(`${field}.data`, 'dtype int64 needs integer values');
-  }
-  if (tensor.shape != null) {
-    const size = tensor.shape.reduce((product, dimension) => product * dimension, 1);
-    if (size !== tensor.data.length) {
-      throw invalid(
-        `${field}.shape`,
-        `shape [${tensor.shape.join(', ')}] holds ${size} values, data has ${tensor.data.length}`,
-      );
-    }
-  }
-  const leading = tensor.shape?.[0] ?? tensor.data.length;
-  if (leading !== positions) {
-    throw invalid(field, `has ${leading} positions but the datum's model_input has ${positions} tokens`);
-  }
+function hasNegative(tensor: Tensor): boolean {
+  for (const value of tensor.data) if (value < 0) return true;
+  return false;
 }
 
 /**
- * Checks a forward / forward_backward input against the limits and the loss function's needs;
- * returns its token count (recorded on the row for planning).
+ * Checks a forward / forward_backward input (typed: both wires decode to it first) against the
+ * limits and the loss function's needs; returns its token count (recorded on the row for planning).
+ * `field` prefixes every field named (`forward_backward_input` for JSON, '' for protobuf).
  */
-export function checkForwardInput(input: ForwardBackwardInputBody, field: string, limits: Limits): number {
+export function checkForwardInput(input: ForwardBackwardInput, field: string, limits: Limits): number {
+  if (!Object.hasOwn(LOSS_FN_INPUTS, input.loss_fn)) {
+    throw invalid(
+      sub(field, 'loss_fn'),
+      `unknown loss function ${JSON.stringify(input.loss_fn.slice(0, 64))}; one of ${LOSS_FNS.join(', ')}`,
+    );
+  }
+  if (input.data.length === 0) throw invalid(sub(field, 'data'), 'must hold at least one datum');
   if (input.data.length > limits.maxDatums) {
     throw invalid(
-      `${field}.data`,
+      sub(field, 'data'),
       `${input.data.length} datums exceeds the limit of ${limits.maxDatums}`,
       413,
     );
   }
-  const required = LOSS_FN_INPUTS[input.loss_fn];
+  const required = LOSS_FN_INPUTS[input.loss_fn as LossFn];
   let total = 0;
   input.data.forEach((datum, index) => {
-    const datumField = `${field}.data.${index}`;
-    const positions = checkModelInput(datum.model_input, `${datumField}.model_input`);
+    const datumField = sub(field, `data.${index}`);
+    if (datum.model_input.chunks.length === 0) {
+      throw invalid(`${datumField}.model_input.chunks`, 'must hold at least one chunk');
+    }
+    const positions = inputTokenCount(datum.model_input);
+    if (positions === 0) throw invalid(`${datumField}.model_input`, 'has no tokens');
     total += positions;
     for (const name of required) {
       if (datum.loss_fn_inputs[name] === undefined) {
@@ -115,15 +120,25 @@ export function checkForwardInput(input: ForwardBackwardInputBody, field: string
     if (targets && targets.dtype !== 'int64') {
       throw invalid(`${datumField}.loss_fn_inputs.target_tokens.dtype`, 'must be int64 (token ids)');
     }
-    if (targets?.data.some((token) => token < 0)) {
+    if (targets && hasNegative(targets)) {
       throw invalid(`${datumField}.loss_fn_inputs.target_tokens.data`, 'token ids must not be negative');
     }
     for (const [name, tensor] of Object.entries(datum.loss_fn_inputs)) {
-      checkTensor(tensor, `${datumField}.loss_fn_inputs.${name}`, positions);
+      const leading = tensor.shape[0] ?? tensor.data.length;
+      if (tensor.shape.length === 0 || leading !== positions) {
+        throw invalid(
+          `${datumField}.loss_fn_inputs.${name}`,
+          `has ${leading} positions but the datum's model_input has ${positions} tokens`,
+        );
+      }
     }
   });
   if (total > limits.maxTokensPerRequest) {
-    throw invalid(`${field}.data`, `${total} tokens exceeds the limit of ${limits.maxTokensPerRequest}`, 413);
+    throw invalid(
+      sub(field, 'data'),
+      `${total} tokens exceeds the limit of ${limits.maxTokensPerRequest}`,
+      413,
+    );
   }
   return total;
 }

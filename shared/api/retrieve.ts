@@ -3,6 +3,8 @@ import { NotFoundError } from '../errors.js';
 import { isRequestId } from '../ids.js';
 import { realSleep } from '../prefix/backoff.js';
 import { readFuture, readFutureResult } from '../repositories/futures.js';
+import { encodeForwardBackwardOutput, encodeSampleResponse } from '../wire/results.js';
+import { BinaryAnswer, PROTOBUF_CONTENT_TYPE } from './bodies.js';
 import type { OperationContext } from './operations.js';
 import { parseRequest } from './request-checks.js';
 import { retrieveFutureRequest } from './schemas.js';
@@ -30,10 +32,12 @@ function notFound(requestId: string): NotFoundError {
  * retrieve_future: holds the poll open until the row turns terminal or `deadline` (ms since the epoch)
  * passes, reading the row with a doubling backoff. Completed: the stored result; failed: `{error,
  * category}` with status 200 (the SDK raises RequestFailedError); still pending: try_again.
- * Unknown ids and other tenants' ids are the same 404.
+ * Unknown ids and other tenants' ids are the same 404. A completed forward, forward_backward or
+ * sample answers its protobuf message when the client accepts it (W2); which message comes from
+ * the stored row, never from the request.
  */
 export async function retrieveFuture(
-  ctx: OperationContext & { readonly deadline: number },
+  ctx: OperationContext & { readonly deadline: number; readonly acceptsProtobuf?: boolean },
   body: unknown,
   sleep: (ms: number) => Promise<void> = realSleep,
 ): Promise<unknown> {
@@ -58,5 +62,25 @@ export async function retrieveFuture(
       category: row.error?.category ?? 'server',
     } satisfies FailedAnswer;
   }
-  return readFutureResult(row, ctx.clients);
+  const result = await readFutureResult(row, ctx.clients);
+  return ctx.acceptsProtobuf === true ? (asProtobuf(row, result) ?? result) : result;
+}
+
+/** The result's protobuf form for the request types the SDK takes as protobuf; undefined for the rest. */
+function asProtobuf(row: FutureRow, result: unknown): BinaryAnswer | undefined {
+  switch (row.request_type) {
+    case 'forward':
+    case 'forward_backward':
+      return new BinaryAnswer(
+        PROTOBUF_CONTENT_TYPE,
+        encodeForwardBackwardOutput(result as Parameters<typeof encodeForwardBackwardOutput>[0]),
+      );
+    case 'sample':
+      return new BinaryAnswer(
+        PROTOBUF_CONTENT_TYPE,
+        encodeSampleResponse(result as Parameters<typeof encodeSampleResponse>[0]),
+      );
+    default:
+      return undefined;
+  }
 }

@@ -1,10 +1,12 @@
 import { type AwsClients, awsClients } from '../aws/clients.js';
 import { TRANSIENT_AWS_ERROR_NAMES } from '../aws/transient-errors.js';
 import { config } from '../config.js';
-import { AuthError, isAwsError, TinkerError } from '../errors.js';
+import { AuthError, isAwsError, TinkerError, ValidationError } from '../errors.js';
 import { logger } from '../logger.js';
 import { keyKind, operatorForKey, tenantForApiKey } from '../repositories/api-keys.js';
 import { NO_FAVICON, statusPageSubpath } from '../status-page/page.js';
+import { decompressZstdBounded } from '../wire/zstd.js';
+import { acceptsProtobuf, BinaryAnswer, PROTOBUF_CONTENT_TYPE, ProtobufBody } from './bodies.js';
 import * as ops from './operations.js';
 import { parseJsonBody } from './request-checks.js';
 import { retrieveFuture } from './retrieve.js';
@@ -17,8 +19,8 @@ export interface ApiRequest {
   readonly path: string;
   /** Header names in any case. */
   readonly headers: Readonly<Record<string, string | undefined>>;
-  /** The body as text (already base64-decoded). */
-  readonly body?: string;
+  /** The body's bytes as the client sent them (API Gateway's base64 already undone). */
+  readonly body?: Uint8Array;
   /** Time the invocation has left, when the runtime knows it (Lambda); bounds long polls. */
   readonly remainingMs?: number;
 }
@@ -29,11 +31,14 @@ export interface ApiResponse {
   readonly body: unknown;
 }
 
-/** An answer sent as is, with its own headers (the status page: HTML, script, styles, its data). */
+/**
+ * An answer sent as is, with its own headers: the status page (HTML, script, styles, its data) as
+ * text, protobuf results as bytes.
+ */
 export interface RawApiResponse {
   readonly status: number;
   readonly headers: Readonly<Record<string, string>>;
-  readonly raw: string;
+  readonly raw: string | Uint8Array;
 }
 
 export interface ErrorBody {
@@ -41,13 +46,23 @@ export interface ErrorBody {
   readonly field?: string;
 }
 
-type HandlerContext = ops.OperationContext & { readonly deadline: number };
-/** `params`: the route pattern's `{param}` values, decoded (none for a literal route). */
-type Handler = (ctx: HandlerContext, body: unknown, params: Readonly<Record<string, string>>) => unknown;
+export interface RouteContext extends ops.OperationContext {
+  readonly deadline: number;
+  /** The request's `Accept` lists `application/x-protobuf` (retrieve_future answers in it, W2). */
+  readonly acceptsProtobuf: boolean;
+}
+
+/**
+ * `body` is the parsed JSON, or a `ProtobufBody` for a route that accepts protobuf; `params`, the
+ * route pattern's `{param}` values, decoded (none for a literal route).
+ */
+type Handler = (ctx: RouteContext, body: unknown, params: Readonly<Record<string, string>>) => unknown;
 
 interface Route {
   readonly methods: readonly string[];
   readonly run: Handler;
+  /** Accepts `application/x-protobuf` bodies (optionally `Content-Encoding: zstd`) beside JSON. */
+  readonly protobuf?: boolean;
 }
 
 const POST = ['POST'] as const;
@@ -61,7 +76,7 @@ const ROUTES: Readonly<Record<string, Route>> = {
   session_heartbeat: { methods: POST, run: ops.sessionHeartbeat },
   telemetry: { methods: POST, run: (_ctx, body) => ops.telemetry(body) },
   create_model: { methods: POST, run: ops.createModel },
-  forward_backward: { methods: POST, run: ops.forwardBackward },
+  forward_backward: { methods: POST, run: ops.forwardBackward, protobuf: true },
   forward: { methods: POST, run: ops.forward },
   optim_step: { methods: POST, run: ops.optimStep },
   save_weights: { methods: POST, run: ops.saveWeights },
@@ -124,6 +139,46 @@ async function refuseTenantRoute(apiKey: string, clients: AwsClients): Promise<A
   throw new AuthError('invalid or revoked API key');
 }
 
+function unsupported(problem: string): ValidationError {
+  return new ValidationError(`body: ${problem}`, { status: 415, context: { field: 'body' } });
+}
+
+/**
+ * The body a route gets: parsed JSON, or the decompressed bytes of a protobuf body for a route that
+ * takes one (W1). Limits count decompressed bytes, and decompression stops at the limit (W3).
+ */
+function readBody(request: ApiRequest, route: Route, limits: { readonly maxBodyBytes: number }): unknown {
+  const raw = request.body;
+  if (raw === undefined || raw.length === 0) return {};
+  const contentType = (header(request, 'content-type') ?? 'application/json').toLowerCase();
+  const encoding = (header(request, 'content-encoding') ?? 'identity').trim().toLowerCase();
+  if (contentType.startsWith(PROTOBUF_CONTENT_TYPE)) {
+    if (route.protobuf !== true) {
+      throw unsupported(`${PROTOBUF_CONTENT_TYPE} is accepted only by forward_backward; send JSON`);
+    }
+    if (encoding === 'zstd') return new ProtobufBody(decompressZstdBounded(raw, limits.maxBodyBytes), raw);
+    if (encoding !== 'identity') throw unsupported(`content-encoding ${encoding} is not supported; use zstd`);
+    if (raw.length > limits.maxBodyBytes) {
+      throw new ValidationError(
+        `body: ${raw.length} bytes exceeds the limit of ${limits.maxBodyBytes} bytes`,
+        {
+          status: 413,
+          context: { field: 'body' },
+        },
+      );
+    }
+    return new ProtobufBody(raw);
+  }
+  if (!/json|text\/plain/.test(contentType)) {
+    throw unsupported(
+      `content-type ${contentType} is not supported; send JSON${route.protobuf ? ` or ${PROTOBUF_CONTENT_TYPE}` : ''}`,
+    );
+  }
+  if (encoding !== 'identity')
+    throw unsupported(`content-encoding ${encoding} is not supported on JSON bodies`);
+  return parseJsonBody(raw, limits);
+}
+
 export async function handleApiRequest(
   request: ApiRequest,
   deps: ApiDependencies = {},
@@ -155,11 +210,7 @@ export async function handleApiRequest(
   // must not find Object.prototype's members.
   const matched = name === undefined ? undefined : ROUTE_MATCHER.match(name);
   if (matched === undefined) return answer(404, `no route for ${method} ${request.path}`);
-  // The path's parameters are bound here, so the call below passes only (ctx, body).
-  const route = {
-    methods: matched.route.methods,
-    run: (ctx: HandlerContext, body: unknown) => matched.route.run(ctx, body, matched.params),
-  };
+  const { route, params } = matched;
   if (!route.methods.includes(method)) {
     return answer(
       405,
@@ -173,24 +224,27 @@ export async function handleApiRequest(
     if (apiKey === undefined || apiKey === '') throw new AuthError('missing X-API-Key header');
     const tenant = await tenantForApiKey(apiKey, clients.doc);
     if (tenant === undefined) return await refuseTenantRoute(apiKey, clients);
-    const contentType = header(request, 'content-type') ?? 'application/json';
-    if (request.body && !/json|text\/plain/i.test(contentType)) {
-      return answer(
-        415,
-        `body: content-type ${contentType} is not supported; send JSON (Tinker SDK <= 0.24.1)`,
-        'body',
-      );
-    }
-    const body = parseJsonBody(request.body, tunables);
+    const body = readBody(request, route, tunables);
     const now = deps.now?.() ?? Date.now();
     const pollMs = Math.min(
       tunables.longPollSeconds * 1000,
       request.remainingMs === undefined ? Number.POSITIVE_INFINITY : request.remainingMs - DEADLINE_MARGIN_MS,
     );
     const result = await route.run(
-      { tenant, now, clients, tunables, deadline: now + Math.max(0, pollMs) },
+      {
+        tenant,
+        now,
+        clients,
+        tunables,
+        deadline: now + Math.max(0, pollMs),
+        acceptsProtobuf: acceptsProtobuf(header(request, 'accept')),
+      },
       body,
+      params,
     );
+    if (result instanceof BinaryAnswer) {
+      return { status: 200, headers: { 'content-type': result.contentType }, raw: result.bytes };
+    }
     return { status: 200, body: result };
   } catch (error) {
     return errorResponse(error);

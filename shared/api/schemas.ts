@@ -192,6 +192,8 @@ export const forwardBackwardRequest = z.object({
   ...modelRequest,
   forward_backward_input: forwardBackwardInput,
 });
+/** The ids of a protobuf `ForwardBackwardRequest`, checked as the JSON members are. */
+export const protobufPassIds = z.object(modelRequest);
 export const forwardRequest = z.object({ ...modelRequest, forward_input: forwardBackwardInput });
 export const optimStepRequest = z.object({ ...modelRequest, adam_params: adamParams });
 export const saveWeightsRequest = z.object({ ...modelRequest, path: checkpointName });

@@ -6,8 +6,12 @@ import {
   modelInputFromJson,
   passInputFromJson,
 } from '../backend/pass-input.js';
+import { config } from '../config.js';
 import type { TrainingRequestType } from '../domain/records.js';
 import { ValidationError } from '../errors.js';
+import { PayloadBytes } from '../payload-bytes.js';
+import { decodeForwardBackwardRequest } from '../wire/forward-backward-request.js';
+import { decompressZstdBounded } from '../wire/zstd.js';
 
 /**
  * The members of the stored payloads (shared/api/payloads.ts) the worker relies on. Request bodies
@@ -139,13 +143,30 @@ function typed<T>(requestId: string, convert: () => T): T {
 
 /**
  * The typed input of a forward / forward_backward step (W4), the one place a stored pass input becomes
- * what the backend takes: a payload stored in another encoding (protobuf bytes) is decoded here too.
+ * what the backend takes: protobuf bytes (both wires are stored so since the SDK 0.25 wire; a zstd
+ * body as the client sent it) are decoded straight into typed arrays; a JSON payload stored before
+ * that is converted.
  */
 export function passInputOf(
   requestId: string,
-  payload: StepPayload<'forward' | 'forward_backward'>,
+  type: 'forward' | 'forward_backward',
+  payload: unknown,
 ): ForwardBackwardInput {
-  return typed(requestId, () => passInputFromJson(payload.input, 'input'));
+  if (payload instanceof PayloadBytes && payload.format === 'tinker-pb') {
+    const message = typed(requestId, () =>
+      decodeForwardBackwardRequest(
+        payload.compression === 'zstd'
+          ? decompressZstdBounded(payload.bytes, config().tunables.maxBodyBytes)
+          : payload.bytes,
+      ),
+    );
+    if (message.forward_only !== (type === 'forward')) {
+      throw new MalformedPayloadError(requestId, `forward_only is ${message.forward_only} on a ${type} step`);
+    }
+    return message.input;
+  }
+  const parsed = parseStepPayload(type, requestId, payload);
+  return typed(requestId, () => passInputFromJson(parsed.input, 'input'));
 }
 
 /** The backend's request for a stored sample: the prompt typed; sampling fields the backend checks. */

@@ -113,11 +113,10 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
     }
     case 'forward':
     case 'forward_backward': {
-      const payload = parseStepPayload(step.request_type, step.request_id, step.payload);
       const outcome = await env.passes.run({
         type: step.request_type,
         state: requireState(part, modelId),
-        input: passInputOf(step.request_id, payload),
+        input: passInputOf(step.request_id, step.request_type, step.payload),
       });
       if (!outcome.ok) throw outcome.error;
       if (step.request_type === 'forward_backward') {

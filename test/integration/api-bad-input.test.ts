@@ -371,8 +371,8 @@ const cases: BadRequest[] = [
     error: /expected record/,
   },
   {
-    name: 'protobuf forward_backward (SDK 0.25)',
-    endpoint: 'forward_backward',
+    name: 'protobuf on a route that takes only JSON',
+    endpoint: 'optim_step',
     body: () => '\u0008\u0001',
     headers: { 'content-type': 'application/x-protobuf' },
     status: 415,

@@ -2,8 +2,9 @@ import { GetObjectCommand } from '@aws-sdk/client-s3';
 import { GetCommand, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SUPPORTED_MODELS } from '../../shared/api/capabilities.js';
-import type { PassPayload, SamplePayload, SaveWeightsForSamplerPayload } from '../../shared/api/payloads.js';
+import type { SamplePayload, SaveWeightsForSamplerPayload } from '../../shared/api/payloads.js';
 import { SDK_TINKER_PATH } from '../../shared/api/tinker-path.js';
+import { passInputFromJson } from '../../shared/backend/pass-input.js';
 import { TinkerClient } from '../../shared/client/tinker-client.js';
 import {
   type CheckpointNameRecord,
@@ -12,10 +13,12 @@ import {
   registryKey,
   type SeqCounterRecord,
 } from '../../shared/domain/records.js';
-import { readPayload } from '../../shared/payload-store.js';
+import { sha256Hex } from '../../shared/ids.js';
+import { readPayload, readStoredPayload } from '../../shared/payload-store.js';
 import { revokeApiKey } from '../../shared/repositories/api-keys.js';
 import { completeFuture, failFuture, INLINE_RESULT_MAX_BYTES } from '../../shared/repositories/futures.js';
 import { checkpointContentId, storageKeys } from '../../shared/storage-keys.js';
+import { decodeForwardBackwardRequest } from '../../shared/wire/forward-backward-request.js';
 import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 let api: ApiHarness;
@@ -188,16 +191,15 @@ describe('the SDK call sequence with its exact request bodies', () => {
       tokens: tokens.length - 1,
       payload_key: storageKeys.payload(future.request_id),
     });
-    const payload = await readPayload<PassPayload>(
-      row!.payload_key,
-      row!.payload_digest,
-      api.cloud.clients.s3,
+    // Stored in the one binary form both wires share (W4), its digest on the row.
+    const stored = await readStoredPayload(row!.payload_key, api.cloud.clients.s3);
+    expect(stored.format).toBe('tinker-pb');
+    expect(sha256Hex(stored.bytes)).toBe(row!.payload_digest);
+    const message = decodeForwardBackwardRequest(stored.bytes);
+    expect(message.forward_only).toBe(false);
+    expect(message.input).toEqual(
+      passInputFromJson({ data: [sdkDatum], loss_fn: 'cross_entropy' }, 'forward_backward_input'),
     );
-    expect(payload).toEqual({
-      request_type: 'forward_backward',
-      seq_id: 1,
-      input: { data: [sdkDatum], loss_fn: 'cross_entropy', loss_fn_config: null },
-    });
   });
 
   it('optim_step is submitted before the forward_backward result is fetched', async () => {
@@ -546,13 +548,13 @@ describe('the edge', () => {
     expect(found).toBeUndefined();
   });
 
-  it('unknown routes 404, wrong methods 405, protobuf bodies 415', async () => {
+  it('unknown routes 404, wrong methods 405, protobuf bodies on JSON-only routes 415', async () => {
     expect((await client.raw('POST', '/api/v1/nope', {})).status).toBe(404);
     expect(await client.raw('GET', '/api/v1/create_session')).toEqual({
       status: 405,
       body: { error: 'method GET is not allowed on /api/v1/create_session; use POST' },
     });
-    const proto = await client.raw('POST', '/api/v1/forward_backward', 'binary', {
+    const proto = await client.raw('POST', '/api/v1/create_session', 'binary', {
       'content-type': 'application/x-protobuf',
     });
     expect(proto.status).toBe(415);

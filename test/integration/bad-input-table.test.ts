@@ -192,8 +192,8 @@ const syntax: BadRequest[] = [
     path: 'create_session',
     body: () => Buffer.from([0x1f, 0x8b, 8, 0, 0, 0]),
     headers: { 'content-encoding': 'gzip' },
-    status: 400,
-    error: /not valid JSON/,
+    status: 415,
+    error: /content-encoding gzip is not supported/,
   },
   {
     name: 'a JSON null',

@@ -7,6 +7,7 @@ import {
   parseRequest,
 } from '../../shared/api/request-checks.js';
 import * as schemas from '../../shared/api/schemas.js';
+import { passInputFromJson } from '../../shared/backend/pass-input.js';
 import { ValidationError } from '../../shared/errors.js';
 
 const limits = { maxBodyBytes: 10_000, maxDatums: 4, maxTokensPerRequest: 64 };
@@ -46,7 +47,11 @@ const sample = (overrides: Record<string, unknown> = {}) => ({
 
 function fb(body: unknown) {
   const request = parseRequest(schemas.forwardBackwardRequest, body);
-  return checkForwardInput(request.forward_backward_input, 'forward_backward_input', limits);
+  return checkForwardInput(
+    passInputFromJson(request.forward_backward_input, 'forward_backward_input'),
+    'forward_backward_input',
+    limits,
+  );
 }
 
 function sampled(body: unknown) {
@@ -241,7 +246,7 @@ const bad: BadCase[] = [
     message: /int64|float32/,
   },
   {
-    name: 'sparse tensor',
+    name: 'sparse tensor whose row offsets do not fit its shape',
     run: () =>
       fb(
         sdkForwardBackward([
@@ -249,16 +254,16 @@ const bad: BadCase[] = [
             weights: {
               data: [1],
               dtype: 'float32',
-              shape: [1],
-              sparse_crow_indices: [0, 1],
+              shape: [1, 1],
+              sparse_crow_indices: [0, 1, 1],
               sparse_col_indices: [0],
             },
           }),
         ]),
       ),
-    status: 422,
-    field: 'forward_backward_input.data.0.loss_fn_inputs.weights',
-    message: /sparse tensors are not supported/,
+    status: 400,
+    field: 'forward_backward_input.data.0.loss_fn_inputs.weights.sparse_crow_indices',
+    message: /1 rows need 2/,
   },
   {
     name: 'importance_sampling without advantages',
@@ -402,11 +407,44 @@ describe('bad inputs are refused with a status and a message naming the field', 
 });
 
 describe('good inputs', () => {
+  it('accept a sparse CSR tensor (2-D) and make it dense', () => {
+    const input = passInputFromJson(
+      {
+        loss_fn: 'cross_entropy',
+        data: [
+          {
+            model_input: { chunks: [{ tokens: [1, 2] }] },
+            loss_fn_inputs: {
+              target_tokens: {
+                data: [7, 9],
+                dtype: 'int64',
+                shape: [2, 3],
+                sparse_crow_indices: [0, 1, 2],
+                sparse_col_indices: [2, 0],
+              },
+            },
+          },
+        ],
+      },
+      'forward_backward_input',
+    );
+    const targets = input.data[0]?.loss_fn_inputs.target_tokens;
+    expect(targets?.shape).toEqual([2, 3]);
+    expect([...(targets?.data ?? [])]).toEqual([0n, 0n, 7n, 9n, 0n, 0n]);
+    expect(checkForwardInput(input, 'forward_backward_input', limits)).toBe(2);
+  });
+
   it('accept the SDK forward_backward body, drop unknown members and count tokens', () => {
     const body = sdkForwardBackward([datum([1, 2, 3]), datum([4, 5])]);
     const request = parseRequest(schemas.forwardBackwardRequest, body);
     expect(request).not.toHaveProperty('type');
-    expect(checkForwardInput(request.forward_backward_input, 'forward_backward_input', limits)).toBe(5);
+    expect(
+      checkForwardInput(
+        passInputFromJson(request.forward_backward_input, 'forward_backward_input'),
+        'forward_backward_input',
+        limits,
+      ),
+    ).toBe(5);
   });
 
   it('accept chunks without a type and tensors without a shape', () => {
