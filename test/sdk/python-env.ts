@@ -172,7 +172,13 @@ async function dependencies(python: string): Promise<string> {
     const tail = stderr.split('\n').filter(Boolean).slice(-15).join('\n');
     throw new Error(`pip could not install the SDK's pinned dependencies:\n${tail}`);
   }
-  renameSync(partial, folder);
+  try {
+    renameSync(partial, folder);
+  } catch (error) {
+    // Another run installed the same pins first: use its folder.
+    rmSync(partial, { recursive: true, force: true });
+    if (!existsSync(folder)) throw error;
+  }
   return folder;
 }
 

@@ -54,7 +54,8 @@ def _scenario_frames(error: BaseException) -> str:
     """The failing call's frames in the scenario scripts, which a traceback's tail (the SDK's
     innermost frames) leaves out."""
     here = os.path.dirname(os.path.abspath(__file__))
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename.startswith(here)]
+    # The first frame is Checks.run itself.
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)[1:] if frame.filename.startswith(here)]
     return "".join(traceback.format_list(frames))
 
 
