@@ -13,6 +13,7 @@ import { REPO_ROOT, type SdkUnderTest } from './python-env.js';
 const SCENARIOS = join(REPO_ROOT, 'test', 'sdk', 'scenarios');
 /** Bytecode of the shared SDK trees goes here, so running them never writes beside their sources. */
 const PYCACHE = join(REPO_ROOT, '.local', 'sdk-python', 'pycache');
+const DEFAULT_TIMEOUT_MS = 150_000;
 /** Lines of a failure's traceback (or of stderr) a failing test shows. */
 const TAIL_LINES = 16;
 
@@ -65,7 +66,7 @@ function reportOf(label: string, checks: Record<string, CheckOutcome>, stderr: s
 }
 
 export interface ScenarioOptions {
-  /** Kills the script after this long (default 150 s). */
+  /** Kills the script after this long (default DEFAULT_TIMEOUT_MS). */
   readonly timeoutMs?: number;
 }
 
@@ -77,7 +78,7 @@ export function runScenario(
   options: ScenarioOptions = {},
 ): Promise<ScenarioReport> {
   const label = `${scenario}.py under SDK ${sdk.version}`;
-  const timeoutMs = options.timeoutMs ?? 150_000;
+  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const child = spawn(tier.python, [join(SCENARIOS, `${scenario}.py`)], {
     cwd: SCENARIOS,
     env: {
@@ -85,6 +86,8 @@ export function runScenario(
       PYTHONPATH: sdk.pythonPath,
       PYTHONPYCACHEPREFIX: PYCACHE,
       PYTHONUNBUFFERED: '1',
+      // The script's own deadline, a little after ours: it ends even if this test process dies first.
+      SCENARIO_DEADLINE_SECONDS: String(Math.ceil(timeoutMs / 1000) + 5),
       TINKER_BASE_URL: tier.baseUrl,
       TINKER_API_KEY: tier.apiKeys.owner,
       TINKER_OTHER_API_KEY: tier.apiKeys.other,
@@ -127,7 +130,7 @@ export function describeScenario(
 ): void {
   const tier = inject('sdkTier');
   const runs = new Map<string, Promise<ScenarioReport>>();
-  const hookTimeout = (options.timeoutMs ?? 150_000) + 10_000;
+  const hookTimeout = (options.timeoutMs ?? DEFAULT_TIMEOUT_MS) + 10_000;
   beforeAll(() => {
     for (const sdk of tier.sdks) runs.set(sdk.version, runScenario(tier, sdk, scenario, options));
   });

@@ -10,11 +10,16 @@ import functools
 import json
 import math
 import os
+import signal
 import sys
 import traceback
 
 import tinker
 from tinker import types
+
+# SIGALRM's default action ends the process: an orphaned scenario (its test process gone) does not
+# wait out the SDK's minutes of retries against a stopped server.
+signal.alarm(int(os.environ.get("SCENARIO_DEADLINE_SECONDS", "0")))
 
 BASE_MODEL = "reference/byte-lm"
 
@@ -36,7 +41,9 @@ class Checks:
         outcomes = {}
         for fn in self._checks:
             try:
-                outcomes[fn.__name__] = {"observed": fn()}
+                observed = fn()
+                json.dumps(observed, allow_nan=False, default=str)  # a NaN fails its check, not the report
+                outcomes[fn.__name__] = {"observed": observed}
             except BaseException as error:  # noqa: BLE001 - every failure is reported, none stops the rest
                 outcomes[fn.__name__] = {
                     "error": f"{type(error).__name__}: {error}",
