@@ -34,7 +34,8 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        test: { name: 'unit', include: ['test/**/*.test.ts'], exclude: CLOUD_SUITES },
+        // test/sdk is its own tier (`npm run test:sdk`, test/sdk/vitest.config.ts).
+        test: { name: 'unit', include: ['test/**/*.test.ts'], exclude: [...CLOUD_SUITES, 'test/sdk/**'] },
       },
       {
         extends: true,
