@@ -4,6 +4,7 @@ import type { Tensor } from '../backend/tensor.js';
 import type { Tunables } from '../config.js';
 import { ValidationError } from '../errors.js';
 import { LOSS_FN_INPUTS, LOSS_FNS, type LossFn } from './capabilities.js';
+import { boundMessage, describeField } from './describe.js';
 import type { ModelInputBody, SampleRequestBody } from './schemas.js';
 
 /**
@@ -40,19 +41,15 @@ export function parseJsonBody(
   }
 }
 
-function fieldOf(path: readonly PropertyKey[]): string {
-  return path.length === 0 ? 'body' : path.map(String).join('.');
-}
-
 /** Parses with a zod schema; the first issues become one 400 naming the first field. */
 export function parseRequest<S extends z.ZodType>(schema: S, body: unknown): z.output<S> {
   const parsed = schema.safeParse(body);
   if (parsed.success) return parsed.data;
   const issues = parsed.error.issues.slice(0, 3);
   const first = issues[0];
-  const field = first ? fieldOf(first.path) : 'body';
-  const message = issues.map((issue) => `${fieldOf(issue.path)}: ${issue.message}`).join('; ');
-  throw new ValidationError(message, { context: { field } });
+  const field = first ? describeField(first.path) : 'body';
+  const message = issues.map((issue) => `${describeField(issue.path)}: ${issue.message}`).join('; ');
+  throw new ValidationError(boundMessage(message), { context: { field } });
 }
 
 /** `field.name`, or `name` at the top level (protobuf bodies have no wrapper member). */

@@ -7,6 +7,7 @@ import { keyKind, operatorForKey, tenantForApiKey } from '../repositories/api-ke
 import { NO_FAVICON, statusPageSubpath } from '../status-page/page.js';
 import { decompressZstdBounded } from '../wire/zstd.js';
 import { acceptsProtobuf, BinaryAnswer, PROTOBUF_CONTENT_TYPE, ProtobufBody } from './bodies.js';
+import { boundMessage } from './describe.js';
 import * as ops from './operations.js';
 import { parseJsonBody } from './request-checks.js';
 import { retrieveFuture } from './retrieve.js';
@@ -113,7 +114,7 @@ export function errorResponse(error: unknown): ApiResponse {
     // `message` is a reserved key of the Powertools logger (it would be dropped): the text goes in `detail`.
     if (error.status >= 500) logger.error('request failed', { error: error.name, detail: error.message });
     const field = error.context.field;
-    return answer(error.status, error.message, typeof field === 'string' ? field : undefined);
+    return answer(error.status, boundMessage(error.message), typeof field === 'string' ? field : undefined);
   }
   if (isAwsError(error, ...TRANSIENT_AWS_ERROR_NAMES)) {
     logger.warn('request throttled', { error: error.name });

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { LOSS_FNS, MAX_LORA_RANK } from './capabilities.js';
+import { describeValue } from './describe.js';
 
 /**
  * Request bodies of the Tinker REST API as the Python SDK (<= 0.24.1) sends them. Shapes only: limits
@@ -34,7 +35,7 @@ function numberArray(accepts: (value: unknown) => boolean, expected: string) {
         ctx.addIssue({
           code: 'custom',
           path: [index],
-          message: `${expected}, got ${JSON.stringify(values[index])}`,
+          message: `${expected}, got ${describeValue(values[index])}`,
         });
       }
     });
