@@ -51,6 +51,7 @@ export interface FutureRow {
   readonly payload_key: string;
   readonly payload_digest: string;
   /** Inline JSON result when small; otherwise `result_key` names the S3 object. */
+  /** The result's JSON text (rows written before that hold the value as a map); see readFutureResult. */
   readonly result?: unknown;
   readonly result_key?: string;
   readonly error?: FutureError;

@@ -58,12 +58,17 @@ export async function readFuture(
   return answer.Item as FutureRow | undefined;
 }
 
-/** The result of a completed row: inline, or the S3 object `result_key` names. */
+/**
+ * The result of a completed row: inline (the JSON text; rows written before results were stored as
+ * text hold a map), or the S3 object `result_key` names.
+ */
 export async function readFutureResult(
   row: FutureRow,
   clients: Pick<AwsClients, 's3'> = awsClients(),
 ): Promise<unknown> {
-  if (row.result_key === undefined) return row.result;
+  if (row.result_key === undefined) {
+    return typeof row.result === 'string' ? (JSON.parse(row.result) as unknown) : row.result;
+  }
   try {
     const answer = await clients.s3.send(
       new GetObjectCommand({ Bucket: config().bucket, Key: row.result_key }),
@@ -125,7 +130,7 @@ export async function completeFuture(
 ): Promise<void> {
   const body = JSON.stringify(result);
   if (Buffer.byteLength(body) <= INLINE_RESULT_MAX_BYTES) {
-    await finish(requestId, { status: 'completed', result }, clients.doc);
+    await finish(requestId, { status: 'completed', result: body }, clients.doc);
     return;
   }
   const key = storageKeys.result(requestId);

@@ -7,14 +7,9 @@ import {
 import { type TensorJson, tensorToJson } from '../backend/tensor.js';
 
 /**
- * The result JSON of each request type, as the Tinker SDK parses it (REFERENCE.md section 1). Every
- * result passes through `toJson` so the value stored inline in DynamoDB and the one stored in S3 are
- * the same JSON (typed arrays become arrays, non-finite numbers null, undefined members dropped).
+ * The result JSON of each request type, as the Tinker SDK parses it. Results are stored as their JSON
+ * text (shared/worker/outputs.ts), inline or in S3 alike, so both read back as the same value.
  */
-
-export function toJson(value: unknown): unknown {
-  return JSON.parse(JSON.stringify(value)) as unknown;
-}
 
 export function createModelResult(modelId: string) {
   return { model_id: modelId, type: 'create_model' as const };
