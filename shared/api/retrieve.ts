@@ -2,7 +2,7 @@ import type { FutureRow } from '../domain/records.js';
 import { NotFoundError } from '../errors.js';
 import { isRequestId } from '../ids.js';
 import { realSleep } from '../prefix/backoff.js';
-import { readFuture, readFutureResult } from '../repositories/futures.js';
+import { type FutureHead, readFuture, readFutureHead, readFutureResult } from '../repositories/futures.js';
 import { encodeForwardBackwardOutput, encodeSampleResponse } from '../wire/results.js';
 import { BinaryAnswer, PROTOBUF_CONTENT_TYPE } from './bodies.js';
 import type { OperationContext } from './operations.js';
@@ -43,19 +43,23 @@ export async function retrieveFuture(
 ): Promise<unknown> {
   const { request_id: requestId } = parseRequest(retrieveFutureRequest, body);
   if (!isRequestId(requestId)) throw notFound(requestId);
-  // The first read is strong: the client may ask the moment its submit returned.
-  let row: FutureRow | undefined = await readFuture(requestId, ctx.clients.doc, true);
-  if (row === undefined || row.tenant !== ctx.tenant) throw notFound(requestId);
+  // The first read is strong (the client may ask the moment its submit returned) and reads only the
+  // row's head: "not yours" and "unknown" then cost the same, whatever the row holds.
+  let head: FutureHead | undefined = await readFutureHead(requestId, ctx.clients.doc, true);
+  if (head === undefined || head.tenant !== ctx.tenant) throw notFound(requestId);
   let delay = FIRST_POLL_MS;
-  while (row.status === 'pending') {
+  while (head.status === 'pending') {
     const left = ctx.deadline - Date.now();
     if (left <= 0)
       return { type: 'try_again', request_id: requestId, queue_state: 'active' } satisfies TryAgain;
     await sleep(Math.min(delay, left));
     delay = Math.min(delay * 2, MAX_POLL_MS);
     // Later reads may be eventually consistent: a stale one only delays the answer.
-    row = (await readFuture(requestId, ctx.clients.doc)) ?? row;
+    head = (await readFutureHead(requestId, ctx.clients.doc)) ?? head;
   }
+  // Terminal rows never change again, so the whole row is read once, strongly, for its outcome.
+  const row: FutureRow | undefined = await readFuture(requestId, ctx.clients.doc, true);
+  if (row === undefined) throw notFound(requestId);
   if (row.status === 'failed') {
     return {
       error: row.error?.message ?? 'request failed',

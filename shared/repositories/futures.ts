@@ -43,6 +43,30 @@ export function pendingFutureRow(input: PendingFutureInput): FutureRow {
   };
 }
 
+/** The members of a row that say whose it is and where it stands, without its result. */
+export type FutureHead = Pick<FutureRow, 'request_id' | 'tenant' | 'status' | 'request_type'>;
+
+/**
+ * A row's head only (no result, error or payload members): the answer is small and equally so for
+ * every row, so what the caller learns before checking the tenant costs the same whoever owns it.
+ */
+export async function readFutureHead(
+  requestId: string,
+  doc: DynamoDBDocumentClient = awsClients().doc,
+  consistent = false,
+): Promise<FutureHead | undefined> {
+  const answer = await doc.send(
+    new GetCommand({
+      TableName: config().table('futures'),
+      Key: { request_id: requestId },
+      ConsistentRead: consistent,
+      ProjectionExpression: 'request_id, tenant, #status, request_type',
+      ExpressionAttributeNames: { '#status': 'status' },
+    }),
+  );
+  return answer.Item as FutureHead | undefined;
+}
+
 export async function readFuture(
   requestId: string,
   doc: DynamoDBDocumentClient = awsClients().doc,

@@ -69,7 +69,8 @@ export function firstNonFinite(value: unknown): string | undefined {
         pending.push({ value: item, path: `${next.path}.${index}` });
       });
     } else if (typeof member === 'object' && member !== null && !ArrayBuffer.isView(member)) {
-      for (const [key, item] of Object.entries(member)) pending.push({ value: item, path: `${next.path}.${key}` });
+      for (const [key, item] of Object.entries(member))
+        pending.push({ value: item, path: `${next.path}.${key}` });
     }
   }
   return undefined;

@@ -73,3 +73,37 @@ describe('results DynamoDB numbers cannot hold', () => {
     expect(answers.get(saved)).toMatchObject({ type: 'save_weights' });
   });
 });
+
+describe('retrieve_future before the tenant check (hardening finding 6)', () => {
+  it('reads only the row head, so another tenant learns nothing from the time a large result takes', async () => {
+    const tenant = h.tenant('owner');
+    const model = await tenant.createModel(4, 1);
+    const big = await tenant.pass(
+      'forward_backward',
+      model.model_id,
+      crossEntropy(textDatum('x'.repeat(2000))),
+    );
+    await drain();
+    const reads: { projection?: string }[] = [];
+    const doc = h.cloud.clients.doc;
+    doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'GetCommand' || context.commandName === 'GetItemCommand') {
+          reads.push({ projection: (args.input as { ProjectionExpression?: string }).ProjectionExpression });
+        }
+        return next(args);
+      },
+      { step: 'initialize', name: 'recordGets' },
+    );
+    try {
+      await expect(h.answer('rival', big)).rejects.toMatchObject({ name: 'NotFoundError' });
+      expect(reads).toEqual([{ projection: expect.not.stringContaining('result') }]);
+      reads.length = 0;
+      expect(await h.answer('owner', big)).toMatchObject({ metrics: expect.any(Object) });
+      // The owner's read of the whole row comes after the head's.
+      expect(reads.map((read) => read.projection === undefined)).toEqual([false, true]);
+    } finally {
+      doc.middlewareStack.remove('recordGets');
+    }
+  });
+});
