@@ -16,17 +16,20 @@ export const SUPPORTED_MODELS: readonly {
 /** Highest LoRA rank the backend trains. */
 export const MAX_LORA_RANK = MAX_RANK;
 
-/** Loss functions the Tinker SDK names (LossFnType), with the loss_fn_inputs each one needs. */
-export const LOSS_FN_INPUTS = {
-  cross_entropy: ['target_tokens'],
-  importance_sampling: ['target_tokens', 'logprobs', 'advantages'],
-  ppo: ['target_tokens', 'logprobs', 'advantages'],
-  cispo: ['target_tokens', 'logprobs', 'advantages'],
-  dro: ['target_tokens', 'logprobs', 'advantages'],
-} as const satisfies Record<string, readonly string[]>;
-
-export type LossFn = keyof typeof LOSS_FN_INPUTS;
-export const LOSS_FNS = Object.keys(LOSS_FN_INPUTS) as [LossFn, ...LossFn[]];
+/**
+ * Loss functions the Tinker SDK names (LossFnType): the loss_fn_inputs each needs and the loss_fn_config
+ * keys each takes (cross_entropy and importance_sampling none; ppo and cispo the clip ratio bounds; dro
+ * beta). Defined beside the backends (shared/backend/loss-config.ts) so intake and execution share them.
+ */
+export {
+  FLOAT_LOSS_INPUTS,
+  FLOAT32_ONLY_INPUTS,
+  LOSS_FN_CONFIG,
+  LOSS_FN_INPUTS,
+  LOSS_FNS,
+  type LossFn,
+  resolveLossConfig,
+} from '../backend/loss-config.js';
 
 /** `get_info`'s `model_data.arch`: every base model the reference backend serves has this shape. */
 export const REFERENCE_ARCH = 'reference-byte-lm';

@@ -3,7 +3,14 @@ import { type ForwardBackwardInput, inputTokenCount } from '../backend/pass-inpu
 import type { Tensor } from '../backend/tensor.js';
 import type { Tunables } from '../config.js';
 import { ValidationError } from '../errors.js';
-import { LOSS_FN_INPUTS, LOSS_FNS, type LossFn } from './capabilities.js';
+import {
+  FLOAT_LOSS_INPUTS,
+  FLOAT32_ONLY_INPUTS,
+  LOSS_FN_INPUTS,
+  LOSS_FNS,
+  type LossFn,
+  resolveLossConfig,
+} from './capabilities.js';
 import { boundMessage, describeField } from './describe.js';
 import type { ModelInputBody, SampleRequestBody } from './schemas.js';
 
@@ -78,6 +85,40 @@ function hasNegative(tensor: Tensor): boolean {
   return false;
 }
 
+const sameShape = (a: readonly number[], b: readonly number[]) =>
+  a.length === b.length && a.every((dimension, i) => dimension === b[i]);
+
+/**
+ * The per-target float inputs (weights, logprobs, advantages) a datum gives: each of target_tokens'
+ * exact shape ([N] or [N, K]), with finite values; logprobs and advantages in float32, as the SDK sends
+ * them. Refused here rather than when the step runs, so nothing is stored for them.
+ */
+function checkFloatInputs(
+  inputs: Readonly<Record<string, Tensor>>,
+  targetShape: readonly number[],
+  field: string,
+): void {
+  for (const name of FLOAT_LOSS_INPUTS) {
+    const tensor = inputs[name];
+    if (tensor === undefined) continue;
+    const tensorField = `${field}.${name}`;
+    if (tensor.dtype !== 'float32' && FLOAT32_ONLY_INPUTS.includes(name)) {
+      throw invalid(`${tensorField}.dtype`, `must be float32, got ${tensor.dtype}`);
+    }
+    if (!sameShape(tensor.shape, targetShape)) {
+      throw invalid(
+        tensorField,
+        `has shape [${tensor.shape.join(', ')}]; it must match target_tokens' [${targetShape.join(', ')}]`,
+      );
+    }
+    if (tensor.dtype === 'float32') {
+      const bad = tensor.data.findIndex((value) => !Number.isFinite(value));
+      if (bad >= 0)
+        throw invalid(`${tensorField}.data.${bad}`, `must be a finite float32, got ${tensor.data[bad]}`);
+    }
+  }
+}
+
 /**
  * Checks a forward / forward_backward input (typed: both wires decode to it first) against the
  * limits and the loss function's needs; returns its token count (recorded on the row for planning).
@@ -98,7 +139,13 @@ export function checkForwardInput(input: ForwardBackwardInput, field: string, li
       413,
     );
   }
-  const required = LOSS_FN_INPUTS[input.loss_fn as LossFn];
+  const lossFn = input.loss_fn as LossFn;
+  const config = resolveLossConfig(lossFn, input.loss_fn_config);
+  if (!config.ok) {
+    // A key can be as long as the body: name a bounded prefix of it.
+    throw invalid(sub(field, `loss_fn_config.${config.key.slice(0, 64)}`), config.problem);
+  }
+  const required = LOSS_FN_INPUTS[lossFn];
   let total = 0;
   input.data.forEach((datum, index) => {
     const datumField = sub(field, `data.${index}`);
@@ -129,6 +176,7 @@ export function checkForwardInput(input: ForwardBackwardInput, field: string, li
         );
       }
     }
+    if (targets) checkFloatInputs(datum.loss_fn_inputs, targets.shape, `${datumField}.loss_fn_inputs`);
   });
   if (total > limits.maxTokensPerRequest) {
     throw invalid(

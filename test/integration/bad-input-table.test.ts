@@ -403,6 +403,131 @@ const types: BadRequest[] = [
   },
 ];
 
+/** A datum carrying the policy-gradient inputs, `inputs` replacing or adding some. */
+const rlDatum = (inputs: Record<string, unknown> = {}) => {
+  const base = datum();
+  return {
+    ...base,
+    loss_fn_inputs: {
+      ...base.loss_fn_inputs,
+      logprobs: { data: [-1, -2, -3], dtype: 'float32', shape: [3] },
+      advantages: { data: [1, -1, 0.5], dtype: 'float32', shape: [3] },
+      ...inputs,
+    },
+  };
+};
+const rl = (lossFn: string, config: Record<string, unknown> | null, inputs: Record<string, unknown> = {}) =>
+  fb({}, { data: [rlDatum(inputs)], loss_fn: lossFn, loss_fn_config: config });
+const rlField = 'forward_backward_input.data.0.loss_fn_inputs';
+
+/** loss_fn_config keys and the policy-gradient inputs (L1): refused before anything is stored. */
+const losses: BadRequest[] = [
+  {
+    name: 'ppo with an unknown config key',
+    path: 'forward_backward',
+    body: () => rl('ppo', { epsilon: 0.2 }),
+    status: 400,
+    field: 'forward_backward_input.loss_fn_config.epsilon',
+    error: /not a config key of loss_fn ppo/,
+  },
+  {
+    name: 'cross_entropy with a config key',
+    path: 'forward_backward',
+    body: () => rl('cross_entropy', { beta: 0.1 }),
+    status: 400,
+    field: 'forward_backward_input.loss_fn_config.beta',
+    error: /takes no config keys/,
+  },
+  {
+    name: 'forward with importance_sampling and a config key',
+    path: 'forward',
+    body: () => ({
+      model_id: ids.model,
+      seq_id: 10,
+      forward_input: {
+        data: [rlDatum()],
+        loss_fn: 'importance_sampling',
+        loss_fn_config: { clip_low_threshold: 0.8 },
+      },
+    }),
+    status: 400,
+    field: 'forward_input.loss_fn_config.clip_low_threshold',
+    error: /takes no config keys/,
+  },
+  {
+    name: 'cispo clip_high_threshold below 1',
+    path: 'forward_backward',
+    body: () => rl('cispo', { clip_high_threshold: 0.2 }),
+    status: 400,
+    field: 'forward_backward_input.loss_fn_config.clip_high_threshold',
+    error: /ratio bound >= 1/,
+  },
+  {
+    name: 'ppo clip_low_threshold negative',
+    path: 'forward_backward',
+    body: () => rl('ppo', { clip_low_threshold: -0.1 }),
+    status: 400,
+    field: 'forward_backward_input.loss_fn_config.clip_low_threshold',
+    error: /ratio bound in \[0, 1\]/,
+  },
+  {
+    name: 'dro beta as a string',
+    path: 'forward_backward',
+    body: () => rl('dro', { beta: 'small' }),
+    status: 400,
+    field: 'forward_backward_input.loss_fn_config.beta',
+    error: /finite number/,
+  },
+  {
+    name: 'dro beta negative',
+    path: 'forward_backward',
+    body: () => rl('dro', { beta: -1 }),
+    status: 400,
+    field: 'forward_backward_input.loss_fn_config.beta',
+    error: />= 0/,
+  },
+  {
+    name: 'importance_sampling without logprobs',
+    path: 'forward_backward',
+    body: () => fb({}, { data: [datum()], loss_fn: 'importance_sampling' }),
+    status: 400,
+    field: `${rlField}.logprobs`,
+    error: /required by loss_fn importance_sampling/,
+  },
+  {
+    name: 'ppo advantages as int64',
+    path: 'forward_backward',
+    body: () => rl('ppo', null, { advantages: { data: [1, 0, 1], dtype: 'int64', shape: [3] } }),
+    status: 400,
+    field: `${rlField}.advantages.dtype`,
+    error: /must be float32/,
+  },
+  {
+    name: 'cispo logprobs of shape [3, 1] for target_tokens [3]',
+    path: 'forward_backward',
+    body: () => rl('cispo', null, { logprobs: { data: [-1, -2, -3], dtype: 'float32', shape: [3, 1] } }),
+    status: 400,
+    field: `${rlField}.logprobs`,
+    error: /must match target_tokens' \[3\]/,
+  },
+  {
+    name: 'dro advantages shorter than the input',
+    path: 'forward_backward',
+    body: () => rl('dro', null, { advantages: { data: [1, 2], dtype: 'float32', shape: [2] } }),
+    status: 400,
+    field: `${rlField}.advantages`,
+    error: /has 2 positions/,
+  },
+  {
+    name: 'ppo logprobs beyond float32',
+    path: 'forward_backward',
+    body: () => rl('ppo', null, { logprobs: { data: [-1, -1e39, -3], dtype: 'float32', shape: [3] } }),
+    status: 400,
+    field: `${rlField}.logprobs.data.1`,
+    error: /finite float32/,
+  },
+];
+
 const numbers: BadRequest[] = [
   {
     name: 'seq_id 0',
@@ -1163,6 +1288,7 @@ describe.each([
   ['JSON syntax', syntax],
   ['wrong types', types],
   ['numbers', numbers],
+  ['loss functions', losses],
   ['unicode and control characters', text],
   ['deep nesting', nesting],
   ['sizes', sizes],

@@ -33,6 +33,12 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const stack = starting.value;
   try {
     if (preparing.status === 'rejected') throw preparing.reason;
+    const { torchMissing } = preparing.value;
+    if (torchMissing !== null) {
+      process.stdout.write(
+        `test:sdk: forward_backward_custom skipped (no torch): ${torchMissing.split('\n')[0]}\n`,
+      );
+    }
     const [owner, other] = await Promise.all([
       createApiKey('sdk-owner', stack.clients),
       createApiKey('sdk-other', stack.clients),

@@ -20,8 +20,7 @@ export const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
  * What the SDK imports (its pyproject minus pyqwest, which the server turns off, and transformers,
  * which only get_tokenizer needs) and their own dependencies, at versions the local index serves, so
  * every machine resolves the same environment.
- * `forward_backward_custom` needs torch: add its pin here (a CPU wheel is in the local index) when a
- * scenario uses it; the hash below then installs a fresh folder.
+ * `forward_backward_custom` needs torch: it has its own pin list below (TORCH_PINS).
  */
 const PINS = [
   'annotated_types==0.8.0',
@@ -51,6 +50,25 @@ const PINS = [
   'zstandard==0.25.0',
 ];
 
+/**
+ * torch for `forward_backward_custom` (the SDK runs the custom loss's backward pass on the client): the
+ * CPU wheel of the local index (about 190 MB; the CUDA build would pull gigabytes) and torch's own
+ * dependencies. A folder of its own, keyed by this list's hash, so the SDK's folder above is reused as
+ * it is and a machine where torch cannot be installed still runs every other scenario.
+ */
+const TORCH_PINS = [
+  'torch==2.13.0+cpu',
+  'filelock==4.0.8',
+  'fsspec==2026.9.0',
+  'jinja2==3.1.6',
+  'markupsafe==3.0.3',
+  'mpmath==1.3.0',
+  'networkx==3.6.1',
+  'setuptools==80.9.0',
+  'sympy==1.14.0',
+  'typing_extensions==4.16.0',
+];
+
 const ENV_ROOT = join(REPO_ROOT, '.local', 'sdk-python');
 
 export interface SdkUnderTest {
@@ -63,6 +81,13 @@ export interface SdkPython {
   /** The interpreter (3.11+). */
   readonly python: string;
   readonly sdks: readonly SdkUnderTest[];
+  /**
+   * The folder holding torch, for the scenarios that need it only: the SDK imports torch when it can,
+   * which costs every other scenario a second or more of start-up.
+   */
+  readonly torchPath: string | null;
+  /** Why there is no torchPath (pip could not install TORCH_PINS), or null. */
+  readonly torchMissing: string | null;
 }
 
 export type Prerequisites =
@@ -149,10 +174,10 @@ export function findPrerequisites(): Prerequisites {
   return { found: true, python, sources, missingVersions };
 }
 
-/** The dependencies folder, installed once per pin list (into a temporary folder, then renamed). */
-async function dependencies(python: string): Promise<string> {
-  const hash = createHash('sha256').update(PINS.join('\n')).digest('hex').slice(0, 12);
-  const folder = join(ENV_ROOT, `deps-${hash}`);
+/** A dependencies folder, installed once per pin list (into a temporary folder, then renamed). */
+async function dependencies(python: string, pins: readonly string[], name = 'deps'): Promise<string> {
+  const hash = createHash('sha256').update(pins.join('\n')).digest('hex').slice(0, 12);
+  const folder = join(ENV_ROOT, `${name}-${hash}`);
   if (existsSync(folder)) return folder;
   const partial = `${folder}.partial-${process.pid}`;
   rmSync(partial, { recursive: true, force: true });
@@ -163,14 +188,14 @@ async function dependencies(python: string): Promise<string> {
   try {
     await promisify(execFile)(
       python,
-      ['-m', 'pip', 'install', '--quiet', '--no-input', ...retries, '--target', partial, ...PINS],
+      ['-m', 'pip', 'install', '--quiet', '--no-input', ...retries, '--target', partial, ...pins],
       { maxBuffer: 16 * 1024 * 1024 },
     );
   } catch (error) {
     rmSync(partial, { recursive: true, force: true });
     const stderr = String((error as { stderr?: unknown }).stderr ?? '');
     const tail = stderr.split('\n').filter(Boolean).slice(-15).join('\n');
-    throw new Error(`pip could not install the SDK's pinned dependencies:\n${tail}`);
+    throw new Error(`pip could not install the pinned ${name} (${pins[0]}, ...):\n${tail}`);
   }
   try {
     renameSync(partial, folder);
@@ -197,10 +222,14 @@ function distInfoFolder(version: SdkVersionName): string {
 
 /** Installs (or reuses) the dependencies and says how to import each SDK version found. */
 export async function prepareSdkPython(found: Extract<Prerequisites, { found: true }>): Promise<SdkPython> {
-  const deps = await dependencies(found.python);
+  const deps = await dependencies(found.python, PINS);
+  const torch = await dependencies(found.python, TORCH_PINS, 'torch').then(
+    (folder) => ({ folder, missing: null }),
+    (error: unknown) => ({ folder: null, missing: (error as Error).message }),
+  );
   const sdks = [...found.sources].map(([version, src]) => ({
     version,
     pythonPath: (src === null ? [deps] : [src, distInfoFolder(version), deps]).join(delimiter),
   }));
-  return { python: found.python, sdks };
+  return { python: found.python, sdks, torchPath: torch.folder, torchMissing: torch.missing };
 }

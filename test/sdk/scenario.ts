@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { join } from 'node:path';
+import { delimiter, join } from 'node:path';
 import { beforeAll, describe, inject } from 'vitest';
 import type { SdkTier } from './global-setup.js';
 import { REPO_ROOT, type SdkUnderTest } from './python-env.js';
@@ -68,6 +68,8 @@ function reportOf(label: string, checks: Record<string, CheckOutcome>, stderr: s
 export interface ScenarioOptions {
   /** Kills the script after this long (default DEFAULT_TIMEOUT_MS). */
   readonly timeoutMs?: number;
+  /** Puts torch on the script's path (after the SDK's pins, which win where both have a package). */
+  readonly torch?: boolean;
 }
 
 /** Runs one scenario script under one SDK version as the `owner` tenant (`other`'s key beside it). */
@@ -83,7 +85,8 @@ export function runScenario(
     cwd: SCENARIOS,
     env: {
       ...process.env,
-      PYTHONPATH: sdk.pythonPath,
+      PYTHONPATH:
+        options.torch && tier.torchPath ? [sdk.pythonPath, tier.torchPath].join(delimiter) : sdk.pythonPath,
       PYTHONPYCACHEPREFIX: PYCACHE,
       PYTHONUNBUFFERED: '1',
       // The script's own deadline, a little after ours: it ends even if this test process dies first.
@@ -91,6 +94,8 @@ export function runScenario(
       TINKER_BASE_URL: tier.baseUrl,
       TINKER_API_KEY: tier.apiKeys.owner,
       TINKER_OTHER_API_KEY: tier.apiKeys.other,
+      // Why torch could not be installed, for a scenario that needs it to say so when it skips.
+      SDK_TORCH_MISSING: tier.torchMissing ?? '',
     },
     stdio: ['ignore', 'pipe', 'pipe'],
     timeout: timeoutMs,

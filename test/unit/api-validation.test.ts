@@ -70,6 +70,128 @@ interface BadCase {
   readonly message: RegExp;
 }
 
+/** A forward_backward body for `loss_fn` with `config`, over datums carrying the policy inputs. */
+function rlBody(
+  lossFn: string,
+  config: Record<string, unknown> | null,
+  inputs: Record<string, unknown> = {},
+) {
+  const policy = {
+    logprobs: { data: [-1, -2, -3], dtype: 'float32', shape: [3] },
+    advantages: { data: [1, -1, 0.5], dtype: 'float32', shape: [3] },
+  };
+  const d = datum([1, 2, 3], { ...policy, ...inputs });
+  return {
+    ...sdkForwardBackward(),
+    forward_backward_input: { data: [d], loss_fn: lossFn, loss_fn_config: config },
+  };
+}
+
+const inputField = 'forward_backward_input.data.0.loss_fn_inputs';
+
+/** loss_fn_config keys and the policy-gradient inputs, refused at intake naming the field. */
+function lossConfigCases(): BadCase[] {
+  return [
+    {
+      name: 'ppo with an unknown config key',
+      run: () => fb(rlBody('ppo', { clip_low: 0.8 })),
+      status: 400,
+      field: 'forward_backward_input.loss_fn_config.clip_low',
+      message: /not a config key of loss_fn ppo \(allowed: clip_low_threshold, clip_high_threshold\)/,
+    },
+    {
+      name: 'cross_entropy with any config key',
+      run: () => fb(rlBody('cross_entropy', { clip_low_threshold: 0.8 })),
+      status: 400,
+      field: 'forward_backward_input.loss_fn_config.clip_low_threshold',
+      message: /not a config key of loss_fn cross_entropy \(it takes no config keys\)/,
+    },
+    {
+      name: 'importance_sampling with a config key',
+      run: () => fb(rlBody('importance_sampling', { beta: 0.1 })),
+      status: 400,
+      field: 'forward_backward_input.loss_fn_config.beta',
+      message: /it takes no config keys/,
+    },
+    {
+      name: 'dro with a clip key',
+      run: () => fb(rlBody('dro', { clip_high_threshold: 1.2 })),
+      status: 400,
+      field: 'forward_backward_input.loss_fn_config.clip_high_threshold',
+      message: /allowed: beta/,
+    },
+    {
+      name: 'ppo clip_high_threshold below 1 (an epsilon passed as a bound)',
+      run: () => fb(rlBody('ppo', { clip_low_threshold: 0.8, clip_high_threshold: 0.2 })),
+      status: 400,
+      field: 'forward_backward_input.loss_fn_config.clip_high_threshold',
+      message: /must be a ratio bound >= 1, got 0.2/,
+    },
+    {
+      name: 'cispo clip_low_threshold above 1',
+      run: () => fb(rlBody('cispo', { clip_low_threshold: 1.1 })),
+      status: 400,
+      field: 'forward_backward_input.loss_fn_config.clip_low_threshold',
+      message: /must be a ratio bound in \[0, 1\], got 1.1/,
+    },
+    {
+      name: 'dro with a negative beta',
+      run: () => fb(rlBody('dro', { beta: -0.5 })),
+      status: 400,
+      field: 'forward_backward_input.loss_fn_config.beta',
+      message: /must be a finite number >= 0, got -0.5/,
+    },
+    {
+      name: 'a config value that is a string',
+      run: () => fb(rlBody('ppo', { clip_low_threshold: 'low' })),
+      status: 400,
+      field: 'forward_backward_input.loss_fn_config.clip_low_threshold',
+      message: /must be a finite number/,
+    },
+    {
+      name: 'ppo without advantages',
+      run: () => {
+        const body = rlBody('ppo', null);
+        const d = body.forward_backward_input.data[0] as { loss_fn_inputs: Record<string, unknown> };
+        delete d.loss_fn_inputs.advantages;
+        return fb(body);
+      },
+      status: 400,
+      field: `${inputField}.advantages`,
+      message: /required by loss_fn ppo/,
+    },
+    {
+      name: 'logprobs as int64',
+      run: () => fb(rlBody('cispo', null, { logprobs: { data: [-1, -2, -3], dtype: 'int64' } })),
+      status: 400,
+      field: `${inputField}.logprobs.dtype`,
+      message: /must be float32, got int64/,
+    },
+    {
+      name: "advantages of another shape than target_tokens'",
+      run: () =>
+        fb(rlBody('ppo', null, { advantages: { data: [1, 2, 3], dtype: 'float32', shape: [3, 1] } })),
+      status: 400,
+      field: `${inputField}.advantages`,
+      message: /has shape \[3, 1\]; it must match target_tokens' \[3\]/,
+    },
+    {
+      name: 'logprobs beyond float32',
+      run: () => fb(rlBody('dro', null, { logprobs: { data: [-1, -1e39, -3], dtype: 'float32' } })),
+      status: 400,
+      field: `${inputField}.logprobs.data.1`,
+      message: /must be a finite float32, got -Infinity/,
+    },
+    {
+      name: 'a weight beyond float32',
+      run: () => fb(sdkForwardBackward([datum([1, 2], { weights: { data: [1, 1e39], dtype: 'float32' } })])),
+      status: 400,
+      field: `${inputField}.weights.data.1`,
+      message: /must be a finite float32, got Infinity/,
+    },
+  ];
+}
+
 const bad: BadCase[] = [
   {
     name: 'body not JSON',
@@ -276,6 +398,7 @@ const bad: BadCase[] = [
     field: 'forward_backward_input.data.0.loss_fn_inputs.logprobs',
     message: /required by loss_fn importance_sampling/,
   },
+  ...lossConfigCases(),
   {
     name: 'lora rank too high',
     run: () =>
@@ -445,6 +568,28 @@ describe('good inputs', () => {
         limits,
       ),
     ).toBe(5);
+  });
+
+  it('accept every policy-gradient loss with its inputs and config keys (negative weights too)', () => {
+    expect(fb(rlBody('importance_sampling', null))).toBe(3);
+    expect(fb(rlBody('ppo', { clip_low_threshold: 0.9, clip_high_threshold: 1.1 }))).toBe(3);
+    expect(fb(rlBody('cispo', { clip_low_threshold: 0, clip_high_threshold: 5 }))).toBe(3);
+    expect(fb(rlBody('dro', { beta: 0 }))).toBe(3);
+    const signed = { weights: { data: [-2, 0, 3.5], dtype: 'float32', shape: [3] } };
+    expect(fb(sdkForwardBackward([datum([1, 2, 3], signed)]))).toBe(3);
+  });
+
+  it('name config keys without a prefix on the protobuf wire (typed input, field "")', () => {
+    const request = parseRequest(schemas.forwardBackwardRequest, rlBody('ppo', { eps: 0.2 }));
+    const input = passInputFromJson(request.forward_backward_input, 'x');
+    let caught: unknown;
+    try {
+      checkForwardInput(input, '', limits);
+    } catch (error) {
+      caught = error;
+    }
+    expect(caught).toBeInstanceOf(ValidationError);
+    expect((caught as ValidationError).context.field).toBe('loss_fn_config.eps');
   });
 
   it('accept chunks without a type and tensors without a shape', () => {

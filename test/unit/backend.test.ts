@@ -618,8 +618,22 @@ describe('reference backend: user errors', () => {
     ],
     [
       'unknown loss_fn',
+      async () => backend.forwardBackward(await trainedModel(), ce([good], 'mse')),
+      /loss_fn: unknown loss function "mse"; supported: cross_entropy, importance_sampling, ppo, cispo, dro/,
+    ],
+    [
+      'ppo without its policy inputs',
       async () => backend.forwardBackward(await trainedModel(), ce([good], 'ppo')),
-      /loss_fn: unknown loss function "ppo"; supported: cross_entropy/,
+      /data\[0\]\.loss_fn_inputs\.logprobs: is required by loss_fn ppo/,
+    ],
+    [
+      'a config key the loss does not take',
+      async () =>
+        backend.forward(await trainedModel(), {
+          ...ce([good]),
+          loss_fn_config: { clip_low_threshold: 0.8 },
+        }),
+      /loss_fn_config\.clip_low_threshold: not a config key of loss_fn cross_entropy/,
     ],
     [
       'empty data',

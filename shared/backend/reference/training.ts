@@ -6,9 +6,13 @@
  * Outputs per datum: `logprobs` of target_tokens' shape ([N] or [N, K]) and `elementwise_loss` [N], the
  * loss of each position, both float32. The gradient is ADDED to the accumulator, so gradients sum across
  * forward_backward calls until optim_step applies and clears them (as in Tinker).
- * Metrics: `loss:sum` = L; `loss:mean` = L / sum w (0 when the weights sum to 0);
- * `weights_version:max` = optimizer steps applied so far. Weights are float32 (the wire's type); every
- * sum runs in Float64 in a fixed order, so the same inputs give the same bits.
+ * Metrics: `loss:sum` = L; `loss:mean` = L / sum w (0 when the weights sum to 0; policy-gradient losses
+ * weigh each target 1, so it is the mean loss per target); `weights_version:max` = optimizer steps applied
+ * so far. Policy-gradient losses add `ratio:mean` / `ratio:min` / `ratio:max` of r = exp(lp - q), and ppo
+ * and cispo `clip_fraction:mean`, the share of targets whose r lies outside [lo, hi]. Each `:mean` of
+ * those is a mean over datums of the datum's per-target mean: the SDK merges chunks' `:mean` metrics
+ * weighted by their datum counts, which then gives the same mean as one chunk would. Weights are float32
+ * (the wire's type); every sum runs in Float64 in a fixed order, so the same inputs give the same bits.
  *
  * optim_step is AdamW. With g the accumulated gradient (scaled by c/|g| when grad_clip_norm c > 0 and
  * |g| > c):
@@ -55,7 +59,7 @@ export function runPass(
   input: ForwardBackwardInput,
   withGradient: boolean,
 ): { state: ReferenceState; result: ForwardBackwardResult } {
-  const loss = lossFunction(input.loss_fn);
+  const { loss, config } = lossFunction(input.loss_fn, input.loss_fn_config);
   const datums = parsePassInput(input);
   const base = baseWeights(state.base_model);
   // This call's gradient, added to the accumulator at the end: a call's contribution never depends on
@@ -63,8 +67,10 @@ export function runPass(
   const grad = withGradient ? new Float64Array(state.params.length) : null;
   let lossSum = 0;
   let weightSum = 0;
+  const ratios = new RatioStats();
   const outputs = datums.map((datum): LossFnOutput => {
-    const terms = loss.forDatum(datum, input.loss_fn_config);
+    const terms = loss.forDatum(datum, config);
+    ratios.startDatum();
     const { tokens, targets, perPosition } = datum;
     const runner = new SequenceRunner(base, state.params, state.rank);
     const logprobs = new Float32Array(targets.length);
@@ -81,6 +87,7 @@ export function runPass(
         logprobs[i] = logprob;
         positionLoss += terms.value(i, logprob);
         weightSum += terms.weight(i);
+        if (terms.ratio) ratios.add(terms.ratio(i, logprob), terms.clipped?.(i, logprob));
         if (grad) {
           slopes[k] = terms.slope(i, logprob);
           slopeSeen ||= slopes[k] !== 0;
@@ -102,12 +109,69 @@ export function runPass(
       'loss:mean': weightSum === 0 ? 0 : lossSum / weightSum,
       'loss:sum': lossSum,
       'weights_version:max': state.weights_version,
+      ...ratios.metrics(),
     },
   };
   if (!grad) return { state, result };
   if (state.grad)
     for (let i = 0; i < grad.length; i++) grad[i] = (state.grad[i] as number) + (grad[i] as number);
   return { state: { ...state, grad }, result };
+}
+
+/** The ratio metrics of a pass: per-datum means averaged over datums, extremes over every target. */
+class RatioStats {
+  private datumMeans = 0;
+  private clipMeans = 0;
+  private datums = 0;
+  private clipDatums = 0;
+  private min = Number.POSITIVE_INFINITY;
+  private max = Number.NEGATIVE_INFINITY;
+  private sum = 0;
+  private clipped = 0;
+  private count = 0;
+  private clipCounted = false;
+
+  startDatum(): void {
+    this.closeDatum();
+  }
+
+  add(ratio: number, clipped: boolean | undefined): void {
+    this.sum += ratio;
+    this.count += 1;
+    if (ratio < this.min) this.min = ratio;
+    if (ratio > this.max) this.max = ratio;
+    if (clipped !== undefined) {
+      this.clipCounted = true;
+      if (clipped) this.clipped += 1;
+    }
+  }
+
+  metrics(): Record<string, number> {
+    this.closeDatum();
+    if (this.datums === 0) return {};
+    const out: Record<string, number> = {
+      'ratio:mean': this.datumMeans / this.datums,
+      'ratio:min': this.min,
+      'ratio:max': this.max,
+    };
+    if (this.clipDatums > 0) out['clip_fraction:mean'] = this.clipMeans / this.clipDatums;
+    return out;
+  }
+
+  private closeDatum(): void {
+    if (this.count > 0) {
+      this.datumMeans += this.sum / this.count;
+      this.datums += 1;
+      if (this.clipCounted) {
+        this.clipMeans += this.clipped / this.count;
+        this.clipDatums += 1;
+      }
+    }
+    this.sum = 0;
+    this.clipped = 0;
+    this.count = 0;
+    this.clipCounted = false;
+  }
 }
 
 export function referenceOptimStep(
