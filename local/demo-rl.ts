@@ -196,7 +196,7 @@ async function main(keep: (stack: LocalStack) => LocalStack): Promise<void> {
   const loopTime = seconds(loopStarted);
 
   say(
-    `[4/5] Operator cut (cut#${pool}) in round ${operatorCuts.join(', ') || '-'} while rollouts generated: ` +
+    `[4/5] Operator cut (cut#${pool}) written in round ${operatorCuts.join(', ') || '-'} while rollouts generated: ` +
       `${cuts.cut} rollouts cut mid-generation (prefixes saved), ${cuts.resumed} resumed from their prefixes`,
   );
   if (exact === undefined) throw new Error('no sample request was cut while its rollouts generated');
