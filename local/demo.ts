@@ -5,6 +5,7 @@ import { TinkerClient } from '../shared/client/tinker-client.js';
 import { type CheckpointNameRecord, type ModelRow, registryKey } from '../shared/domain/records.js';
 import { decode, encode, PHRASES, PROMPT, phraseDatum } from './demo/dataset.js';
 import { ProgressBar } from './demo/progress.js';
+import { runDemo, say, seconds } from './demo/script.js';
 import { createApiKey } from './keys.js';
 import { type LocalStack, startLocalStack } from './stack.js';
 
@@ -22,11 +23,6 @@ const ADAM = { learning_rate: 0.05 } as const;
 const CHECKPOINT_NAME = 'demo-final';
 const SAMPLING = { max_tokens: 24, temperature: 0.5, top_k: 3, seed: 7 } as const;
 const WAIT_MS = 30_000;
-
-let stack: LocalStack | undefined;
-
-const say = (line = '') => process.stdout.write(`${line}\n`);
-const seconds = (since: number) => `${((performance.now() - since) / 1000).toFixed(1)} s`;
 
 interface PassResult {
   readonly metrics: Record<string, number>;
@@ -47,11 +43,11 @@ async function sampleText(client: TinkerClient, samplingSessionId: string): Prom
   return PROMPT + decode(answer.sequences[0]?.tokens ?? []);
 }
 
-async function main(): Promise<void> {
+async function main(keep: (stack: LocalStack) => LocalStack): Promise<void> {
   const started = performance.now();
   say('tinker-serverless demo: the local stack, driven through its HTTP API like any Tinker client.');
   say();
-  stack = await startLocalStack({ prefix: 'demo', streamPollIntervalMs: 50 });
+  const stack = keep(await startLocalStack({ prefix: 'demo', streamPollIntervalMs: 50 }));
   const { apiUrl, resources, clients } = stack;
   say(`[1/6] Local stack up in ${seconds(started)}: DynamoDB Local + fauxqs + api/scheduler/worker/sweeper`);
   say(`      API base URL ${apiUrl}`);
@@ -181,19 +177,4 @@ async function main(): Promise<void> {
   say('Stopped. To keep a stack running and point the Tinker SDK at it, run `npm start`.');
 }
 
-function onSignal(signal: NodeJS.Signals): void {
-  process.stdout.write(`\n${signal}: stopping the local stack...\n`);
-  void (stack?.stop() ?? Promise.resolve()).finally(() => process.exit(130));
-}
-
-process.on('SIGINT', onSignal);
-process.on('SIGTERM', onSignal);
-main().then(
-  () => process.exit(0),
-  async (error: unknown) => {
-    process.stderr.write(`\ndemo failed: ${error instanceof Error ? error.message : String(error)}\n`);
-    if (process.env.DEBUG !== undefined && error instanceof Error) process.stderr.write(`${error.stack}\n`);
-    await stack?.stop().catch(() => undefined);
-    process.exit(1);
-  },
-);
+runDemo('demo', main);

@@ -2,10 +2,12 @@ import { ChangeMessageVisibilityCommand, SetQueueAttributesCommand } from '@aws-
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import type { Context, ScheduledEvent } from 'aws-lambda';
 import { handler as sweeperHandler } from '../../functions/sweeper/handler.js';
+import { RolloutCuts } from '../../local/demo/rollout-cuts.js';
 import type { ProvisionedResources } from '../../local/resources.js';
 import type { HandlerOverrides, LocalRuntime } from '../../local/runtime.js';
 import { type AwsClients, awsClients } from '../../shared/aws/clients.js';
 import type { ModelRow } from '../../shared/domain/records.js';
+import { requestCut } from '../../shared/ops/control-store.js';
 import { createSchedulerHandler, type SchedulerEvent } from '../../shared/scheduler/invocation.js';
 import type { WorkerEvent } from '../../shared/worker/index.js';
 import { CrashPoints, createFaultInjector, type FaultInjector } from '../../test/support/faults.js';
@@ -45,7 +47,11 @@ export class ChaosStack {
   readonly log = new DeliveryLog();
   readonly processes = new Processes();
   readonly harnessCrashes: Record<string, number> = {};
-  readonly worker = { sample_cuts: 0 };
+  readonly worker = { sample_cuts: 0, sample_resumes: 0 };
+  /** The operator's cuts, landed while samples generate (P1-P6 under the chaos). */
+  readonly cuts = new RolloutCuts();
+  #cutting: Promise<void> = Promise.resolve();
+  #cutsOn = false;
   readonly sweeps = { runs: 0, failed: 0 };
   readonly injector: FaultInjector;
   readonly points: CrashPoints;
@@ -68,6 +74,9 @@ export class ChaosStack {
     const { names, admin } = target;
     const onEvent = (event: WorkerEvent) => {
       if (event.kind === 'sample-cut') this.worker.sample_cuts++;
+      if (event.kind === 'sample-resumed' && event.sequences.some((sequence) => sequence.from === 'restored'))
+        this.worker.sample_resumes++;
+      return this.cuts.onEvent(event);
     };
     this.injector = createFaultInjector({ seed, rates: FAULT_RATES });
     this.points = new CrashPoints(seed);
@@ -112,6 +121,7 @@ export class ChaosStack {
       timeoutShare: settings.lambdaTimeout,
       timeoutAfterMs: settings.timeoutAfterMs,
       sliceTokens: settings.sliceTokens,
+      cutPollMs: settings.cutPollMs,
       onEvent,
       onTimeout: () => this.#countCrash(LAMBDA_TIMEOUT_POINT),
       zombies: this.zombies,
@@ -126,6 +136,7 @@ export class ChaosStack {
       runAsWorker: (run) => this.runtime.runAs('worker', run),
       visibilitySeconds: settings.visibilitySeconds,
       sliceTokens: settings.sliceTokens,
+      cutPollMs: settings.cutPollMs,
       onEvent,
     });
     this.processes.onKill = (process) => {
@@ -178,6 +189,16 @@ export class ChaosStack {
     this.#undo.push(this.processes.installCrashes(this.points));
 
     this.fleet.start(this.settings.processWorkers);
+    this.#cutsOn = true;
+    this.#cutting = (async () => {
+      // From outside any worker (the operator's CLI writes the same record); a held slice that was
+      // its sample's last cuts nothing, so it is tried again until enough requests were cut.
+      const pool = this.target.env.POOL ?? 'default';
+      const cut = () => requestCut(pool, 'chaos', Date.now(), admin.doc);
+      while (this.#cutsOn && this.cuts.cutRequests.length < this.settings.operatorCuts) {
+        await this.cuts.cutAtNextSlice(cut).catch(() => undefined);
+      }
+    })();
     this.#sweeping = true;
     this.#sweeper = (async () => {
       while (this.#sweeping) {
@@ -190,6 +211,9 @@ export class ChaosStack {
 
   /** Turns every injection off and waits for the late deliveries. */
   async calm(): Promise<void> {
+    this.#cutsOn = false;
+    this.cuts.cancel();
+    await this.#cutting;
     this.zombies.calm();
     this.injector.off();
     this.points.disarm();

@@ -195,7 +195,12 @@ export async function runChaos(target: ChaosTarget, options: ChaosOptions): Prom
   const deliveryFailures = stack.log.failures();
   phases.check_s = elapsed();
 
-  const kinds = workload.scripts.flatMap((script) => script.actions.map((action) => action.kind));
+  // Policy-gradient passes counted apart, so a run shows it trained with logprobs and advantages.
+  const kinds = workload.scripts.flatMap((script) =>
+    script.actions.map((action) =>
+      action.kind === 'pass' && action.loss !== undefined ? 'rl_pass' : action.kind,
+    ),
+  );
   const usage = process.cpuUsage();
   loopDelay.disable();
   const report: ChaosReport = {
@@ -236,6 +241,7 @@ export async function runChaos(target: ChaosTarget, options: ChaosOptions): Prom
       unexplained_details: stack.log.unexplainedDetails,
       worker_processes_started: stack.fleet.started,
       sample_cuts: stack.worker.sample_cuts,
+      sample_resumes: stack.worker.sample_resumes,
       zombies: stack.zombies.report,
       sweeps: stack.sweeps.runs,
       commit_transactions: stack.effects.transactions,

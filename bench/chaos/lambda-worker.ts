@@ -26,7 +26,8 @@ export interface LambdaWorkerOptions {
   readonly timeoutShare: number;
   readonly timeoutAfterMs: { readonly min: number; readonly max: number };
   readonly sliceTokens: number;
-  readonly onEvent: (event: WorkerEvent) => void;
+  readonly cutPollMs: number;
+  readonly onEvent: (event: WorkerEvent) => void | Promise<void>;
   /** An invocation timed out: killed at its deadline, or stopped by the handler's margins before it. */
   readonly onTimeout: () => void;
   /** Some invocations, while zombies are wanted, run their message as a zombie instead. */
@@ -55,7 +56,11 @@ export class LambdaWorker {
     this.#seed = seedWords(options.seed);
     this.#handler = createWorkerHandler({
       ...MARGINS,
-      worker: { sampleSliceTokens: options.sliceTokens, onEvent: (event) => this.#onEvent(event) },
+      worker: {
+        sampleSliceTokens: options.sliceTokens,
+        cutPollMs: options.cutPollMs,
+        onEvent: (event) => this.#onEvent(event),
+      },
     });
   }
 
@@ -63,9 +68,12 @@ export class LambdaWorker {
    * A timed-out invocation that samples runs out of time at its first sample slice, so the handler
    * cuts its samples mid-generation (their prefixes saved, back to pending, resumed elsewhere).
    */
-  #onEvent(event: WorkerEvent): void {
-    this.options.onEvent(event);
-    if (event.kind !== 'sample-slice') return;
+  #onEvent(event: WorkerEvent): void | Promise<void> {
+    if (event.kind === 'sample-slice') this.#pullDeadline();
+    return this.options.onEvent(event);
+  }
+
+  #pullDeadline(): void {
     const process = this.options.processes.current();
     const invocation = process === undefined ? undefined : this.#running.get(process);
     if (invocation?.timesOut !== true || invocation.pulled) return;

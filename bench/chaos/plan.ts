@@ -68,6 +68,10 @@ export interface ChaosSettings {
   readonly sweepEveryMs: number;
   /** New tokens per sample slice: small, so Lambda deadlines cut samples mid-generation (P1-P6). */
   readonly sliceTokens: number;
+  /** Sample requests to cut with the operator's `cut#<pool>` while they generate (see ChaosStack). */
+  readonly operatorCuts: number;
+  /** Period of the workers' `cut#<pool>` poll: short, so an operator cut lands mid-sample. */
+  readonly cutPollMs: number;
 }
 
 export function chaosSettings(requests: number): ChaosSettings {
@@ -86,6 +90,8 @@ export function chaosSettings(requests: number): ChaosSettings {
     visibilitySeconds: 10,
     sweepEveryMs: 1_500,
     sliceTokens: 2,
+    operatorCuts: Math.max(3, Math.round(requests / 200)),
+    cutPollMs: 100,
   };
 }
 

@@ -21,7 +21,8 @@ export interface ProcessFleetOptions {
   readonly runAsWorker: <T>(run: () => Promise<T>) => Promise<T>;
   readonly visibilitySeconds: number;
   readonly sliceTokens: number;
-  readonly onEvent: (event: WorkerEvent) => void;
+  readonly cutPollMs: number;
+  readonly onEvent: (event: WorkerEvent) => void | Promise<void>;
 }
 
 interface Slot {
@@ -87,7 +88,11 @@ export class ProcessFleet {
             waitTimeSeconds: 1,
             visibilityTimeoutSeconds: this.options.visibilitySeconds,
             extendEveryMs: (this.options.visibilitySeconds * 1000) / 3,
-            worker: { sampleSliceTokens: this.options.sliceTokens, onEvent: this.options.onEvent },
+            worker: {
+              sampleSliceTokens: this.options.sliceTokens,
+              cutPollMs: this.options.cutPollMs,
+              onEvent: this.options.onEvent,
+            },
             print,
           }),
         ),

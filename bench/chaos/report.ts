@@ -54,6 +54,8 @@ export interface ChaosReport {
     readonly unexplained_details: readonly string[];
     readonly worker_processes_started: number;
     readonly sample_cuts: number;
+    /** Samples that went on from at least one restored prefix. */
+    readonly sample_resumes: number;
     readonly zombies: ZombieReport;
     readonly sweeps: number;
     readonly commit_transactions: number;
@@ -157,7 +159,7 @@ export function formatReport(report: ChaosReport): string {
     `sequential equivalence ${report.sequential_equivalence} (${equivalence.compared} answers, ${equivalence.checkpoints_compared} checkpoints; ${equivalence.server_failed} ended by E2's attempt limit)`,
     `orphans after GC      payloads ${storage.orphan_payloads.length}, results ${storage.orphan_results.length}, work items ${storage.orphan_work_items.length}, states ${storage.orphan_states.length}, checkpoints ${storage.orphan_checkpoints.length} (GC deleted ${storage.gc.payloads_deleted} payloads, ${storage.gc.work_items_deleted} work items, ${storage.gc.states_deleted} states, ${storage.gc.checkpoints_deleted} checkpoints)`,
     `dead letters          ${dead_letters.messages} (${dead_letters.explained} explained)`,
-    `recovery              ${report.recovery.failed_deliveries}/${report.recovery.deliveries} deliveries failed, ${report.recovery.sample_cuts} sample cuts, zombies ${report.recovery.zombies.stalled} (refused ${report.recovery.zombies.refused}, committed ${report.recovery.zombies.committed}, other ${report.recovery.zombies.other.join('/') || 0}), ${report.recovery.worker_processes_started} worker processes started`,
+    `recovery              ${report.recovery.failed_deliveries}/${report.recovery.deliveries} deliveries failed, ${report.recovery.sample_cuts} sample cuts (${report.recovery.sample_resumes} resumed), zombies ${report.recovery.zombies.stalled} (refused ${report.recovery.zombies.refused}, committed ${report.recovery.zombies.committed}, other ${report.recovery.zombies.other.join('/') || 0}), ${report.recovery.worker_processes_started} worker processes started`,
     report.violations.length === 0
       ? 'verdict               PASS'
       : `verdict               FAIL\n  - ${report.violations.join('\n  - ')}`,

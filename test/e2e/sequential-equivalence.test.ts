@@ -1,8 +1,11 @@
 import { HeadObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RolloutCuts } from '../../local/demo/rollout-cuts.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
+import { config } from '../../shared/config.js';
 import type { ModelRow } from '../../shared/domain/records.js';
+import { requestCut } from '../../shared/ops/control-store.js';
 import { storageKeys } from '../../shared/storage-keys.js';
 import { processWorkMessage, type WorkerEvent } from '../../shared/worker/index.js';
 import { WorkerHarness } from '../integration/worker-harness.js';
@@ -16,8 +19,11 @@ import { type Action, countFutures, generateWorkload, type TenantScript } from '
  * work items go through SQS to two concurrent workers (the worker Lambda behind the runtime's queue
  * trigger, and a worker process loop), and every future's answer equals what running each model's
  * requests one by one in submit order directly on the reference backend gives, bit-exact (the worker
- * harness's oracle). Then, one pipeline-level check each: a redelivered work item, a worker killed
- * mid-item, and a zombie that finishes after a re-plan change nothing in the results.
+ * harness's oracle). The workload holds policy-gradient passes (logprobs and advantages, see
+ * shared/backend/rl-inputs.ts), and the operator's cut (`cut#<pool>`) lands while samples generate,
+ * so cut samples are saved, resumed (P1-P6) and still answer as if never cut. Then, one pipeline-level
+ * check each: a redelivered work item, a worker killed mid-item, and a zombie that finishes after a
+ * re-plan change nothing in the results.
  */
 
 const SEED = Number(process.env.E2E_SEED ?? 20260529);
@@ -43,7 +49,13 @@ async function expectOracle(
   return answers;
 }
 
+/** Sample requests to cut while they generate (one operator cut stops every sample running then). */
+const CUTS = 3;
+
 describe('random workloads through API -> streams -> scheduler -> SQS -> two workers', () => {
+  const cuts = new RolloutCuts();
+  // Short slices and a fast cut poll, so a cut lands between slices of the workload's short samples.
+  const sampling = { onEvent: cuts.onEvent, cutPollMs: 50, sampleSliceTokens: 2 };
   let harness: WorkerHarness;
   let pipeline: Pipeline;
   const clients = new Map<string, TinkerClient>();
@@ -52,16 +64,22 @@ describe('random workloads through API -> streams -> scheduler -> SQS -> two wor
 
   beforeAll(async () => {
     harness = await WorkerHarness.start();
-    pipeline = await Pipeline.start(harness, { lambdaWorker: true });
+    pipeline = await Pipeline.start(harness, { lambdaWorker: true, lambdaWorkerOptions: sampling });
   });
   afterAll(async () => {
     await pipeline?.stop();
   });
 
-  it(`3 tenants, 5 models, ~150 requests (seed ${SEED}): every future ends, with the sequential oracle's answer`, {
+  it(`3 tenants, 5 models, ~150 requests (seed ${SEED}), RL passes, cuts: every future ends, with the sequential oracle's answer`, {
     timeout: 120_000,
   }, async () => {
-    const second = pipeline.startProcessWorker();
+    const second = pipeline.startProcessWorker(sampling);
+    let settled = false;
+    const cutting = (async () => {
+      const cut = () => requestCut(config().pool, 'e2e', Date.now(), harness.cloud.clients.doc);
+      // A held slice may be its sample's last (nothing left to cut): then the next one is tried.
+      while (cuts.cutRequests.length < CUTS && !settled) await cuts.cutAtNextSlice(cut);
+    })();
     scripts = generateWorkload({ seed: SEED, modelsPerTenant: [2, 2, 1], actionsPerTenant: [55, 50, 40] });
     drivers = await Promise.all(
       scripts.map(async (script) => {
@@ -77,7 +95,13 @@ describe('random workloads through API -> streams -> scheduler -> SQS -> two wor
     expect(ids.length).toBe(countFutures(scripts));
     expect(ids.length).toBeGreaterThanOrEqual(120);
     await waitTerminal(harness, ids, 60_000);
+    settled = true;
+    cuts.cancel();
+    await cutting;
     const answers = await expectOracle(harness, clients);
+    // Samples were cut mid-generation and resumed from their saved prefixes; the answers above are exact.
+    expect(cuts.cut).toBeGreaterThan(0);
+    expect(cuts.resumed).toBeGreaterThan(0);
 
     // The workload exercised what it claims to: every kind, user errors, R7's three checks.
     const kinds = new Set(harness.submissions.map((submission) => submission.kind));
@@ -89,6 +113,10 @@ describe('random workloads through API -> streams -> scheduler -> SQS -> two wor
       (s) => s.kind === 'sample' && harness.samplingTargets.get(s.sampling_session_id) !== null,
     );
     expect(checkpointSamples.length).toBeGreaterThan(0);
+    const rlPasses = harness.submissions.filter(
+      (s) => s.kind === 'forward_backward' && s.input.data.some((d) => 'advantages' in d.loss_fn_inputs),
+    );
+    expect(rlPasses.length).toBeGreaterThan(0);
     const userErrors = Object.values(answers).filter(
       (answer) => (answer as { category?: string }).category === 'user',
     );

@@ -6,7 +6,11 @@ import {
   SendMessageCommand,
 } from '@aws-sdk/client-sqs';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { handler as lambdaWorker } from '../../../functions/worker/handler.js';
+import {
+  createWorkerHandler,
+  handler as lambdaWorker,
+  type WorkerHandlerOptions,
+} from '../../../functions/worker/handler.js';
 import type { LocalRuntime } from '../../../local/runtime.js';
 import { runWorkerProcess } from '../../../local/worker-process.js';
 import { awsClients } from '../../../shared/aws/clients.js';
@@ -39,6 +43,8 @@ export interface ProcessWorker {
 export interface PipelineOptions {
   /** Wire the worker Lambda to the queue (the real functions/worker handler). */
   readonly lambdaWorker: boolean;
+  /** Runtime options of the worker Lambda (hooks, cut poll, slice size); the deployed handler's otherwise. */
+  readonly lambdaWorkerOptions?: WorkerHandlerOptions['worker'];
   /** Extra variables for the functions (e.g. a short LEASE_SECONDS). */
   readonly env?: Readonly<Record<string, string>>;
 }
@@ -56,9 +62,13 @@ export class Pipeline {
 
   static async start(harness: WorkerHarness, options: PipelineOptions): Promise<Pipeline> {
     let pipeline: Pipeline | undefined;
+    const worker =
+      options.lambdaWorkerOptions === undefined
+        ? lambdaWorker
+        : createWorkerHandler({ worker: options.lambdaWorkerOptions });
     const countedWorker = async (event: SQSEvent, context: Context): Promise<SQSBatchResponse> => {
       if (pipeline) pipeline.lambdaMessages += event.Records.length;
-      return lambdaWorker(event, context);
+      return worker(event, context);
     };
     const functions: FunctionId[] = options.lambdaWorker
       ? [...FUNCTION_IDS]

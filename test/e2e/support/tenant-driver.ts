@@ -1,8 +1,9 @@
 import { DEFAULT_BASE_MODEL } from '../../../shared/api/capabilities.js';
 import type { DatumJson, ForwardBackwardInputJson } from '../../../shared/backend/pass-input.js';
+import { type RlLossFn, rlDatum, rlLossFn } from '../../../shared/backend/rl-inputs.js';
 import type { TinkerClient } from '../../../shared/client/tinker-client.js';
 import { deriveSeed } from '../../../shared/ids.js';
-import { textDatum, type WorkerHarness } from '../../integration/worker-harness.js';
+import { bytesOf, textDatum, type WorkerHarness } from '../../integration/worker-harness.js';
 import type { Action, DatumSpec, SampleSpec, TenantScript } from './workload.js';
 
 /**
@@ -24,8 +25,12 @@ interface Sent {
 /** A token outside the reference model's byte vocabulary: the step fails at execution (user error). */
 const OUT_OF_VOCABULARY = 300;
 
-export function datumOf(spec: DatumSpec): DatumJson {
-  const datum = textDatum(spec.text, spec.weights ? [...spec.weights] : undefined);
+/** A datum of `spec` for a pass run as `lossFn` (an RL datum's inputs depend on it, see rl-inputs.ts). */
+export function datumOf(spec: DatumSpec, lossFn: RlLossFn | 'cross_entropy'): DatumJson {
+  const datum =
+    spec.rl === undefined
+      ? textDatum(spec.text, spec.weights ? [...spec.weights] : undefined)
+      : rlDatum({ tokens: bytesOf(spec.text), ...spec.rl }, lossFn);
   if (!spec.bad) return datum;
   const [chunk] = datum.model_input.chunks;
   return {
@@ -129,7 +134,12 @@ export class TenantDriver {
       }
       case 'pass': {
         const modelId = this.#model(action.model);
-        const input: ForwardBackwardInputJson = { data: action.data.map(datumOf), loss_fn: 'cross_entropy' };
+        // An RL pass runs as its loss once the reference backend has it, as cross_entropy until then.
+        const lossFn = action.loss === undefined ? ('cross_entropy' as const) : rlLossFn(action.loss);
+        const input: ForwardBackwardInputJson = {
+          data: action.data.map((spec) => datumOf(spec, lossFn)),
+          loss_fn: lossFn,
+        };
         const field = action.type === 'forward' ? 'forward_input' : 'forward_backward_input';
         const body = { model_id: modelId, seq_id: this.#nextSeq(modelId), [field]: input };
         let requestId: string;

@@ -1,4 +1,5 @@
 import { uniformAt } from '../../../shared/backend/reference/prng.js';
+import type { RlLossFn } from '../../../shared/backend/rl-inputs.js';
 
 /**
  * Seeded random workloads for the end-to-end suite: per tenant, a script of client actions over its
@@ -12,6 +13,8 @@ export interface DatumSpec {
   readonly text: string;
   readonly weights?: readonly number[];
   readonly bad?: boolean;
+  /** For a policy-gradient pass: per target token, the sampler's logprob and the advantage. */
+  readonly rl?: { readonly logprobs: readonly number[]; readonly advantages: readonly number[] };
 }
 
 export interface SampleSpec {
@@ -35,6 +38,8 @@ export type Action =
       readonly type: 'forward' | 'forward_backward';
       readonly model: number;
       readonly data: readonly DatumSpec[];
+      /** A policy-gradient pass (its datums carry `rl`); cross_entropy otherwise. See rl-inputs.ts. */
+      readonly loss?: RlLossFn;
       /** Sent twice at once: both answers must name the same future (R7). */
       readonly concurrentDuplicate: boolean;
     }
@@ -99,6 +104,26 @@ function datum(random: Random, allowBad: boolean): DatumSpec {
   };
 }
 
+/**
+ * A rollout as an RL step trains on it: a few untrained prompt targets, then the completion's, all
+ * with the rollout's advantage and logprobs near a byte model's (about log 1/256), so an importance
+ * ratio stays moderate.
+ */
+function rlDatum(random: Random, allowBad: boolean): DatumSpec {
+  const value = text(random, random.int(3, 10));
+  const targets = value.length - 1;
+  const prompt = random.int(0, Math.min(2, targets - 1));
+  const advantage = random.pick([-1, -0.5, 0.25, 0.5, 1]);
+  return {
+    text: value,
+    rl: {
+      logprobs: Array.from({ length: targets }, (_, i) => (i < prompt ? 0 : -random.int(20, 80) / 10)),
+      advantages: Array.from({ length: targets }, (_, i) => (i < prompt ? 0 : advantage)),
+    },
+    ...(allowBad && random.chance(0.08) ? { bad: true } : {}),
+  };
+}
+
 /** Action weights after the creates; a kind whose precondition is unmet falls back to a pass. */
 const WEIGHTS: readonly [Action['kind'], number][] = [
   ['pass', 40],
@@ -143,15 +168,21 @@ export function generateWorkload(shape: WorkloadShape): TenantScript[] {
       const saved = weightsSaved.get(model) ?? [];
       if (kind === 'load' && saved.length === 0) kind = 'pass';
       switch (kind) {
-        case 'pass':
+        case 'pass': {
+          const type = random.chance(0.75) ? 'forward_backward' : 'forward';
+          const loss = random.chance(0.3) ? random.pick<RlLossFn>(['importance_sampling', 'ppo']) : undefined;
           actions.push({
             kind: 'pass',
-            type: random.chance(0.75) ? 'forward_backward' : 'forward',
+            type,
             model,
-            data: Array.from({ length: random.int(1, 3) }, () => datum(random, true)),
+            data: Array.from({ length: random.int(1, 3) }, () =>
+              loss === undefined ? datum(random, true) : rlDatum(random, true),
+            ),
+            ...(loss === undefined ? {} : { loss }),
             concurrentDuplicate: random.chance(0.08),
           });
           break;
+        }
         case 'optim':
           actions.push({ kind: 'optim', model, learning_rate: random.pick([0.01, 0.05, 0.1]) });
           break;
