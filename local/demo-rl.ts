@@ -2,7 +2,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { createWorkerHandler } from '../functions/worker/handler.js';
 import { DEFAULT_BASE_MODEL as BASE_MODEL } from '../shared/api/capabilities.js';
-import { type RlLossFn, rlLossFn, rlPassInput } from '../shared/backend/rl-inputs.js';
+import { type RlLossFn, rlPassInput } from '../shared/client/rl-inputs.js';
 import { TinkerClient } from '../shared/client/tinker-client.js';
 import type { FutureRow } from '../shared/domain/records.js';
 import { requestCut } from '../shared/ops/control-store.js';
@@ -35,7 +35,7 @@ const SAMPLING = { max_tokens: 32, temperature: 1 } as const;
 const SLICE_TOKENS = 8;
 const CUT_POLL_MS = 50;
 const CUT_ROUND = 1;
-const WANTED_LOSS: RlLossFn = 'importance_sampling';
+const LOSS_FN: RlLossFn = 'importance_sampling';
 /** The least rise of the mean reward that passes (the run, seeded throughout, rises by about 0.9). */
 const MIN_RISE = 0.25;
 const WAIT_MS = 30_000;
@@ -81,7 +81,6 @@ async function sampleGroups(
 
 async function main(keep: (stack: LocalStack) => LocalStack): Promise<void> {
   const started = performance.now();
-  const lossFn = rlLossFn(WANTED_LOSS);
   say('tinker-serverless RL demo: a policy-gradient loop through the local stack, over its HTTP API.');
   say();
   const cuts = new RolloutCuts();
@@ -108,13 +107,10 @@ async function main(keep: (stack: LocalStack) => LocalStack): Promise<void> {
   const modelId = created.model_id;
   say(`[2/5] Model ${modelId} created (${BASE_MODEL}, rank-${RANK} LoRA) for tenant "${TENANT}"`);
 
-  // Until the reference backend has the RL losses, the stand-in of shared/backend/rl-inputs.ts.
-  const lossText =
-    lossFn === WANTED_LOSS ? lossFn : `${lossFn} with weights = advantages, standing in for ${WANTED_LOSS}`;
   say(
     `[3/5] ${ROUNDS} rounds: sampler checkpoint, ${RL_PROMPTS.length} prompts x ${GROUP} rollouts ` +
       `(max_tokens ${SAMPLING.max_tokens}), reward = share of lowercase/space bytes, ` +
-      `advantage = reward - group mean, forward_backward (${lossText}), optim_step (Adam lr ${ADAM.learning_rate})`,
+      `advantage = reward - group mean, forward_backward (loss_fn ${LOSS_FN}), optim_step (Adam lr ${ADAM.learning_rate})`,
   );
   let seqId = 0;
   const saveSampler = async (round: number): Promise<string> => {
@@ -180,7 +176,7 @@ async function main(keep: (stack: LocalStack) => LocalStack): Promise<void> {
           rolloutSequence(group.prompt, rollout, advantages[i] as number),
         ),
       ),
-      WANTED_LOSS,
+      LOSS_FN,
     );
     const pass = await client.forwardBackward({
       model_id: modelId,
@@ -223,7 +219,7 @@ async function main(keep: (stack: LocalStack) => LocalStack): Promise<void> {
       'reward',
       `${before.toFixed(3)} -> ${after.toFixed(3)} over ${ROUNDS} steps (${loopTime}; at least +${MIN_RISE} required)`,
     ],
-    ['loss_fn', lossText],
+    ['loss_fn', LOSS_FN],
     [
       'rollouts',
       `${(ROUNDS + 1) * RL_PROMPTS.length * GROUP} (${RL_PROMPTS.length} prompts x ${GROUP} per round, ${ROUNDS + 1} rounds)`,

@@ -1,4 +1,4 @@
-import type { RlSequence } from '../../shared/backend/rl-inputs.js';
+import type { RlSequence } from '../../shared/client/rl-inputs.js';
 import { encode } from './dataset.js';
 
 /**

@@ -20,6 +20,8 @@ describe('npm run demo:rl', () => {
       expect(printed()).toMatch(
         /sampled again without a cut: the same tokens and logprobs for all \d+ rollouts/,
       );
+      // The policy-gradient loss itself, not a stand-in.
+      expect(printed()).toMatch(/loss_fn +importance_sampling/);
     } finally {
       if (child.exitCode === null) child.kill('SIGKILL');
     }

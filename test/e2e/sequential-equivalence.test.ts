@@ -19,8 +19,8 @@ import { type Action, countFutures, generateWorkload, type TenantScript } from '
  * work items go through SQS to two concurrent workers (the worker Lambda behind the runtime's queue
  * trigger, and a worker process loop), and every future's answer equals what running each model's
  * requests one by one in submit order directly on the reference backend gives, bit-exact (the worker
- * harness's oracle). The workload holds policy-gradient passes (logprobs and advantages, see
- * shared/backend/rl-inputs.ts), and the operator's cut (`cut#<pool>`) lands while samples generate,
+ * harness's oracle). The workload holds policy-gradient passes (importance_sampling and ppo, see
+ * shared/client/rl-inputs.ts), and the operator's cut (`cut#<pool>`) lands while samples generate,
  * so cut samples are saved, resumed (P1-P6) and still answer as if never cut. Then, one pipeline-level
  * check each: a redelivered work item, a worker killed mid-item, and a zombie that finishes after a
  * re-plan change nothing in the results.

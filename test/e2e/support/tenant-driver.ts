@@ -1,6 +1,6 @@
 import { DEFAULT_BASE_MODEL } from '../../../shared/api/capabilities.js';
 import type { DatumJson, ForwardBackwardInputJson } from '../../../shared/backend/pass-input.js';
-import { type RlLossFn, rlDatum, rlLossFn } from '../../../shared/backend/rl-inputs.js';
+import { rlDatum } from '../../../shared/client/rl-inputs.js';
 import type { TinkerClient } from '../../../shared/client/tinker-client.js';
 import { deriveSeed } from '../../../shared/ids.js';
 import { bytesOf, textDatum, type WorkerHarness } from '../../integration/worker-harness.js';
@@ -25,12 +25,12 @@ interface Sent {
 /** A token outside the reference model's byte vocabulary: the step fails at execution (user error). */
 const OUT_OF_VOCABULARY = 300;
 
-/** A datum of `spec` for a pass run as `lossFn` (an RL datum's inputs depend on it, see rl-inputs.ts). */
-export function datumOf(spec: DatumSpec, lossFn: RlLossFn | 'cross_entropy'): DatumJson {
+/** A datum of `spec`: text with weights, or a policy-gradient datum (shared/client/rl-inputs.ts). */
+export function datumOf(spec: DatumSpec): DatumJson {
   const datum =
     spec.rl === undefined
       ? textDatum(spec.text, spec.weights ? [...spec.weights] : undefined)
-      : rlDatum({ tokens: bytesOf(spec.text), ...spec.rl }, lossFn);
+      : rlDatum({ tokens: bytesOf(spec.text), ...spec.rl });
   if (!spec.bad) return datum;
   const [chunk] = datum.model_input.chunks;
   return {
@@ -134,10 +134,9 @@ export class TenantDriver {
       }
       case 'pass': {
         const modelId = this.#model(action.model);
-        // An RL pass runs as its loss once the reference backend has it, as cross_entropy until then.
-        const lossFn = action.loss === undefined ? ('cross_entropy' as const) : rlLossFn(action.loss);
+        const lossFn = action.loss ?? 'cross_entropy';
         const input: ForwardBackwardInputJson = {
-          data: action.data.map((spec) => datumOf(spec, lossFn)),
+          data: action.data.map((spec) => datumOf(spec)),
           loss_fn: lossFn,
         };
         const field = action.type === 'forward' ? 'forward_input' : 'forward_backward_input';
