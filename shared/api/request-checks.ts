@@ -81,6 +81,13 @@ function hasNegative(tensor: Tensor): boolean {
   return false;
 }
 
+/** The first NaN or infinite value of a float tensor, if any (JSON cannot carry one; protobuf can). */
+function firstNonFinite(tensor: Tensor): number | undefined {
+  if (tensor.dtype !== 'float32') return undefined;
+  const index = tensor.data.findIndex((value) => !Number.isFinite(value));
+  return index === -1 ? undefined : index;
+}
+
 /**
  * Checks a forward / forward_backward input (typed: both wires decode to it first) against the
  * limits and the loss function's needs; returns its token count (recorded on the row for planning).
@@ -124,6 +131,13 @@ export function checkForwardInput(input: ForwardBackwardInput, field: string, li
       throw invalid(`${datumField}.loss_fn_inputs.target_tokens.data`, 'token ids must not be negative');
     }
     for (const [name, tensor] of Object.entries(datum.loss_fn_inputs)) {
+      const nonFinite = firstNonFinite(tensor);
+      if (nonFinite !== undefined) {
+        throw invalid(
+          `${datumField}.loss_fn_inputs.${name}.data`,
+          `value ${nonFinite} is ${tensor.data[nonFinite]}, not a finite number`,
+        );
+      }
       const leading = tensor.shape[0] ?? tensor.data.length;
       if (tensor.shape.length === 0 || leading !== positions) {
         throw invalid(

@@ -7,6 +7,7 @@ import { DType } from '../../shared/wire/gen/tinker_public_pb.js';
 import { fixtureBytes } from '../support/wire/fixtures.js';
 import {
   float32Bytes,
+  float32Tensor,
   int64Bytes,
   int64Tensor,
   pbDatum,
@@ -1406,6 +1407,42 @@ const protobuf: BadRequest[] = [
     field: `${target}.data`,
     error: /token ids must not be negative/,
   },
+  ...(
+    [
+      ['a NaN weight', 'weights', float32Tensor([1, Number.NaN, 1]), 'cross_entropy', 1],
+      ['an infinite advantage', 'advantages', float32Tensor([1, 1, Number.NEGATIVE_INFINITY]), 'ppo', 2],
+      [
+        'an infinite BFLOAT16 logprob',
+        'logprobs',
+        {
+          encoding: { case: 'dense', value: new Uint8Array([0, 0, 0x80, 0xff, 0, 0]) },
+          dtype: DType.DTYPE_BFLOAT16,
+        },
+        'importance_sampling',
+        1,
+      ],
+    ] as const
+  ).map(
+    ([name, input, tensor, lossFn, index]): BadRequest => ({
+      name: `${name} (the JSON wire cannot send one either)`,
+      path: 'forward_backward',
+      body: () =>
+        pb({
+          lossFn,
+          data: [
+            pbDatum([1, 2, 3], {
+              logprobs: float32Tensor([-1, -1, -1]),
+              advantages: float32Tensor([0, 0, 0]),
+              [input]: tensor as TensorInit,
+            }),
+          ],
+        }),
+      headers: PROTOBUF,
+      status: 400,
+      field: `data.0.loss_fn_inputs.${input}.data`,
+      error: new RegExp(`value ${index} is -?(NaN|Infinity), not a finite number`),
+    }),
+  ),
   {
     name: 'a non-finite loss_fn_config value',
     path: 'forward_backward',
