@@ -1,4 +1,5 @@
 import { request } from 'node:http';
+import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { compress, init as initZstd } from '@bokuweb/zstd-wasm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
@@ -1345,6 +1346,16 @@ const protobuf: BadRequest[] = [
     error: /expand to more than/,
   },
   {
+    name: 'a 200-byte CSR tensor expanding past the body limit',
+    path: 'forward_backward',
+    body: () => pb(withInput('weights', { ...csr([0, 1, 1, 2], [0, 1]), shape: [3n, 5_000_000n] })),
+    headers: PROTOBUF,
+    status: 413,
+    field: 'data.0.loss_fn_inputs.weights.shape',
+    // Stored dense, a sparse tensor counts against MAX_BODY_BYTES: one float32 per 4 bytes.
+    error: new RegExp(`expand to more than ${MAX_BODY_BYTES / 4} values`),
+  },
+  {
     name: 'an image chunk',
     path: 'forward_backward',
     body: () =>
@@ -1849,5 +1860,39 @@ describe('after the table (these are accepted, and move the model on)', () => {
     const after = await api.counts();
     expect(after.futures).toBe(before.futures + 2);
     expect(after.objects).toBe(before.objects + 2);
+  });
+
+  it('a zstd body padded with skippable frames is accepted, and stores no more than it holds', async () => {
+    const keys = async () =>
+      new Map(
+        (
+          (await api.cloud.clients.s3.send(new ListObjectsV2Command({ Bucket: api.cloud.names.bucket })))
+            .Contents ?? []
+        ).map((object) => [object.Key, object.Size ?? 0]),
+      );
+    const padding = new Uint8Array(8 + 4 * MAX_BODY_BYTES);
+    new DataView(padding.buffer).setUint32(0, 0x184d2a50, true);
+    new DataView(padding.buffer).setUint32(4, 4 * MAX_BODY_BYTES, true);
+    const before = await keys();
+    const answer = await send(
+      'POST',
+      '/api/v1/forward_backward',
+      Buffer.concat([padding, zstd(pb({ seqId: 40 }))]),
+      ZSTD,
+    );
+    expect(answer.status).toBe(200);
+    const added = [...(await keys())].filter(([name]) => !before.has(name));
+    expect(added).toHaveLength(1);
+    expect(added[0]?.[1]).toBeLessThan(pb().length);
+  });
+
+  it('a sparse tensor within the limit is accepted', async () => {
+    const answer = await send(
+      'POST',
+      '/api/v1/forward_backward',
+      pb({ seqId: 41, data: [pbDatum([1, 2, 3], { weights: csr([0, 1, 1, 2], [0, 1]) })] }),
+      PROTOBUF,
+    );
+    expect(answer.status).toBe(200);
   });
 });
