@@ -164,8 +164,8 @@ interface PassToStore {
 }
 
 /**
- * Values the sparse tensors of one protobuf body may expand to: they are stored dense (W4), so the
- * expansion counts against the body limit like any decompression (W3), one float32 per 4 bytes.
+ * Values the sparse tensors of one body (either wire) may expand to: they are stored dense (W4), so
+ * the expansion counts against the body limit like any decompression (W3), one float32 per 4 bytes.
  */
 function maxCsrDenseValues(tunables: Tunables): number {
   return Math.floor(tunables.maxBodyBytes / 4);
@@ -226,7 +226,7 @@ export async function forwardBackward(ctx: OperationContext, body: unknown): Pro
     type: 'forward_backward',
     modelId: request.model_id,
     seqId: request.seq_id,
-    input: passInputFromJson(request.forward_backward_input, field),
+    input: passInputFromJson(request.forward_backward_input, field, maxCsrDenseValues(ctx.tunables)),
     field,
   });
 }
@@ -238,7 +238,7 @@ export async function forward(ctx: OperationContext, body: unknown): Promise<Fut
     type: 'forward',
     modelId: request.model_id,
     seqId: request.seq_id,
-    input: passInputFromJson(request.forward_input, field),
+    input: passInputFromJson(request.forward_input, field, maxCsrDenseValues(ctx.tunables)),
     field,
   });
 }

@@ -811,6 +811,36 @@ const sizes: BadRequest[] = [
     field: 'body',
     error: /exceeds the limit/,
   },
+  ...[5_000_000, 1_000_000_000].map(
+    (columns): BadRequest => ({
+      name: `a sparse tensor of shape [3, ${columns}] in a small body`,
+      path: 'forward_backward',
+      body: () =>
+        fb(
+          {},
+          {
+            data: [
+              {
+                ...datum(),
+                loss_fn_inputs: {
+                  ...datum().loss_fn_inputs,
+                  weights: {
+                    data: [1],
+                    dtype: 'float32',
+                    shape: [3, columns],
+                    sparse_crow_indices: [0, 1, 1, 1],
+                    sparse_col_indices: [0],
+                  },
+                },
+              },
+            ],
+          },
+        ),
+      status: 413,
+      field: 'forward_backward_input.data.0.loss_fn_inputs.weights.shape',
+      error: new RegExp(`expand to more than ${MAX_BODY_BYTES / 4} values`),
+    }),
+  ),
   {
     name: 'metadata over its own 16 KiB limit',
     path: 'create_session',
