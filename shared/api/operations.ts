@@ -159,8 +159,16 @@ interface PassToStore {
   readonly input: ForwardBackwardInput;
   /** `field` prefix of the input's members in error messages ('' for protobuf bodies). */
   readonly field: string;
-  /** The client's zstd body, stored as received (smaller); its canonical form is the fingerprint. */
+  /** The client's zstd body, stored as received when smaller; its canonical form is the fingerprint. */
   readonly compressed?: Uint8Array;
+}
+
+/**
+ * Values the sparse tensors of one body (either wire) may expand to: they are stored dense (W4), so
+ * the expansion counts against the body limit like any decompression (W3), one float32 per 4 bytes.
+ */
+function maxCsrDenseValues(tunables: Tunables): number {
+  return Math.floor(tunables.maxBodyBytes / 4);
 }
 
 async function submitPass(ctx: OperationContext, pass: PassToStore): Promise<FutureAnswer> {
@@ -182,9 +190,12 @@ async function submitPass(ctx: OperationContext, pass: PassToStore): Promise<Fut
       seqId: pass.seqId,
       requestType: pass.type,
       tokens,
+      // Not when larger: skippable frames or padding would store more than the body limit allows.
       payload: serializeBinaryPayload(
         canonical,
-        pass.compressed === undefined ? undefined : { bytes: pass.compressed, compression: 'zstd' },
+        pass.compressed === undefined || pass.compressed.length >= canonical.length
+          ? undefined
+          : { bytes: pass.compressed, compression: 'zstd' },
       ),
       counter,
       now: ctx.now,
@@ -196,7 +207,9 @@ async function submitPass(ctx: OperationContext, pass: PassToStore): Promise<Fut
 /** A protobuf `ForwardBackwardRequest` (SDK 0.25; `forward_only` is a forward), or JSON (<= 0.24.1). */
 export async function forwardBackward(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   if (body instanceof ProtobufBody) {
-    const request = decodeForwardBackwardRequest(body.bytes);
+    const request = decodeForwardBackwardRequest(body.bytes, {
+      maxCsrDenseValues: maxCsrDenseValues(ctx.tunables),
+    });
     const ids = parseRequest(schemas.protobufPassIds, { model_id: request.model_id, seq_id: request.seq_id });
     return submitPass(ctx, {
       type: request.forward_only ? 'forward' : 'forward_backward',
@@ -213,7 +226,7 @@ export async function forwardBackward(ctx: OperationContext, body: unknown): Pro
     type: 'forward_backward',
     modelId: request.model_id,
     seqId: request.seq_id,
-    input: passInputFromJson(request.forward_backward_input, field),
+    input: passInputFromJson(request.forward_backward_input, field, maxCsrDenseValues(ctx.tunables)),
     field,
   });
 }
@@ -225,7 +238,7 @@ export async function forward(ctx: OperationContext, body: unknown): Promise<Fut
     type: 'forward',
     modelId: request.model_id,
     seqId: request.seq_id,
-    input: passInputFromJson(request.forward_input, field),
+    input: passInputFromJson(request.forward_input, field, maxCsrDenseValues(ctx.tunables)),
     field,
   });
 }

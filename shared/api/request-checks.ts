@@ -90,8 +90,9 @@ const sameShape = (a: readonly number[], b: readonly number[]) =>
 
 /**
  * The per-target float inputs (weights, logprobs, advantages) a datum gives: each of target_tokens'
- * exact shape ([N] or [N, K]), with finite values; logprobs and advantages in float32, as the SDK sends
- * them. Refused here rather than when the step runs, so nothing is stored for them.
+ * exact shape ([N] or [N, K]) (finite: every float tensor is checked for that first); logprobs and
+ * advantages in float32, as the SDK sends them. Refused here rather than when the step runs, so
+ * nothing is stored for them.
  */
 function checkFloatInputs(
   inputs: Readonly<Record<string, Tensor>>,
@@ -111,12 +112,14 @@ function checkFloatInputs(
         `has shape [${tensor.shape.join(', ')}]; it must match target_tokens' [${targetShape.join(', ')}]`,
       );
     }
-    if (tensor.dtype === 'float32') {
-      const bad = tensor.data.findIndex((value) => !Number.isFinite(value));
-      if (bad >= 0)
-        throw invalid(`${tensorField}.data.${bad}`, `must be a finite float32, got ${tensor.data[bad]}`);
-    }
   }
+}
+
+/** The first NaN or infinite value of a float tensor, if any (JSON cannot carry one; protobuf can). */
+function firstNonFinite(tensor: Tensor): number | undefined {
+  if (tensor.dtype !== 'float32') return undefined;
+  const index = tensor.data.findIndex((value) => !Number.isFinite(value));
+  return index === -1 ? undefined : index;
 }
 
 /**
@@ -168,6 +171,13 @@ export function checkForwardInput(input: ForwardBackwardInput, field: string, li
       throw invalid(`${datumField}.loss_fn_inputs.target_tokens.data`, 'token ids must not be negative');
     }
     for (const [name, tensor] of Object.entries(datum.loss_fn_inputs)) {
+      const nonFinite = firstNonFinite(tensor);
+      if (nonFinite !== undefined) {
+        throw invalid(
+          `${datumField}.loss_fn_inputs.${name}.data.${nonFinite}`,
+          `must be a finite float32, got ${tensor.data[nonFinite]}`,
+        );
+      }
       const leading = tensor.shape[0] ?? tensor.data.length;
       if (tensor.shape.length === 0 || leading !== positions) {
         throw invalid(

@@ -4,6 +4,7 @@ import {
   denseFromCsr,
   type Float32Tensor,
   type Int64Tensor,
+  shapeSize,
   type Tensor,
   type TensorDtype,
 } from './tensor.js';
@@ -60,7 +61,7 @@ export interface ForwardBackwardInputJson {
   readonly loss_fn_config?: Readonly<Record<string, number | string>> | null;
 }
 
-function invalid(field: string, problem: string, status: 400 | 422 = 400): ValidationError {
+function invalid(field: string, problem: string, status: 400 | 413 | 422 = 400): ValidationError {
   return new ValidationError(`${field}: ${problem}`, { status, context: { field } });
 }
 
@@ -100,8 +101,17 @@ export function modelInputFromJson(input: ModelInputJson, field: string): ModelI
   };
 }
 
+/** Values the sparse tensors of one request may still expand to (a shape costs nothing in the body). */
+export interface SparseBudget {
+  remaining: number;
+  readonly limit: number;
+}
+
+/** As the protobuf decoder's default (shared/wire/forward-backward-request.ts). */
+const DEFAULT_MAX_SPARSE_VALUES = 1 << 24;
+
 /** A JSON tensor made typed and dense; the shape defaults to 1-D. */
-export function tensorFromJson(tensor: TensorDataJson, field: string): Tensor {
+export function tensorFromJson(tensor: TensorDataJson, field: string, budget?: SparseBudget): Tensor {
   const sparse = tensor.sparse_crow_indices != null || tensor.sparse_col_indices != null;
   if (tensor.dtype === 'int64' && !tensor.data.every(Number.isSafeInteger)) {
     throw invalid(`${field}.data`, 'dtype int64 needs integer values');
@@ -115,6 +125,15 @@ export function tensorFromJson(tensor: TensorDataJson, field: string): Tensor {
       throw invalid(field, 'a sparse tensor needs both sparse_crow_indices and sparse_col_indices');
     }
     if (tensor.shape == null) throw invalid(`${field}.shape`, 'a sparse CSR tensor needs its 2-D shape');
+    const expanded = shapeSize(tensor.shape);
+    if (budget !== undefined && tensor.shape.length === 2 && expanded > budget.remaining) {
+      throw invalid(
+        `${field}.shape`,
+        `sparse tensors of this request expand to more than ${budget.limit} values`,
+        413,
+      );
+    }
+    if (budget !== undefined) budget.remaining -= expanded;
     const dense = denseFromCsr(
       values,
       tensor.sparse_crow_indices,
@@ -148,8 +167,16 @@ export function lossFnConfigFromJson(
   return out;
 }
 
-/** The JSON body of `forward_backward_input` / `forward_input` in the backend's typed form. */
-export function passInputFromJson(input: ForwardBackwardInputJson, field: string): ForwardBackwardInput {
+/**
+ * The JSON body of `forward_backward_input` / `forward_input` in the backend's typed form; sparse
+ * tensors expand to `maxSparseValues` values at most, together (413 past it).
+ */
+export function passInputFromJson(
+  input: ForwardBackwardInputJson,
+  field: string,
+  maxSparseValues = DEFAULT_MAX_SPARSE_VALUES,
+): ForwardBackwardInput {
+  const budget: SparseBudget = { remaining: maxSparseValues, limit: maxSparseValues };
   return {
     loss_fn: input.loss_fn,
     loss_fn_config: lossFnConfigFromJson(input.loss_fn_config, `${field}.loss_fn_config`),
@@ -157,7 +184,7 @@ export function passInputFromJson(input: ForwardBackwardInputJson, field: string
       const datumField = `${field}.data.${index}`;
       const lossInputs: Record<string, Tensor> = {};
       for (const [name, tensor] of Object.entries(datum.loss_fn_inputs)) {
-        lossInputs[name] = tensorFromJson(tensor, `${datumField}.loss_fn_inputs.${name}`);
+        lossInputs[name] = tensorFromJson(tensor, `${datumField}.loss_fn_inputs.${name}`, budget);
       }
       return {
         model_input: modelInputFromJson(datum.model_input, `${datumField}.model_input`),

@@ -1,19 +1,31 @@
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { ScanCommand } from '@aws-sdk/lib-dynamodb';
+import { compress, init as initZstd } from '@bokuweb/zstd-wasm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import { type FutureRow, registryKey } from '../../shared/domain/records.js';
 import { readCheckpointName } from '../../shared/repositories/checkpoints.js';
 import { failFuture } from '../../shared/repositories/futures.js';
+import { DType } from '../../shared/wire/gen/tinker_public_pb.js';
+import {
+  float32Tensor,
+  int32Bytes,
+  int64Tensor,
+  pbDatum,
+  pbForwardBackward,
+  type TensorInit,
+} from '../support/wire/requests.js';
 import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 let api: ApiHarness;
 let client: TinkerClient;
+let key: string;
 let sessionId: string;
 
 beforeAll(async () => {
+  await initZstd();
   api = await startApiHarness();
-  ({ client } = await api.tenant('acme'));
+  ({ client, key } = await api.tenant('acme'));
   ({ session_id: sessionId } = await client.createSession({ tags: [] }));
 });
 
@@ -72,6 +84,20 @@ async function seqsOf(modelId: string): Promise<number[]> {
   return (await rowsOf(modelId)).map((row) => row.seq ?? -1).sort((a, b) => a - b);
 }
 
+/** A protobuf forward_backward body (SDK 0.25), raw or zstd-compressed, exactly as given. */
+async function sendProtobuf(bytes: Uint8Array, zstd = false): Promise<{ status: number; body: unknown }> {
+  const response = await fetch(`${api.url}/api/v1/forward_backward`, {
+    method: 'POST',
+    headers: {
+      'x-api-key': key,
+      'content-type': 'application/x-protobuf',
+      ...(zstd ? { 'content-encoding': 'zstd' } : {}),
+    },
+    body: zstd ? compress(bytes, 3) : bytes,
+  });
+  return { status: response.status, body: await response.json() };
+}
+
 const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => from + i);
 
 describe('duplicates (R7)', () => {
@@ -104,6 +130,76 @@ describe('duplicates (R7)', () => {
     });
     expect(otherType.status).toBe(400);
     expect(await api.counts()).toEqual(before);
+  });
+
+  it('protobuf and JSON: the same step is the same request whatever the wire (the fingerprint is the canonical form)', async () => {
+    const modelId = await newModel();
+    const first = await client.raw('POST', '/api/v1/forward_backward', fbBody(modelId, 1));
+    expect(first.status).toBe(200);
+    const before = await api.counts();
+    // fbBody's datum on the protobuf wire, as the SDK 0.25 would send it, and in other spellings of
+    // the same values: INT32 targets (widened to int64), no shape (1-D), compressed.
+    const same = (targets: TensorInit) =>
+      pbForwardBackward({ modelId, seqId: 1, data: [pbDatum([1, 2, 3], { target_tokens: targets })] });
+    const int32Targets: TensorInit = {
+      encoding: { case: 'dense', value: int32Bytes([2, 3, 4]) },
+      dtype: DType.DTYPE_INT32,
+      shape: [3n],
+    };
+    const spellings: [string, Uint8Array, boolean][] = [
+      ['protobuf', same(int64Tensor([2, 3, 4])), false],
+      ['zstd', same(int64Tensor([2, 3, 4])), true],
+      ['INT32 targets', same(int32Targets), false],
+      ['no shape', same({ ...int64Tensor([2, 3, 4]), shape: [] }), false],
+    ];
+    for (const [name, bytes, zstd] of spellings) {
+      expect(await sendProtobuf(bytes, zstd), name).toEqual(first);
+    }
+    expect(await api.counts()).toEqual(before);
+
+    const refused = {
+      status: 400,
+      body: {
+        error: `seq_id 1 of model ${modelId} was already used with a different payload`,
+        field: 'seq_id',
+      },
+    };
+    const others: [string, Uint8Array][] = [
+      ['another token', pbForwardBackward({ modelId, seqId: 1, data: [pbDatum([9, 2, 3])] })],
+      [
+        'forward_only',
+        pbForwardBackward({ modelId, seqId: 1, forwardOnly: true, data: [pbDatum([1, 2, 3])] }),
+      ],
+      [
+        'another loss input',
+        pbForwardBackward({
+          modelId,
+          seqId: 1,
+          data: [pbDatum([1, 2, 3], { weights: float32Tensor([1, 1, 1]) })],
+        }),
+      ],
+    ];
+    for (const [name, bytes] of others) {
+      expect(await sendProtobuf(bytes), name).toEqual(refused);
+      expect(await sendProtobuf(bytes, true), `${name} (zstd)`).toEqual(refused);
+    }
+    // And the JSON resend of the original is still the original future.
+    expect(await client.raw('POST', '/api/v1/forward_backward', fbBody(modelId, 1))).toEqual(first);
+    expect(await api.counts()).toEqual(before);
+  });
+
+  it('protobuf first, then JSON: the JSON resend is the protobuf future; other JSON data is a 400', async () => {
+    const modelId = await newModel();
+    const first = await sendProtobuf(
+      pbForwardBackward({ modelId, seqId: 1, data: [pbDatum([1, 2, 3])] }),
+      true,
+    );
+    expect(first.status).toBe(200);
+    const before = await api.counts();
+    expect(await client.raw('POST', '/api/v1/forward_backward', fbBody(modelId, 1))).toEqual(first);
+    expect((await client.raw('POST', '/api/v1/forward_backward', fbBody(modelId, 1, 9))).status).toBe(400);
+    expect(await api.counts()).toEqual(before);
+    expect(await seqsOf(modelId)).toEqual([1, 2]);
   });
 
   it('a lower seq_id that is not a retry is out of order (400)', async () => {

@@ -1,6 +1,22 @@
 import { request } from 'node:http';
+import { ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { compress, init as initZstd } from '@bokuweb/zstd-wasm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
+import { createOperatorKey } from '../../shared/repositories/api-keys.js';
+import { DType } from '../../shared/wire/gen/tinker_public_pb.js';
+import { fixtureBytes } from '../support/wire/fixtures.js';
+import {
+  float32Bytes,
+  float32Tensor,
+  int64Bytes,
+  int64Tensor,
+  pbDatum,
+  pbForwardBackward,
+  type RequestInit,
+  type TensorInit,
+  textChunk,
+} from '../support/wire/requests.js';
 import { type ApiHarness, type Counts, startApiHarness } from './api-harness.js';
 
 /**
@@ -8,14 +24,20 @@ import { type ApiHarness, type Counts, startApiHarness } from './api-harness.js'
  * numbers JSON or DynamoDB cannot hold, unicode and control characters in ids, deep nesting, bodies
  * over the limit (counted in bytes), replayed seq_ids with other payloads on every endpoint that
  * takes one, missing or wrong headers and content types, unknown paths and methods. Each answer is a
- * 4xx with a message, never a 5xx, and no table item or bucket object is added or removed.
+ * 4xx with a message, never a 5xx, and no table item or bucket object is added or removed. The
+ * same for the protobuf wire of forward_backward (W1, W3): broken messages, tensors and chunks, ids,
+ * limits counted in decompressed bytes, zstd bombs and broken frames, other encodings and routes.
  */
 
 const MAX_BODY_BYTES = 32 * 1024;
+/** Low enough that a body under MAX_BODY_BYTES can pass them (the protobuf rows). */
+const MAX_DATUMS = 64;
+const MAX_TOKENS_PER_REQUEST = 1024;
 let api: ApiHarness;
 let owner: TinkerClient;
 let ownerKey = '';
 let rivalKey = '';
+let operatorKey = '';
 const ids = { session: '', model: '', samplingSession: '' };
 
 const datum = (tokens: number[] = [1, 2, 3]) => ({
@@ -47,9 +69,15 @@ const createModel = (extra: Record<string, unknown> = {}) => ({
 const nested = (depth: number, leaf = '1') => `${'['.repeat(depth)}${leaf}${']'.repeat(depth)}`;
 
 beforeAll(async () => {
-  api = await startApiHarness({ MAX_BODY_BYTES: String(MAX_BODY_BYTES) });
+  api = await startApiHarness({
+    MAX_BODY_BYTES: String(MAX_BODY_BYTES),
+    MAX_DATUMS: String(MAX_DATUMS),
+    MAX_TOKENS_PER_REQUEST: String(MAX_TOKENS_PER_REQUEST),
+  });
+  await initZstd();
   ({ client: owner, key: ownerKey } = await api.tenant('acme'));
   ({ key: rivalKey } = await api.tenant('rival'));
+  operatorKey = await createOperatorKey('ops@example.com', api.cloud.clients);
   ids.session = (await owner.createSession()).session_id;
   ids.model = (
     await owner.createModel({
@@ -908,6 +936,36 @@ const sizes: BadRequest[] = [
     field: 'body',
     error: /exceeds the limit/,
   },
+  ...[5_000_000, 1_000_000_000].map(
+    (columns): BadRequest => ({
+      name: `a sparse tensor of shape [3, ${columns}] in a small body`,
+      path: 'forward_backward',
+      body: () =>
+        fb(
+          {},
+          {
+            data: [
+              {
+                ...datum(),
+                loss_fn_inputs: {
+                  ...datum().loss_fn_inputs,
+                  weights: {
+                    data: [1],
+                    dtype: 'float32',
+                    shape: [3, columns],
+                    sparse_crow_indices: [0, 1, 1, 1],
+                    sparse_col_indices: [0],
+                  },
+                },
+              },
+            ],
+          },
+        ),
+      status: 413,
+      field: 'forward_backward_input.data.0.loss_fn_inputs.weights.shape',
+      error: new RegExp(`expand to more than ${MAX_BODY_BYTES / 4} values`),
+    }),
+  ),
   {
     name: 'metadata over its own 16 KiB limit',
     path: 'create_session',
@@ -1266,6 +1324,546 @@ const reads: BadRequest[] = [
   { name: 'GET weights_info', method: 'GET', path: 'weights_info', status: 405, error: /use POST/ },
 ];
 
+const PROTOBUF = { 'content-type': 'application/x-protobuf' } as const;
+const ZSTD = { ...PROTOBUF, 'content-encoding': 'zstd' } as const;
+
+/** A protobuf forward_backward body of the fixture's model (seq_id 10, never accepted), `init` on top. */
+const pb = (init: RequestInit = {}) =>
+  Buffer.from(pbForwardBackward({ modelId: ids.model, seqId: 10, ...init }));
+const zstd = (bytes: Uint8Array, level = 3) => Buffer.from(compress(bytes, level));
+/** One cross_entropy datum whose input `name` is `tensor` (undefined: left out). */
+const withInput = (name: string, tensor: TensorInit | undefined, tokens = [1, 2, 3]) => ({
+  data: [pbDatum(tokens, { [name]: tensor })],
+});
+/** A float32 CSR tensor of shape [3, 2] holding two values. */
+const csr = (crow: number[], col: number[]): TensorInit => ({
+  encoding: {
+    case: 'sparseCsr',
+    value: { values: float32Bytes([1, 1]), crowIndices: int64Bytes(crow), colIndices: int64Bytes(col) },
+  },
+  dtype: DType.DTYPE_FLOAT32,
+  shape: [3n, 2n],
+});
+const tokensOf = (count: number) => Array.from({ length: count }, (_, index) => index % 250);
+/** Over MAX_BODY_BYTES as protobuf (12 bytes a token: int32 in, int64 target). */
+const overTheLimit = () => pb({ data: [pbDatum(tokensOf(3_000))] });
+const target = 'data.0.loss_fn_inputs.target_tokens';
+
+/** forward_backward as the SDK 0.25 sends it (W1): each refused with the field named, nothing stored. */
+const protobuf: BadRequest[] = [
+  {
+    name: 'not a message (an illegal wire type)',
+    path: 'forward_backward',
+    body: () => Buffer.from([0x0f, 0x01, 0x02]),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'body',
+    error: /body: not a valid ForwardBackwardRequest message \(illegal tag/,
+  },
+  {
+    name: 'a length running past the end',
+    path: 'forward_backward',
+    body: () => Buffer.from([0x0a, 0xff, 0xff, 0xff, 0x0f, 0x61]),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'body',
+    error: /not a valid ForwardBackwardRequest message \(premature EOF\)/,
+  },
+  {
+    name: 'a message cut short',
+    path: 'forward_backward',
+    body: () => pb().subarray(0, -3),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'body',
+    error: /premature EOF/,
+  },
+  {
+    name: 'a message cut in half',
+    path: 'forward_backward',
+    body: () => {
+      const bytes = pb();
+      return bytes.subarray(0, bytes.length >> 1);
+    },
+    headers: PROTOBUF,
+    status: 400,
+    field: 'body',
+    error: /premature EOF/,
+  },
+  {
+    name: 'JSON sent as protobuf',
+    path: 'forward_backward',
+    body: () => JSON.stringify(fb()),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'body',
+    error: /not a valid ForwardBackwardRequest/,
+  },
+  {
+    name: 'an unknown dtype',
+    path: 'forward_backward',
+    body: () => pb(withInput('target_tokens', { ...int64Tensor([2, 3, 4]), dtype: 99 as DType })),
+    headers: PROTOBUF,
+    status: 400,
+    field: `${target}.dtype`,
+    error: /unknown dtype 99/,
+  },
+  {
+    name: 'DTYPE_UNSPECIFIED',
+    path: 'forward_backward',
+    body: () => pb(withInput('target_tokens', { ...int64Tensor([2, 3, 4]), dtype: DType.DTYPE_UNSPECIFIED })),
+    headers: PROTOBUF,
+    status: 400,
+    field: `${target}.dtype`,
+    error: /DTYPE_UNSPECIFIED is not a tensor dtype/,
+  },
+  {
+    name: 'data and shape disagree',
+    path: 'forward_backward',
+    body: () => pb(withInput('target_tokens', int64Tensor([2, 3, 4], [4]))),
+    headers: PROTOBUF,
+    status: 400,
+    field: `${target}.shape`,
+    error: /shape \[4\] holds 4 values, data has 3/,
+  },
+  {
+    name: 'data bytes not a multiple of the dtype size',
+    path: 'forward_backward',
+    body: () =>
+      pb(
+        withInput('target_tokens', {
+          encoding: { case: 'dense', value: int64Bytes([2, 3, 4]).subarray(0, 20) },
+          dtype: DType.DTYPE_INT64,
+          shape: [3n],
+        }),
+      ),
+    headers: PROTOBUF,
+    status: 400,
+    field: `${target}.dense`,
+    error: /byte length 20 is not a multiple of 8 \(INT64\)/,
+  },
+  {
+    name: 'a tensor with neither dense nor sparse data',
+    path: 'forward_backward',
+    body: () => pb(withInput('target_tokens', { dtype: DType.DTYPE_INT64, shape: [3n] })),
+    headers: PROTOBUF,
+    status: 400,
+    field: target,
+    error: /needs dense or sparse_csr data/,
+  },
+  {
+    name: 'CSR row offsets that fall back',
+    path: 'forward_backward',
+    body: () => pb(withInput('weights', csr([0, 2, 1, 2], [0, 1]))),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'data.0.loss_fn_inputs.weights.sparse_crow_indices',
+    error: /entry 2 is 1; offsets must rise/,
+  },
+  {
+    name: 'CSR column outside the shape',
+    path: 'forward_backward',
+    body: () => pb(withInput('weights', csr([0, 1, 1, 2], [0, 5]))),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'data.0.loss_fn_inputs.weights.sparse_col_indices',
+    error: /entry 1 is 5, outside \[0, 2\)/,
+  },
+  {
+    name: 'CSR column indices of odd byte length',
+    path: 'forward_backward',
+    body: () =>
+      pb(
+        withInput('weights', {
+          ...csr([0, 1, 1, 2], [0, 1]),
+          encoding: {
+            case: 'sparseCsr',
+            value: {
+              values: float32Bytes([1, 1]),
+              crowIndices: int64Bytes([0, 1, 1, 2]),
+              colIndices: int64Bytes([0, 1]).subarray(0, 12),
+            },
+          },
+        }),
+      ),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'data.0.loss_fn_inputs.weights.sparse_csr.col_indices',
+    error: /byte length 12 is not a multiple of 8/,
+  },
+  {
+    name: 'a CSR shape expanding past the budget',
+    path: 'forward_backward',
+    body: () => pb(withInput('weights', { ...csr([0, 0], []), shape: [1n, 1n << 30n] } as TensorInit)),
+    headers: PROTOBUF,
+    status: 413,
+    field: 'data.0.loss_fn_inputs.weights.shape',
+    error: /expand to more than/,
+  },
+  {
+    name: 'a 200-byte CSR tensor expanding past the body limit',
+    path: 'forward_backward',
+    body: () => pb(withInput('weights', { ...csr([0, 1, 1, 2], [0, 1]), shape: [3n, 5_000_000n] })),
+    headers: PROTOBUF,
+    status: 413,
+    field: 'data.0.loss_fn_inputs.weights.shape',
+    // Stored dense, a sparse tensor counts against MAX_BODY_BYTES: one float32 per 4 bytes.
+    error: new RegExp(`expand to more than ${MAX_BODY_BYTES / 4} values`),
+  },
+  {
+    name: 'an image chunk',
+    path: 'forward_backward',
+    body: () =>
+      pb({
+        data: [
+          {
+            ...pbDatum(),
+            modelInput: [
+              { chunk: { case: 'image', value: { data: new Uint8Array([0x89, 0x50]), format: 'png' } } },
+            ],
+          },
+        ],
+      }),
+    headers: PROTOBUF,
+    status: 422,
+    field: 'data.0.model_input.chunks.0',
+    error: /only encoded_text chunks are supported, got image/,
+  },
+  {
+    name: 'a chunk with no content',
+    path: 'forward_backward',
+    body: () => pb({ data: [{ ...pbDatum(), modelInput: [{}] }] }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'data.0.model_input.chunks.0',
+    error: /the chunk has no content/,
+  },
+  {
+    name: 'a negative token id',
+    path: 'forward_backward',
+    body: () => pb({ data: [{ ...pbDatum([1]), modelInput: [textChunk([-1])] }] }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'data.0.model_input.chunks.0.tokens',
+    error: /token 0 is -1, negative/,
+  },
+  {
+    name: 'token bytes not a multiple of 4',
+    path: 'forward_backward',
+    body: () =>
+      pb({
+        data: [
+          {
+            ...pbDatum([1]),
+            modelInput: [{ chunk: { case: 'encodedText', value: { tokens: new Uint8Array(6) } } }],
+          },
+        ],
+      }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'data.0.model_input.chunks.0.tokens',
+    error: /byte length 6 is not a multiple of 4/,
+  },
+  {
+    name: 'a negative target token',
+    path: 'forward_backward',
+    body: () => pb(withInput('target_tokens', int64Tensor([2, -3, 4]))),
+    headers: PROTOBUF,
+    status: 400,
+    field: `${target}.data`,
+    error: /token ids must not be negative/,
+  },
+  ...(
+    [
+      ['a NaN weight', 'weights', float32Tensor([1, Number.NaN, 1]), 'cross_entropy', 1],
+      ['an infinite advantage', 'advantages', float32Tensor([1, 1, Number.NEGATIVE_INFINITY]), 'ppo', 2],
+      [
+        'an infinite BFLOAT16 logprob',
+        'logprobs',
+        {
+          encoding: { case: 'dense', value: new Uint8Array([0, 0, 0x80, 0xff, 0, 0]) },
+          dtype: DType.DTYPE_BFLOAT16,
+        },
+        'importance_sampling',
+        1,
+      ],
+    ] as const
+  ).map(
+    ([name, input, tensor, lossFn, index]): BadRequest => ({
+      name: `${name} (the JSON wire cannot send one either)`,
+      path: 'forward_backward',
+      body: () =>
+        pb({
+          lossFn,
+          data: [
+            pbDatum([1, 2, 3], {
+              logprobs: float32Tensor([-1, -1, -1]),
+              advantages: float32Tensor([0, 0, 0]),
+              [input]: tensor as TensorInit,
+            }),
+          ],
+        }),
+      headers: PROTOBUF,
+      status: 400,
+      field: `data.0.loss_fn_inputs.${input}.data.${index}`,
+      error: /must be a finite float32, got -?(NaN|Infinity)/,
+    }),
+  ),
+  {
+    name: 'a non-finite loss_fn_config value',
+    path: 'forward_backward',
+    body: () => pb({ lossFnConfig: { clip: Number.NaN } }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'loss_fn_config.clip',
+    error: /must be a finite number/,
+  },
+  {
+    name: 'seq_id 0 (the proto3 default)',
+    path: 'forward_backward',
+    body: () => pb({ seqId: 0 }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'seq_id',
+    error: /seq_id: .*>=1/,
+  },
+  {
+    name: 'a negative seq_id',
+    path: 'forward_backward',
+    body: () => pb({ seqId: -5 }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'seq_id',
+    error: /seq_id: .*>=1/,
+  },
+  {
+    name: 'no model_id (the proto3 default)',
+    path: 'forward_backward',
+    body: () => pb({ modelId: '' }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'model_id',
+    error: /model_id/,
+  },
+  {
+    name: 'a key separator in model_id',
+    path: 'forward_backward',
+    body: () => pb({ modelId: `${ids.model}#x` }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'model_id',
+    error: /model_id: must be an id/,
+  },
+  {
+    name: 'NUL and a right-to-left override in model_id',
+    path: 'forward_backward',
+    body: () => pb({ modelId: `\u202e${ids.model}\u0000` }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'model_id',
+    error: /model_id: must be an id/,
+  },
+  {
+    name: 'a loss_fn that does not exist',
+    path: 'forward_backward',
+    body: () => pb({ lossFn: 'mean_squared_error' }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'loss_fn',
+    error: /unknown loss function "mean_squared_error"/,
+  },
+  {
+    name: 'no loss_fn (the proto3 default)',
+    path: 'forward_backward',
+    body: () => pb({ lossFn: '' }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'loss_fn',
+    error: /unknown loss function ""/,
+  },
+  {
+    name: 'a required loss input missing',
+    path: 'forward_backward',
+    body: () => pb(withInput('target_tokens', undefined)),
+    headers: PROTOBUF,
+    status: 400,
+    field: target,
+    error: /required by loss_fn cross_entropy/,
+  },
+  {
+    name: 'no datums',
+    path: 'forward_backward',
+    body: () => pb({ data: [] }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'data',
+    error: /must hold at least one datum/,
+  },
+  {
+    name: 'too many datums',
+    path: 'forward_backward',
+    body: () => pb({ data: Array.from({ length: MAX_DATUMS + 1 }, () => pbDatum([1])) }),
+    headers: PROTOBUF,
+    status: 413,
+    field: 'data',
+    error: new RegExp(`${MAX_DATUMS + 1} datums exceeds the limit of ${MAX_DATUMS}`),
+  },
+  {
+    name: 'too many tokens',
+    path: 'forward_backward',
+    body: () => pb({ data: [pbDatum(tokensOf(600)), pbDatum(tokensOf(600))] }),
+    headers: PROTOBUF,
+    status: 413,
+    field: 'data',
+    error: new RegExp(`1200 tokens exceeds the limit of ${MAX_TOKENS_PER_REQUEST}`),
+  },
+  {
+    name: 'too many tokens, zstd-compressed',
+    path: 'forward_backward',
+    body: () => zstd(pb({ data: [pbDatum(tokensOf(600)), pbDatum(tokensOf(600))] })),
+    headers: ZSTD,
+    status: 413,
+    field: 'data',
+    error: /1200 tokens exceeds the limit/,
+  },
+  {
+    name: 'a body over MAX_BODY_BYTES',
+    path: 'forward_backward',
+    body: overTheLimit,
+    headers: PROTOBUF,
+    status: 413,
+    field: 'body',
+    error: new RegExp(`body: \\d+ bytes exceeds the limit of ${MAX_BODY_BYTES} bytes`),
+  },
+  {
+    name: 'a zstd body under the limit inflating over it',
+    path: 'forward_backward',
+    body: () => {
+      const compressed = zstd(overTheLimit(), 19);
+      expect(compressed.length).toBeLessThan(MAX_BODY_BYTES);
+      return compressed;
+    },
+    headers: ZSTD,
+    status: 413,
+    field: 'body',
+    error: new RegExp(`body: decompressed body exceeds the limit of ${MAX_BODY_BYTES} bytes`),
+  },
+  ...['bomb-declared.zst', 'bomb-streamed.zst'].map(
+    (name): BadRequest => ({
+      name: `a 100 MB zstd bomb (${name})`,
+      path: 'forward_backward',
+      body: () => Buffer.from(fixtureBytes(name)),
+      headers: ZSTD,
+      status: 413,
+      field: 'body',
+      error: /decompressed body exceeds the limit/,
+    }),
+  ),
+  {
+    name: 'a zstd frame cut short',
+    path: 'forward_backward',
+    body: () => zstd(pb()).subarray(0, -4),
+    headers: ZSTD,
+    status: 400,
+    field: 'body',
+    error: /zstd/,
+  },
+  {
+    name: 'garbage declared as zstd',
+    path: 'forward_backward',
+    body: () => Buffer.from('not zstd at all, just text'),
+    headers: ZSTD,
+    status: 400,
+    field: 'body',
+    error: /zstd/,
+  },
+  {
+    name: 'a zstd frame followed by garbage',
+    path: 'forward_backward',
+    body: () => Buffer.concat([zstd(pb()), Buffer.from([0xde, 0xad, 0xbe, 0xef, 1, 2, 3])]),
+    headers: ZSTD,
+    status: 400,
+    field: 'body',
+    error: /zstd/,
+  },
+  {
+    name: 'a protobuf message sent as zstd without compressing it',
+    path: 'forward_backward',
+    body: () => pb(),
+    headers: ZSTD,
+    status: 400,
+    field: 'body',
+    error: /zstd/,
+  },
+  {
+    name: 'a zstd body that inflates to a broken message',
+    path: 'forward_backward',
+    body: () => zstd(pb().subarray(0, -3)),
+    headers: ZSTD,
+    status: 400,
+    field: 'body',
+    error: /not a valid ForwardBackwardRequest message/,
+  },
+  ...['gzip', 'br', 'deflate', 'zstd, gzip'].map(
+    (encoding): BadRequest => ({
+      name: `Content-Encoding: ${encoding}`,
+      path: 'forward_backward',
+      body: () => pb(),
+      headers: { ...PROTOBUF, 'content-encoding': encoding },
+      status: 415,
+      field: 'body',
+      error: new RegExp(`body: content-encoding ${encoding} is not supported; use zstd`),
+    }),
+  ),
+  {
+    name: 'zstd on a JSON body',
+    path: 'forward_backward',
+    body: () => zstd(Buffer.from(JSON.stringify(fb()))),
+    headers: { 'content-encoding': 'zstd' },
+    status: 415,
+    field: 'body',
+    error: /content-encoding zstd is not supported on JSON bodies/,
+  },
+  ...['forward', 'optim_step', 'asample', 'retrieve_future', 'create_session'].map(
+    (path): BadRequest => ({
+      name: `protobuf on ${path}, a JSON-only route`,
+      path,
+      body: () => pb(),
+      headers: PROTOBUF,
+      status: 415,
+      field: 'body',
+      error: /body: application\/x-protobuf is accepted only by forward_backward; send JSON/,
+    }),
+  ),
+  {
+    name: 'zstd protobuf on a JSON-only route',
+    path: 'forward',
+    body: () => Buffer.from(fixtureBytes('bomb-declared.zst')),
+    headers: ZSTD,
+    status: 415,
+    field: 'body',
+    error: /accepted only by forward_backward/,
+  },
+  {
+    name: 'a replayed seq_id with other data',
+    path: 'forward_backward',
+    body: () => pb({ seqId: 1, data: [pbDatum([1, 2, 4])] }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'seq_id',
+    error: /already used with a different payload/,
+  },
+  {
+    name: 'a replayed seq_id as forward_only',
+    path: 'forward_backward',
+    body: () => pb({ seqId: 1, forwardOnly: true }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'seq_id',
+    error: /already used with a different payload/,
+  },
+];
+
 /** Keys stand in the table as words; the real ones are only known once the fixture ran. */
 function realHeaders(given: BadRequest['headers']): BadRequest['headers'] {
   if (given === undefined) return undefined;
@@ -1297,20 +1895,88 @@ describe.each([
   ['paths and methods', routes],
   ['read endpoints', reads],
 ] as const)('%s', (_group, cases) => {
-  it.each(cases)('$name -> $status', async (testCase) => {
-    const before: Counts = await api.counts();
-    const raw = testCase.body?.();
-    const body =
-      raw === undefined || typeof raw === 'string' || Buffer.isBuffer(raw) ? raw : JSON.stringify(raw);
-    const path = testCase.path.startsWith('/') ? testCase.path : `/api/v1/${testCase.path}`;
-    const answer = await send(testCase.method ?? 'POST', path, body, realHeaders(testCase.headers));
-    expect(answer.status).toBe(testCase.status);
-    const error = answer.body as { error?: unknown; field?: unknown };
-    expect(typeof error.error).toBe('string');
-    expect(error.error).toMatch(testCase.error);
-    if (testCase.field !== undefined) expect(error.field).toBe(testCase.field);
+  it.each(cases)('$name -> $status', (testCase) => checkRefused(testCase));
+});
+
+describe('protobuf and zstd bodies of forward_backward', () => {
+  it.each(protobuf)('$name -> $status', (testCase) => checkRefused(testCase, { namesField: true }));
+});
+
+/**
+ * Sends the case and checks its answer and that nothing was stored; `namesField`: the message also
+ * names the field (`<field>: <problem>`, or `seq_id 1 of model ...` for a replay).
+ */
+async function checkRefused(testCase: BadRequest, options: { namesField?: boolean } = {}): Promise<void> {
+  const before: Counts = await api.counts();
+  const raw = testCase.body?.();
+  const body =
+    raw === undefined || typeof raw === 'string' || Buffer.isBuffer(raw) ? raw : JSON.stringify(raw);
+  const path = testCase.path.startsWith('/') ? testCase.path : `/api/v1/${testCase.path}`;
+  const answer = await send(testCase.method ?? 'POST', path, body, realHeaders(testCase.headers));
+  expect(answer.status).toBe(testCase.status);
+  const error = answer.body as { error?: unknown; field?: unknown };
+  expect(typeof error.error).toBe('string');
+  expect(error.error).toMatch(testCase.error);
+  if (testCase.field !== undefined) expect(error.field).toBe(testCase.field);
+  if (options.namesField === true) {
+    expect(testCase.field).toBeDefined();
+    expect(error.error as string).toContain(testCase.field);
+  }
+  expect(await api.counts()).toEqual(before);
+}
+
+describe('the protobuf wire answers as the JSON one', () => {
+  it('an unknown model: the same 404 on both wires, and on zstd', async () => {
+    const before = await api.counts();
+    const json = await send(
+      'POST',
+      '/api/v1/forward_backward',
+      JSON.stringify(fb({ model_id: 'model-nobody' })),
+    );
+    expect(json.status).toBe(404);
+    expect(json.body).toMatchObject({ field: 'model_id', error: expect.stringMatching(/model-nobody/) });
+    const bytes = pb({ modelId: 'model-nobody' });
+    expect(await send('POST', '/api/v1/forward_backward', bytes, PROTOBUF)).toEqual(json);
+    expect(await send('POST', '/api/v1/forward_backward', zstd(bytes), ZSTD)).toEqual(json);
     expect(await api.counts()).toEqual(before);
   });
+
+  it("another tenant's model: the same 404 as an unknown one, on both wires", async () => {
+    const before = await api.counts();
+    const json = await send('POST', '/api/v1/forward_backward', JSON.stringify(fb()), {
+      'x-api-key': rivalKey,
+    });
+    expect(json.status).toBe(404);
+    expect(
+      await send('POST', '/api/v1/forward_backward', pb(), { ...PROTOBUF, 'x-api-key': rivalKey }),
+    ).toEqual(json);
+    expect(await api.counts()).toEqual(before);
+  });
+
+  it.each([
+    ['no key', { 'x-api-key': null }, 401],
+    ['an empty key', { 'x-api-key': '' }, 401],
+    ['a wrong key', { 'x-api-key': 'tml-unknownunknownunknownunknown' }, 401],
+    ['an operator key', { 'x-api-key': 'OPERATOR' }, 403],
+  ] as const)(
+    '%s: the JSON answer, before any body is read (a bomb included)',
+    async (_name, key, status) => {
+      const headers = { 'x-api-key': key['x-api-key'] === 'OPERATOR' ? operatorKey : key['x-api-key'] };
+      const before = await api.counts();
+      const json = await send('POST', '/api/v1/forward_backward', JSON.stringify(fb()), headers);
+      expect(json.status).toBe(status);
+      expect(typeof (json.body as { error?: unknown }).error).toBe('string');
+      for (const [body, wire] of [
+        [pb(), PROTOBUF],
+        [zstd(pb()), ZSTD],
+        [Buffer.from(fixtureBytes('bomb-streamed.zst')), ZSTD],
+        [Buffer.from([0xff, 0xfe, 0x00]), PROTOBUF],
+      ] as const) {
+        expect(await send('POST', '/api/v1/forward_backward', body, { ...wire, ...headers })).toEqual(json);
+      }
+      expect(await api.counts()).toEqual(before);
+    },
+  );
 });
 
 describe('the edges of the table', () => {
@@ -1334,5 +2000,64 @@ describe('the edges of the table', () => {
       adam_params: { learning_rate: 0.001 },
     });
     expect(retry.status).toBe(200);
+  });
+});
+
+describe('after the table (these are accepted, and move the model on)', () => {
+  it('a valid body passes on both encodings (the rows above fail only for their own reason)', async () => {
+    const before = await api.counts();
+    const raw = await send('POST', '/api/v1/forward_backward', pb({ seqId: 20 }), PROTOBUF);
+    expect(raw.status).toBe(200);
+    const compressed = await send('POST', '/api/v1/forward_backward', zstd(pb({ seqId: 21 })), ZSTD);
+    expect(compressed.status).toBe(200);
+    // A retry of either is its original future, whatever the encoding.
+    expect(await send('POST', '/api/v1/forward_backward', zstd(pb({ seqId: 20 })), ZSTD)).toEqual(raw);
+    expect(await send('POST', '/api/v1/forward_backward', pb({ seqId: 21 }), PROTOBUF)).toEqual(compressed);
+    const after = await api.counts();
+    expect(after.futures).toBe(before.futures + 2);
+    expect(after.objects).toBe(before.objects + 2);
+  });
+
+  it('a zstd body padded with skippable frames is accepted, and stores no more than it holds', async () => {
+    const keys = async () =>
+      new Map(
+        (
+          (await api.cloud.clients.s3.send(new ListObjectsV2Command({ Bucket: api.cloud.names.bucket })))
+            .Contents ?? []
+        ).map((object) => [object.Key, object.Size ?? 0]),
+      );
+    const padding = new Uint8Array(8 + 4 * MAX_BODY_BYTES);
+    new DataView(padding.buffer).setUint32(0, 0x184d2a50, true);
+    new DataView(padding.buffer).setUint32(4, 4 * MAX_BODY_BYTES, true);
+    const before = await keys();
+    const answer = await send(
+      'POST',
+      '/api/v1/forward_backward',
+      Buffer.concat([padding, zstd(pb({ seqId: 40 }))]),
+      ZSTD,
+    );
+    expect(answer.status).toBe(200);
+    const added = [...(await keys())].filter(([name]) => !before.has(name));
+    expect(added).toHaveLength(1);
+    expect(added[0]?.[1]).toBeLessThan(pb().length);
+  });
+
+  it('a sparse tensor within the limit is accepted', async () => {
+    const answer = await send(
+      'POST',
+      '/api/v1/forward_backward',
+      pb({
+        seqId: 41,
+        data: [
+          pbDatum([1, 2, 3], {
+            // 2-D targets to match the sparse [3, 2] weights (a top-k distillation datum).
+            target_tokens: { ...int64Tensor([2, 3, 4, 5, 6, 7]), shape: [3n, 2n] },
+            weights: csr([0, 1, 1, 2], [0, 1]),
+          }),
+        ],
+      }),
+      PROTOBUF,
+    );
+    expect(answer.status).toBe(200);
   });
 });

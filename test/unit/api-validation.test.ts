@@ -510,6 +510,31 @@ const bad: BadCase[] = [
     field: 'body',
     message: /expected record/,
   },
+  {
+    // Only the protobuf wire can carry one (JSON has no NaN); both are checked on the typed input.
+    name: 'a NaN in a float tensor of the typed input',
+    run: () =>
+      checkForwardInput(
+        {
+          loss_fn: 'cross_entropy',
+          loss_fn_config: {},
+          data: [
+            {
+              model_input: { chunks: [{ type: 'encoded_text', tokens: new Int32Array([1, 2]) }] },
+              loss_fn_inputs: {
+                target_tokens: { dtype: 'int64', data: new BigInt64Array([2n, 3n]), shape: [2] },
+                weights: { dtype: 'float32', data: new Float32Array([1, Number.NaN]), shape: [2] },
+              },
+            },
+          ],
+        },
+        '',
+        limits,
+      ),
+    status: 400,
+    field: 'data.0.loss_fn_inputs.weights.data.1',
+    message: /must be a finite float32, got NaN/,
+  },
 ];
 
 describe('bad inputs are refused with a status and a message naming the field', () => {
