@@ -1,7 +1,6 @@
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import { handler } from '../functions/api/handler.js';
 import { localAwsClients } from '../local/aws-clients.js';
-import { startLocalCloud } from '../local/cloud.js';
 import { envFor, provisionResources } from '../local/resources.js';
 import { checkForwardInput, parseRequest } from '../shared/api/request-checks.js';
 import { forwardBackwardRequest } from '../shared/api/schemas.js';
@@ -17,15 +16,33 @@ import { putOnce } from '../shared/repositories/intake.js';
 import { requireSeqCounter } from '../shared/repositories/seq-counters.js';
 import { transactWrite } from '../shared/repositories/transact.js';
 import { topology } from '../shared/topology.js';
-import { type BenchCase, type BenchResult, type Counts, machine, runCase } from './harness.js';
+import {
+  type BenchCase,
+  type BenchResult,
+  type CaseResult,
+  type Counts,
+  machine,
+  runCase,
+} from './harness.js';
 import { attachMeter, createMeter } from './metering.js';
+import { startCloudChild, stopCloudChild } from './support/cloud-child.js';
+import { initSdkWire, SDK_4X512, sdkBodies } from './support/sdk-wire.js';
 
 /**
- * `npm run bench -- intake`: forward_backward submits of ~76 KiB through the API handler on the local
- * cloud. Ours: payload to S3, then one transaction of three small items. Baseline: the same validation
- * and reads, with the payload stored inline in the futures row (as a single-table design like SkyRL's
- * keeps `request_data` in its row). Per submit: latency p50/p99, AWS calls and consumed capacity
- * (deterministic), and submits per second, sequentially and with concurrent clients.
+ * `npm run bench -- intake`: forward_backward submits through the API handler on the local cloud
+ * (run in a child process, so cpu_ms counts the API's own work). Two groups of cases, same run:
+ *  - `forward_backward_*`: ~76 KiB JSON submits. Ours: payload to S3 (now as the canonical protobuf
+ *    pass), then one transaction of three small items. Baseline: the same validation and reads,
+ *    with the payload stored inline in the futures row (as a single-table design like SkyRL's keeps
+ *    `request_data` in its row).
+ *  - `sdk_4x512_*`: a 4 x 512-token forward_backward as the SDK sends it (bench/support/sdk-wire.ts).
+ *    Ours: SDK 0.25.0 as it talks to us (protobuf, `Content-Encoding: zstd`: stored as received).
+ *    Baselines: the same request from SDK 0.24.1 (JSON), and from SDK 0.25.0 without compression
+ *    (protobuf); both are stored as the canonical protobuf pass.
+ * Binary bodies reach the handler base64-encoded with `isBase64Encoded: true`, as API Gateway
+ * delivers them. Per submit: CPU of this process (process.cpuUsage around the submits, bodies built
+ * before), bytes stored in S3 (metered PutObject bodies), AWS calls and consumed capacity
+ * (deterministic), latency p50/p99, and submits per second, sequentially and with concurrent clients.
  */
 
 const TOKENS_PER_DATUM = 1_420;
@@ -53,15 +70,37 @@ function forwardBackwardBody(modelId: string, seqId: number): string {
   });
 }
 
-function event(path: string, body: string, apiKey: string): APIGatewayProxyEventV2 {
+/** A request body as API Gateway hands it to the Lambda: text, or base64 for a binary one. */
+interface WireBody {
+  readonly body: string;
+  readonly isBase64Encoded: boolean;
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+function jsonBody(body: string): WireBody {
+  return { body, isBase64Encoded: false, headers: { 'content-type': 'application/json' } };
+}
+
+function protobufBody(bytes: Uint8Array, zstd: boolean): WireBody {
+  return {
+    body: Buffer.from(bytes).toString('base64'),
+    isBase64Encoded: true,
+    headers: {
+      'content-type': 'application/x-protobuf',
+      ...(zstd ? { 'content-encoding': 'zstd' } : {}),
+    },
+  };
+}
+
+function event(path: string, wire: WireBody, apiKey: string): APIGatewayProxyEventV2 {
   return {
     version: '2.0',
     routeKey: '$default',
     rawPath: path,
     rawQueryString: '',
-    headers: { 'content-type': 'application/json', 'x-api-key': apiKey },
-    body,
-    isBase64Encoded: false,
+    headers: { ...wire.headers, 'x-api-key': apiKey },
+    body: wire.body,
+    isBase64Encoded: wire.isBase64Encoded,
     requestContext: {
       accountId: 'local',
       apiId: 'local',
@@ -78,7 +117,14 @@ function event(path: string, body: string, apiKey: string): APIGatewayProxyEvent
 }
 
 async function call(path: string, body: unknown, apiKey: string): Promise<Record<string, string>> {
-  const answer = await handler(event(path, typeof body === 'string' ? body : JSON.stringify(body), apiKey));
+  const wire = typeof body === 'object' && body !== null && 'isBase64Encoded' in body;
+  const answer = await handler(
+    event(
+      path,
+      wire ? (body as WireBody) : jsonBody(typeof body === 'string' ? body : JSON.stringify(body)),
+      apiKey,
+    ),
+  );
   if (answer.statusCode !== 200) throw new Error(`${path} answered ${answer.statusCode}: ${answer.body}`);
   return JSON.parse(answer.body ?? '{}') as Record<string, string>;
 }
@@ -155,14 +201,16 @@ function round(value: number, digits = 3): number {
 }
 
 export async function run(options: { quick: boolean }): Promise<BenchResult> {
-  const cloud = await startLocalCloud();
+  process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED = 'true';
+  const { endpoints, child } = await startCloudChild();
   try {
+    await initSdkWire();
     const provisioned = await provisionResources(
       topology,
       `bench${Date.now().toString(36)}`,
-      localAwsClients(cloud.endpoints),
+      localAwsClients(endpoints),
     );
-    Object.assign(process.env, envFor(topology, provisioned, cloud.endpoints), {
+    Object.assign(process.env, envFor(topology, provisioned, endpoints), {
       POWERTOOLS_LOG_LEVEL: 'ERROR',
     });
     resetConfig();
@@ -189,26 +237,36 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       ).model_id!;
 
     const sampleBytes = Buffer.byteLength(forwardBackwardBody('model-x', 1));
+    const sample = sdkBodies('model-x', 1, 1);
     const sequentialSubmits = options.quick ? 20 : 200;
     const clientsConcurrent = 8;
     const perClient = options.quick ? 5 : 40;
     const repeats = options.quick ? 1 : 3;
 
-    /** Runs `lanes` concurrent clients, each submitting `perLane` steps in order to its own model. */
-    const measure = (lanes: number, perLane: number, submit: (body: string) => Promise<void>) => {
+    /**
+     * Runs `lanes` concurrent clients, each submitting `perLane` steps in order to its own model.
+     * `body(model, lane, step)` builds a body before the measured window (the client's work).
+     */
+    const measure = <B>(
+      lanes: number,
+      perLane: number,
+      body: (model: string, lane: number, step: number) => B,
+      submit: (body: B) => Promise<void>,
+    ) => {
       let models: string[] = [];
       return {
         prepare: async () => {
           models = await Promise.all(Array.from({ length: lanes }, () => newModel()));
         },
         subject: async (): Promise<Counts> => {
-          const bodies = models.map((model) =>
-            Array.from({ length: perLane }, (_, i) => forwardBackwardBody(model, i + 1)),
+          const bodies = models.map((model, lane) =>
+            Array.from({ length: perLane }, (_, i) => body(model, lane, i + 1)),
           );
           dynamoMeter.reset();
           s3Meter.reset();
           const latencies: number[] = [];
           const started = performance.now();
+          const cpu = process.cpuUsage();
           await Promise.all(
             bodies.map(async (lane) => {
               for (const body of lane) {
@@ -218,6 +276,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
               }
             }),
           );
+          const used = process.cpuUsage(cpu);
           const seconds = (performance.now() - started) / 1000;
           const submits = lanes * perLane;
           latencies.sort((a, b) => a - b);
@@ -226,6 +285,8 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
             submits_per_s: round(submits / seconds, 1),
             p50_ms: round(percentile(latencies, 50), 2),
             p99_ms: round(percentile(latencies, 99), 2),
+            cpu_ms_per_submit: round((used.user + used.system) / 1000 / submits),
+            stored_bytes_per_submit: round(s3Meter.bytesOut / submits, 1),
             ddb_calls_per_submit: round(dynamoMeter.calls / submits),
             s3_calls_per_submit: round(s3Meter.calls / submits),
             rcu_per_submit: round(dynamoMeter.rcu / submits),
@@ -235,33 +296,96 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       };
     };
 
-    const ours = (body: string) => call('/api/v1/forward_backward', body, apiKey).then(() => undefined);
+    const ours = (body: string | WireBody) =>
+      call('/api/v1/forward_backward', body, apiKey).then(() => undefined);
     const inline = (body: string) => inlineSubmit(body, apiKey);
+    const legacyBody = (model: string, _lane: number, step: number) => forwardBackwardBody(model, step);
+    // The same tokens on every side: the salt names (lane, step), not the model.
+    const sdk = (model: string, lane: number, step: number) => sdkBodies(model, step, lane * 100_000 + step);
 
     const cases: BenchCase[] = [];
     for (const [name, lanes, perLane] of [
       ['sequential', 1, sequentialSubmits],
       ['concurrent', clientsConcurrent, perClient],
     ] as const) {
-      const oursRun = measure(lanes, perLane, ours);
-      const baselineRun = measure(lanes, perLane, inline);
+      const sides = {
+        ours: measure(lanes, perLane, legacyBody, ours),
+        inline: measure(lanes, perLane, legacyBody, inline),
+      };
       cases.push({
         name: `forward_backward_${name}`,
         params: { clients: lanes, submits_per_client: perLane, request_bytes: sampleBytes },
-        ours: oursRun.subject,
-        baselines: { inline_payload: baselineRun.subject },
+        ours: sides.ours.subject,
+        baselines: { inline_payload: sides.inline.subject },
         repeats,
         // Fresh models for whichever side runs next (the harness does not say which).
         prepare: async () => {
-          await Promise.all([oursRun.prepare(), baselineRun.prepare()]);
+          await Promise.all(Object.values(sides).map((side) => side.prepare()));
+        },
+      });
+    }
+    for (const [name, lanes, perLane] of [
+      ['sequential', 1, sequentialSubmits],
+      ['concurrent', clientsConcurrent, perClient],
+    ] as const) {
+      const sides = {
+        zstd: measure(lanes, perLane, (...at) => protobufBody(sdk(...at).zstd, true), ours),
+        json: measure(lanes, perLane, (...at) => jsonBody(sdk(...at).json), ours),
+        protobuf: measure(lanes, perLane, (...at) => protobufBody(sdk(...at).protobuf, false), ours),
+      };
+      cases.push({
+        name: `sdk_4x512_${name}`,
+        params: {
+          clients: lanes,
+          submits_per_client: perLane,
+          datums: SDK_4X512.datums,
+          tokens_per_datum: SDK_4X512.tokensPerDatum,
+          request_bytes_zstd: sample.zstd.length,
+          request_bytes_json_0241: Buffer.byteLength(sample.json),
+          request_bytes_protobuf: sample.protobuf.length,
+          ours: 'SDK 0.25.0: protobuf, Content-Encoding zstd (level 3), stored as received',
+          baseline: 'SDK 0.24.1: JSON, stored as the canonical protobuf pass',
+          baseline_protobuf: 'SDK 0.25.0 without compression: protobuf, stored in canonical form',
+        },
+        ours: sides.zstd.subject,
+        baselines: { json_0241: sides.json.subject, protobuf: sides.protobuf.subject },
+        repeats,
+        prepare: async () => {
+          await Promise.all(Object.values(sides).map((side) => side.prepare()));
         },
       });
     }
 
     const results = [];
     for (const benchCase of cases) results.push(await runCase(benchCase));
-    return { name: 'intake', machine: machine(), quick: options.quick, cases: results };
+    return {
+      name: 'intake',
+      machine: machine(),
+      quick: options.quick,
+      cases: results.map((result) => annotate(result)),
+    };
   } finally {
-    await cloud.stop();
+    await stopCloudChild(child);
   }
+}
+
+/** For the SDK cases: stored bytes and CPU of each baseline over ours. */
+function annotate(result: CaseResult): CaseResult {
+  if (!String(result.name).startsWith('sdk_')) return result;
+  const ours = result.ours as Counts;
+  const ratios: Record<string, number> = {};
+  for (const [key, value] of Object.entries(result)) {
+    if (!key.startsWith('baseline')) continue;
+    const side = value as Counts;
+    const label = key === 'baseline' ? 'json_0241' : key.replace(/^baseline_/, '');
+    ratios[`ratio_stored_bytes_${label}`] = round(
+      side.stored_bytes_per_submit! / Math.max(ours.stored_bytes_per_submit!, 1),
+      2,
+    );
+    ratios[`ratio_cpu_${label}`] = round(
+      side.cpu_ms_per_submit! / Math.max(ours.cpu_ms_per_submit!, 1e-3),
+      2,
+    );
+  }
+  return { ...result, ...ratios };
 }

@@ -5,7 +5,8 @@ import type { SQSClient } from '@aws-sdk/client-sqs';
 /**
  * Deterministic cost counters for benchmarks, attached as SDK middleware to an injected client:
  * calls per operation, consumed capacity (ReturnConsumedCapacity is switched on for every DynamoDB
- * call that accepts it) and bytes received.
+ * call that accepts it), bytes received and request body bytes sent (`Body` of a PutObject or an
+ * UploadPart: what a PUT stores).
  */
 export interface Meter {
   calls: number;
@@ -13,6 +14,8 @@ export interface Meter {
   rcu: number;
   wcu: number;
   bytesIn: number;
+  /** Sizes of the request bodies sent (`input.Body`, a string or bytes). */
+  bytesOut: number;
   reset(): void;
 }
 
@@ -37,12 +40,14 @@ export function createMeter(): Meter {
     rcu: 0,
     wcu: 0,
     bytesIn: 0,
+    bytesOut: 0,
     reset() {
       meter.calls = 0;
       meter.callsByOperation = {};
       meter.rcu = 0;
       meter.wcu = 0;
       meter.bytesIn = 0;
+      meter.bytesOut = 0;
     },
   };
   return meter;
@@ -66,6 +71,9 @@ export function attachMeter(client: AnyClient, meter: Meter, options: { dynamo?:
         }
         meter.calls++;
         meter.callsByOperation[operation] = (meter.callsByOperation[operation] ?? 0) + 1;
+        const body = args.input.Body;
+        if (typeof body === 'string') meter.bytesOut += Buffer.byteLength(body);
+        else if (body instanceof Uint8Array) meter.bytesOut += body.length;
         const result = await next(args);
         const consumed = result.output.ConsumedCapacity as ConsumedCapacity | ConsumedCapacity[] | undefined;
         for (const entry of Array.isArray(consumed) ? consumed : consumed ? [consumed] : []) {

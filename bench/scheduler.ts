@@ -1,10 +1,12 @@
-import { type ChildProcessByStdio, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createInterface } from 'node:readline';
-import type { Readable, Writable } from 'node:stream';
-import { fileURLToPath } from 'node:url';
 import { BatchWriteItemCommand, CreateTableCommand, QueryCommand } from '@aws-sdk/client-dynamodb';
-import { DeleteObjectsCommand, GetObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
+import {
+  DeleteObjectsCommand,
+  GetObjectCommand,
+  ListObjectsV2Command,
+  PutObjectCommand,
+  type S3Client,
+} from '@aws-sdk/client-s3';
 import { PurgeQueueCommand } from '@aws-sdk/client-sqs';
 import { BatchWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { marshall, unmarshall } from '@aws-sdk/util-dynamodb';
@@ -12,22 +14,37 @@ import { localAwsClients } from '../local/aws-clients.js';
 import type { CloudEndpoints } from '../local/cloud.js';
 import { envFor, provisionResources } from '../local/resources.js';
 import type { PassPayload } from '../shared/api/payloads.js';
+import { parseRequest } from '../shared/api/request-checks.js';
+import { forwardBackwardRequest } from '../shared/api/schemas.js';
 import { type AwsClients, resetAwsClients } from '../shared/aws/clients.js';
 import { resetConfig } from '../shared/config.js';
 import type { LiveRow, ModelRow } from '../shared/domain/records.js';
 import { liveShard, mintRequestId, sha256Hex } from '../shared/ids.js';
 import { logger } from '../shared/logger.js';
-import { putPayload, type SerializedPayload } from '../shared/payload-store.js';
+import { PAYLOAD_CONTENT_TYPES } from '../shared/payload-bytes.js';
+import {
+  payloadMetadata,
+  putPayload,
+  type SerializedPayload,
+  serializeBinaryPayload,
+  serializePayload,
+} from '../shared/payload-store.js';
 import { Limiter } from '../shared/prefix/limiter.js';
 import { pendingFutureRow } from '../shared/repositories/futures.js';
 import { type SchedulerAdapters, schedulerAdapters } from '../shared/scheduler/adapters.js';
+import { MULTIPART_PART_BYTES, putInParts } from '../shared/scheduler/dispatch.js';
 import { scanLiveIndex } from '../shared/scheduler/live-index.js';
 import { readModels } from '../shared/scheduler/models.js';
+import { type PayloadReads, readPayloads } from '../shared/scheduler/payloads.js';
 import { type SchedulerSettings, schedulerSettings } from '../shared/scheduler/settings.js';
 import { dispatchSnapshot, runTick, type TickContext } from '../shared/scheduler/tick.js';
+import { type WorkItem, workItemSchema } from '../shared/scheduling/work-item.js';
 import { storageKeys } from '../shared/storage-keys.js';
+import { decodeForwardBackwardRequest, encodeStoredPass } from '../shared/wire/forward-backward-request.js';
 import { type BenchResult, type CaseResult, type Counts, machine, runCase } from './harness.js';
 import { attachMeter, createMeter, type Meter } from './metering.js';
+import { startCloudChild, stopCloudChild } from './support/cloud-child.js';
+import { initSdkWire, SDK_4X512, sdkBodies } from './support/sdk-wire.js';
 
 /**
  * `npm run bench -- scheduler [--quick]`: one scheduler tick over N pending forward_backward requests
@@ -36,8 +53,19 @@ import { attachMeter, createMeter, type Meter } from './metering.js';
  *  - baseline (`inline`): the layout the first seed replaced, each row holding its payload JSON, a
  *    tick that scans whole rows and decodes every payload before it filters;
  *  - baseline_eager_s3: our layout, but a tick that GETs and decodes every pending payload first.
- * All three plan with the same planner and dispatch with the same claim/work-item code. The cloud
- * (DynamoDB Local, fauxqs) runs in a child process so cpu_ms counts the scheduler's own work only.
+ * All three plan with the same planner and dispatch with the same claim/work-item code.
+ *
+ * The `sdk-*` cases tick over N forward_backward requests of 4 x 512 tokens as the SDK 0.25 sends
+ * them (bench/support/sdk-wire.ts), stored the way intake stores them (`putSdkPayloads`):
+ *  - ours: the zstd bodies, stored as received, copied undecoded into the work item (W4);
+ *  - baseline (`json_before`): the same requests as the JSON payloads intake stored before W4, and
+ *    the tick of that time, which parsed each payload and wrote the work item as JSON
+ *    (`jsonBeforeAdapters` says exactly what it does);
+ *  - baseline_canonical_pb: the canonical protobuf passes a JSON or uncompressed protobuf submit
+ *    stores now, and the current tick.
+ * Per tick: CPU, S3 GETs, S3 bytes read, work item bytes written (PUT bodies) and their sum.
+ * The cloud (DynamoDB Local, fauxqs) runs in a child process (bench/support/cloud-child.ts) so
+ * cpu_ms counts the scheduler's own work only.
  */
 
 const PAYLOAD_TARGET_BYTES = 76 * 1024;
@@ -58,49 +86,6 @@ const INLINE_PARTITIONS = 16;
 
 function inlinePartition(part: number): string {
   return `inline#${part}`;
-}
-
-const THIS_FILE = fileURLToPath(import.meta.url);
-
-if (process.argv.includes('--cloud-child')) await serveCloud();
-
-/** Child mode: run the local cloud, print its endpoints, stop when the parent closes stdin. */
-async function serveCloud(): Promise<never> {
-  const { startLocalCloud } = await import('../local/cloud.js');
-  const cloud = await startLocalCloud();
-  process.stdout.write(`${JSON.stringify(cloud.endpoints)}\n`);
-  await new Promise<void>((resolve) => {
-    process.stdin.on('end', resolve);
-    process.stdin.on('close', resolve);
-    process.stdin.resume();
-  });
-  await cloud.stop();
-  process.exit(0);
-}
-
-type CloudChild = ChildProcessByStdio<Writable, Readable, null>;
-
-async function startCloudChild(): Promise<{ endpoints: CloudEndpoints; child: CloudChild }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', THIS_FILE, '--cloud-child'], {
-    stdio: ['pipe', 'pipe', 'inherit'],
-    env: { ...process.env, AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
-  });
-  const lines = createInterface({ input: child.stdout });
-  const first = await new Promise<string>((resolve, reject) => {
-    lines.once('line', resolve);
-    child.once('exit', (code) => reject(new Error(`the cloud child exited early (code ${code})`)));
-  });
-  lines.close();
-  return { endpoints: JSON.parse(first) as CloudEndpoints, child };
-}
-
-async function stopCloudChild(child: CloudChild): Promise<void> {
-  if (child.exitCode !== null) return;
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  child.stdin.end();
-  const timer = setTimeout(() => child.kill('SIGTERM'), 15_000);
-  await exited;
-  clearTimeout(timer);
 }
 
 /** Datums per payload so that it serializes to about 76 KiB (SkyRL's measured row size). */
@@ -149,6 +134,8 @@ interface Scene {
   readonly settings: SchedulerSettings;
   readonly inlineTable: string;
   readonly clients: AwsClients;
+  /** SDK scenes: one payload's size in each layout (the last seeded; they vary by a few bytes). */
+  readonly sdkBytes?: Record<SdkLayout, number>;
 }
 
 interface Metered {
@@ -208,7 +195,73 @@ async function batchPut(
 }
 
 /** Provisions a fresh set of the topology's resources plus the inline table, and writes N rows. */
-async function buildScene(endpoints: CloudEndpoints, n: number, parked: boolean): Promise<Scene> {
+/**
+ * The SDK 0.25 payload layouts, per request: the real payload key holds what intake stores for the
+ * SDK 0.25 request (its zstd body as received); `CANONICAL_PREFIX` what it stores for a JSON or an
+ * uncompressed protobuf submit (the canonical protobuf pass); `JSON_PREFIX` what intake stored for
+ * the same request before payloads were binary (canonical JSON of the PassPayload, format json).
+ */
+const CANONICAL_PREFIX = 'bench-canonical/';
+const JSON_PREFIX = 'bench-json/';
+
+function altKey(prefix: string, requestId: string): string {
+  return `${prefix}${storageKeys.payload(requestId)}`;
+}
+
+async function putAt(s3: S3Client, bucket: string, key: string, stored: SerializedPayload): Promise<void> {
+  await s3.send(
+    new PutObjectCommand({
+      Bucket: bucket,
+      Key: key,
+      Body: stored.body,
+      ContentType: PAYLOAD_CONTENT_TYPES[stored.format],
+      Metadata: payloadMetadata(stored),
+    }),
+  );
+}
+
+/** Stores the three layouts of one SDK 4 x 512 request; returns the row's fingerprint and sizes. */
+async function putSdkPayloads(
+  s3: S3Client,
+  bucket: string,
+  requestId: string,
+  modelId: string,
+  seqId: number,
+  salt: number,
+): Promise<{ digest: string; tokens: number; bytes: Record<SdkLayout, number> }> {
+  const bodies = sdkBodies(modelId, seqId, salt);
+  // As submitPass does: decode, then the canonical form with the ids left out.
+  const decoded = decodeForwardBackwardRequest(bodies.protobuf);
+  const canonical = encodeStoredPass({ ...decoded, model_id: '', seq_id: 0, forward_only: false });
+  const zstd = serializeBinaryPayload(canonical, { bytes: bodies.zstd, compression: 'zstd' });
+  const binary = serializeBinaryPayload(canonical);
+  // As the JSON intake did before W4: the validated 0.24.1 body's input in a PassPayload, canonical JSON.
+  const request = parseRequest(forwardBackwardRequest, JSON.parse(bodies.json));
+  const json = serializePayload({
+    request_type: 'forward_backward',
+    seq_id: request.seq_id,
+    input: request.forward_backward_input,
+  } satisfies PassPayload);
+  await Promise.all([
+    putPayload(requestId, zstd, s3),
+    putAt(s3, bucket, altKey(CANONICAL_PREFIX, requestId), binary),
+    putAt(s3, bucket, altKey(JSON_PREFIX, requestId), json),
+  ]);
+  return {
+    digest: zstd.digest,
+    tokens: bodies.tokens,
+    bytes: { zstd: zstd.bytes, canonical_pb: binary.bytes, json: json.bytes },
+  };
+}
+
+type SdkLayout = 'zstd' | 'canonical_pb' | 'json';
+
+async function buildScene(
+  endpoints: CloudEndpoints,
+  n: number,
+  parked: boolean,
+  sdk = false,
+): Promise<Scene> {
   const prefix = `b${Date.now().toString(36)}${randomBytes(2).toString('hex')}`;
   const seeding = localAwsClients(endpoints);
   const { topology } = await import('../shared/topology.js');
@@ -238,6 +291,7 @@ async function buildScene(endpoints: CloudEndpoints, n: number, parked: boolean)
   await batchPut(seeding.doc, settings.tables.models, models as unknown as Record<string, unknown>[]);
   const limiter = new Limiter(SEED_CONCURRENCY);
   let payloadBytes = 0;
+  let sdkBytes: Record<SdkLayout, number> | undefined;
   const chunks: Promise<void>[] = [];
   for (let chunk = 0; chunk < n; chunk += 25) {
     chunks.push(
@@ -248,6 +302,31 @@ async function buildScene(endpoints: CloudEndpoints, n: number, parked: boolean)
           const model = models[index % models.length]!;
           const seq = 2 + Math.floor(index / models.length);
           const requestId = mintRequestId(now + index);
+          if (sdk) {
+            const put = await putSdkPayloads(
+              seeding.s3,
+              settings.bucket,
+              requestId,
+              model.model_id,
+              seq - 1,
+              index,
+            );
+            sdkBytes = put.bytes;
+            futures.push(
+              pendingFutureRow({
+                requestId,
+                tenant: model.tenant,
+                modelId: model.model_id,
+                seq,
+                requestType: 'forward_backward',
+                tokens: put.tokens,
+                payloadKey: storageKeys.payload(requestId),
+                payloadDigest: put.digest,
+                now,
+              }) as unknown as Record<string, unknown>,
+            );
+            continue;
+          }
           const { payload, tokens } = passPayload(seq - 1, index, DATUMS);
           const stored = serialized(payload);
           payloadBytes = stored.bytes;
@@ -277,6 +356,7 @@ async function buildScene(endpoints: CloudEndpoints, n: number, parked: boolean)
           });
         }
         await batchPut(seeding.doc, settings.tables.futures, futures);
+        if (sdk) return;
         // The low-level client: the inline payload is one large string attribute, as it was stored.
         let requests = inline.map((item) => ({ PutRequest: { Item: marshall(item) } }));
         while (requests.length > 0) {
@@ -289,7 +369,15 @@ async function buildScene(endpoints: CloudEndpoints, n: number, parked: boolean)
     );
   }
   await Promise.all(chunks);
-  return { n, models, payloadBytes, settings, inlineTable, clients: seeding };
+  return {
+    n,
+    models,
+    payloadBytes: sdkBytes?.zstd ?? payloadBytes,
+    ...(sdkBytes === undefined ? {} : { sdkBytes }),
+    settings,
+    inlineTable,
+    clients: seeding,
+  };
 }
 
 /** Returns models to their seeded state, empties the queue and the work items (between repeats). */
@@ -346,6 +434,9 @@ function measured(
       bytes: meter.dynamo.bytesIn + meter.s3.bytesIn,
       s3_gets: meter.s3.callsByOperation.GetObjectCommand ?? 0,
       s3_bytes: meter.s3.bytesIn,
+      // Bodies PUT to S3 (the tick's only S3 writes are its work items), and read plus written.
+      work_item_bytes: meter.s3.bytesOut,
+      bytes_moved: meter.s3.bytesIn + meter.s3.bytesOut,
       dispatched,
       work_items: workItems,
     };
@@ -442,6 +533,100 @@ function eagerS3Tick(scene: Scene, meter: Metered) {
   });
 }
 
+/**
+ * The SDK cases' baseline `json_before`: the scheduler as it was before payloads moved as bytes
+ * (ee53ef5^), over the payloads intake stored then (canonical JSON, under `JSON_PREFIX`). The tick
+ * itself is `runTick` unchanged; two adapters are swapped for the code of that time, verbatim in
+ * what it did: `readPayloads` GETs each dispatched payload (32 at a time) as a UTF-8 string, checks
+ * its sha256 against the stored metadata and `JSON.parse`s it; `writeWorkItem` checks the item
+ * against the schema and PUTs `JSON.stringify(workItem)` (payloads inline as JSON), in parts above
+ * 8 MiB. Same claims, same GET count, same work items; only the payload bytes and their handling
+ * differ. (No retries on transient errors: none occur here, and the current code retries too.)
+ */
+function jsonBeforeAdapters(scene: Scene, meter: Metered): SchedulerAdapters {
+  const { bucket } = scene.settings;
+  const s3 = meter.clients.s3;
+  return {
+    ...schedulerAdapters(scene.settings, meter.clients),
+    readPayloads: async (ids): Promise<PayloadReads> => {
+      const limiter = new Limiter(32);
+      const payloads = new Map<string, unknown>();
+      const unreadable: string[] = [];
+      let bytes = 0;
+      await Promise.all(
+        ids.map((id) =>
+          limiter.run(async () => {
+            const answer = await s3.send(
+              new GetObjectCommand({ Bucket: bucket, Key: altKey(JSON_PREFIX, id) }),
+            );
+            const body = await answer.Body?.transformToString('utf8');
+            if (body === undefined) {
+              unreadable.push(id);
+              return;
+            }
+            bytes += Buffer.byteLength(body);
+            const digest = answer.Metadata?.sha256;
+            if (digest !== undefined && sha256Hex(body) !== digest) {
+              unreadable.push(id);
+              return;
+            }
+            payloads.set(id, JSON.parse(body) as unknown);
+          }),
+        ),
+      );
+      return { payloads, gets: ids.length, bytes, unreadable };
+    },
+    writeWorkItem: async (workItem: WorkItem): Promise<number> => {
+      workItemSchema.parse(workItem);
+      const body = Buffer.from(JSON.stringify(workItem), 'utf8');
+      const key = storageKeys.workItem(workItem.work_item_id);
+      if (body.length <= MULTIPART_PART_BYTES) {
+        await s3.send(
+          new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ContentType: 'application/json' }),
+        );
+      } else {
+        await putInParts(s3, bucket, key, body);
+      }
+      return body.length;
+    },
+  };
+}
+
+/** Baseline `json_before` (see `jsonBeforeAdapters`): the pre-W4 tick over pre-W4 JSON payloads. */
+function jsonBeforeTick(scene: Scene, meter: Metered) {
+  return measured('json_before', meter, async () => {
+    const outcome = await runTick({ settings: scene.settings, adapters: jsonBeforeAdapters(scene, meter) });
+    return { dispatched: outcome.counters.steps_dispatched, workItems: outcome.counters.work_items };
+  });
+}
+
+/**
+ * Baseline `canonical_pb`: the current tick, over the canonical protobuf passes intake stores for a
+ * JSON (SDK 0.24.1) or an uncompressed protobuf submit of the same request. Its `readPayloads` is
+ * the scheduler's own, given an S3 client that reads `CANONICAL_PREFIX` + the payload key.
+ */
+function canonicalTick(scene: Scene, meter: Metered) {
+  const s3 = meter.clients.s3;
+  const redirected = {
+    send: (command: unknown) => {
+      if (command instanceof GetObjectCommand && command.input.Key?.startsWith('payloads/')) {
+        return s3.send(
+          new GetObjectCommand({ ...command.input, Key: `${CANONICAL_PREFIX}${command.input.Key}` }),
+        );
+      }
+      return s3.send(command as GetObjectCommand);
+    },
+  } as unknown as S3Client;
+  return measured('canonical_pb', meter, async () => {
+    const adapters: SchedulerAdapters = {
+      ...schedulerAdapters(scene.settings, meter.clients),
+      readPayloads: (ids) => readPayloads(redirected, scene.settings.bucket, ids),
+    };
+    const outcome = await runTick({ settings: scene.settings, adapters });
+    return { dispatched: outcome.counters.steps_dispatched, workItems: outcome.counters.work_items };
+  });
+}
+
 function ratio(baseline: number, ours: number): number {
   return Math.round((baseline / Math.max(ours, 1e-3)) * 10) / 10;
 }
@@ -513,12 +698,87 @@ async function benchCase(
   return annotate(result, n === 512);
 }
 
+/** The SDK cases' ratios (each baseline over ours) and the issue's targets, checked at N = 512. */
+function annotateSdk(result: CaseResult): CaseResult {
+  const ours = result.ours as Counts;
+  const before = result.baseline as Counts;
+  const canonical = result.baseline_canonical_pb as Counts;
+  const ratios = {
+    ratio_cpu: ratio(before.cpu_ms!, ours.cpu_ms!),
+    ratio_bytes_moved: ratio(before.bytes_moved!, ours.bytes_moved!),
+    ratio_payload_bytes_read: ratio(before.s3_bytes!, ours.s3_bytes!),
+    ratio_cpu_canonical_pb: ratio(canonical.cpu_ms!, ours.cpu_ms!),
+    ratio_bytes_moved_canonical_pb: ratio(canonical.bytes_moved!, ours.bytes_moved!),
+  };
+  const parked = ours.dispatched === 0;
+  const targets = parked
+    ? {
+        zero_s3_gets: ours.s3_gets === 0 && before.s3_gets === 0 && canonical.s3_gets === 0,
+        zero_work_item_bytes: ours.work_item_bytes === 0,
+      }
+    : {
+        s3_gets_equal_dispatched: ours.s3_gets === ours.dispatched && ours.dispatched! > 0,
+        cpu_5x_below_json_before: before.cpu_ms! >= 5 * ours.cpu_ms!,
+        bytes_moved_2_5x_below_json_before: before.bytes_moved! >= 2.5 * ours.bytes_moved!,
+      };
+  return { ...result, ...ratios, targets };
+}
+
+/**
+ * An SDK case: N forward_backward requests of 4 x 512 tokens, as the SDK 0.25 sends them, in the
+ * three payload layouts of `putSdkPayloads`; ours, `json_before` and `canonical_pb` tick over them.
+ */
+async function sdkCase(
+  endpoints: CloudEndpoints,
+  name: string,
+  n: number,
+  parked: boolean,
+  repeats: number,
+): Promise<CaseResult> {
+  const seedStarted = Date.now();
+  const scene = await buildScene(endpoints, n, parked, true);
+  const meter = meteredClients(endpoints);
+  console.error(`${name}: seeded ${n} rows in ${((Date.now() - seedStarted) / 1000).toFixed(1)} s`);
+  const ours = oursTick(scene, meter);
+  const baselines = { json_before: jsonBeforeTick(scene, meter), canonical_pb: canonicalTick(scene, meter) };
+  for (const side of [ours, ...Object.values(baselines)]) {
+    if (!parked) await resetScene(scene);
+    await side();
+  }
+  console.error(`${name}: warmed up`);
+  const result = await runCase({
+    name,
+    params: {
+      n,
+      models: scene.models.length,
+      rows_per_model: ROWS_PER_MODEL,
+      datums: SDK_4X512.datums,
+      tokens_per_datum: SDK_4X512.tokensPerDatum,
+      payload_bytes_zstd: scene.sdkBytes!.zstd,
+      payload_bytes_canonical_pb: scene.sdkBytes!.canonical_pb,
+      payload_bytes_json: scene.sdkBytes!.json,
+      parked_by: parked ? 'each model has a work item in flight (R3)' : 'none: every row is dispatchable',
+      ours: 'SDK 0.25 zstd bodies stored as received; the current tick copies them into a TSW1 work item',
+      baseline: 'before W4: canonical JSON payloads; the tick parses each and PUTs the work item as JSON',
+      baseline_canonical_pb:
+        'canonical protobuf payloads (a JSON or uncompressed protobuf submit); the current tick',
+      warm_up: 'one untimed run of each side before the timed repeats',
+    },
+    ours,
+    baselines,
+    repeats,
+    ...(parked ? {} : { prepare: () => resetScene(scene) }),
+  });
+  return annotateSdk(result);
+}
+
 export async function run({ quick }: { quick: boolean }): Promise<BenchResult> {
   process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED = 'true';
   logger.setLogLevel('WARN');
   const { endpoints, child } = await startCloudChild();
   try {
-    // BENCH_CASES=name,name runs a subset (for investigating one case); the default runs all three.
+    await initSdkWire();
+    // BENCH_CASES=name,name runs a subset (for investigating one case); the default runs all five.
     const only = process.env.BENCH_CASES?.split(',');
     const wanted = (name: string) => only === undefined || only.includes(name);
     const cases: CaseResult[] = [];
@@ -530,6 +790,12 @@ export async function run({ quick }: { quick: boolean }): Promise<BenchResult> {
     }
     if (wanted('dispatchable-512')) {
       cases.push(await benchCase(endpoints, 'dispatchable-512', 512, false, 3));
+    }
+    if (wanted('sdk-parked-512')) {
+      cases.push(await sdkCase(endpoints, 'sdk-parked-512', 512, true, quick ? 3 : 9));
+    }
+    if (wanted('sdk-dispatchable-512')) {
+      cases.push(await sdkCase(endpoints, 'sdk-dispatchable-512', 512, false, quick ? 3 : 5));
     }
     console.error(`note: ${GSI_NOTE}`);
     return { name: 'scheduler', machine: machine(), quick, cases };

@@ -39,7 +39,8 @@ export async function writeWorkItem(s3: S3Client, bucket: string, workItem: Work
   return body.length;
 }
 
-async function putInParts(s3: S3Client, bucket: string, key: string, body: Uint8Array): Promise<void> {
+/** Uploads `body` in `MULTIPART_PART_BYTES` parts (exported for the scheduler bench's pre-W4 baseline). */
+export async function putInParts(s3: S3Client, bucket: string, key: string, body: Uint8Array): Promise<void> {
   const created = await s3.send(
     new CreateMultipartUploadCommand({ Bucket: bucket, Key: key, ContentType: WORK_ITEM_CONTENT_TYPE }),
   );
