@@ -2,6 +2,7 @@ import { encodeCutRow } from '../../shared/prefix/codec/cut-row.js';
 import { decodeRowItem } from '../../shared/prefix/codec/row-item.js';
 import { packedSizes } from '../../shared/prefix/codec/token-packing.js';
 import type { CutRow } from '../../shared/prefix/types.js';
+import { seededRandom } from '../../test/support/seeded-random.js';
 
 /**
  * The prefix benchmark's workload: unfinished sample calls at a cut, generated from a fixed seed.
@@ -22,18 +23,6 @@ export interface Workload {
   readonly contentId: string;
   readonly rows: readonly CutRow[];
   readonly totalTokens: number;
-}
-
-/** mulberry32: a small, fast, seedable generator (the bench only needs reproducible spread). */
-function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
 }
 
 export function buildWorkload(spec: WorkloadSpec): Workload {

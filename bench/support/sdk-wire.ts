@@ -1,6 +1,7 @@
 import { compress, init } from '@bokuweb/zstd-wasm';
 import { create, toBinary } from '@bufbuild/protobuf';
 import { DType, ForwardBackwardRequestSchema } from '../../shared/wire/gen/tinker_public_pb.js';
+import { seededRandom } from '../../test/support/seeded-random.js';
 
 /**
  * A `forward_backward` request body built exactly as the official SDK sends it, for benchmarks:
@@ -54,17 +55,7 @@ export function initSdkWire(): Promise<void> {
   return ready;
 }
 
-/** mulberry32: a small seeded PRNG, so every run builds the same bodies. */
-function prng(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
+const prng = seededRandom;
 
 interface DatumValues {
   readonly tokens: Int32Array;

@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import { WorkerHarness } from '../integration/worker-harness.js';
+import { lossFormula, type RlLoss } from '../support/loss-formulas.js';
+import { seededRandom } from '../support/seeded-random.js';
 import { Pipeline } from './support/pipeline.js';
 
 /**
@@ -25,30 +27,7 @@ interface PassAnswer {
 const TEXTS = ['reinforce this', 'a second rollout!'];
 const bytes = (text: string) => [...Buffer.from(text, 'utf8')];
 
-/** A small seeded generator (mulberry32). */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-const clip = (x: number, lo: number, hi: number) => Math.min(Math.max(x, lo), hi);
-
-function formula(loss: string, lp: number, q: number, a: number, config: Record<string, number>): number {
-  const r = Math.exp(lp - q);
-  const lo = config.clip_low_threshold ?? 0.8;
-  const hi = config.clip_high_threshold ?? 1.2;
-  if (loss === 'importance_sampling') return -r * a;
-  if (loss === 'ppo') return -Math.min(r * a, clip(r, lo, hi) * a);
-  if (loss === 'cispo') return -clip(r, lo, hi) * lp * a;
-  const beta = config.beta ?? 0.05;
-  return -(lp * a - (beta / 2) * (lp - q) ** 2);
-}
+const random = seededRandom;
 
 function datum(text: string, inputs: Record<string, number[]> = {}) {
   const all = bytes(text);
@@ -108,7 +87,7 @@ describe('every policy-gradient loss matches its formula on the logprobs the ser
     ['cispo', { clip_low_threshold: 0.7, clip_high_threshold: 1.3 }],
     ['dro', { beta: 0.25 }],
     ['dro', {}],
-  ] as [string, Record<string, number>][])('%s %o', async (loss, config) => {
+  ] as [RlLoss, Record<string, number>][])('%s %o', async (loss, config) => {
     const forward = await client.waitFor<PassAnswer>(
       (
         await client.forward({
@@ -132,7 +111,7 @@ describe('every policy-gradient loss matches its formula on the logprobs the ser
           seq_id: ++seq,
           forward_backward_input: {
             data: TEXTS.map((t, d) => datum(t, inputs[d])),
-            loss_fn: loss as 'ppo',
+            loss_fn: loss,
             loss_fn_config: config,
           },
         })
@@ -149,7 +128,7 @@ describe('every policy-gradient loss matches its formula on the logprobs the ser
       const elementwise = out.elementwise_loss?.data ?? [];
       expect(elementwise).toHaveLength(lps.length);
       lps.forEach((lp, i) => {
-        const expected = formula(loss, lp, q[i] as number, a[i] as number, config);
+        const expected = lossFormula(loss, lp, q[i] as number, a[i] as number, config);
         expect(Math.abs((elementwise[i] as number) - expected)).toBeLessThan(2e-6 * (1 + Math.abs(expected)));
         sum += expected;
         const r = Math.exp(lp - (q[i] as number));

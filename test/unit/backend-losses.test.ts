@@ -5,6 +5,8 @@ import { lossFunction } from '../../shared/backend/reference/losses.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { asReferenceState, type ReferenceState } from '../../shared/backend/reference/state.js';
 import { float32Tensor, int64Tensor } from '../../shared/backend/tensor.js';
+import { clip, lossFormula, RL_LOSSES, type RlLoss } from '../support/loss-formulas.js';
+import { seededRandom } from '../support/seeded-random.js';
 
 /**
  * Tinker's policy-gradient losses (importance_sampling, ppo, cispo, dro) and cross_entropy's linearity on
@@ -14,41 +16,8 @@ import { float32Tensor, int64Tensor } from '../../shared/backend/tensor.js';
 
 const backend = new ReferenceBackend();
 const BASE = 'Qwen/Qwen3-4B';
-const RL_LOSSES = ['importance_sampling', 'ppo', 'cispo', 'dro'] as const;
-type RlLoss = (typeof RL_LOSSES)[number];
 
-/** A small seeded generator (mulberry32), so a failure reproduces. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-const clip = (x: number, lo: number, hi: number) => Math.min(Math.max(x, lo), hi);
-
-/** The per-token loss as Tinker documents it, in float64, for the logprob lp. */
-function formula(loss: RlLoss, lp: number, q: number, a: number, config: Record<string, number>): number {
-  const r = Math.exp(lp - q);
-  const lo = config.clip_low_threshold ?? 0.8;
-  const hi = config.clip_high_threshold ?? 1.2;
-  switch (loss) {
-    case 'importance_sampling':
-      return -r * a;
-    case 'ppo':
-      return -Math.min(r * a, clip(r, lo, hi) * a);
-    case 'cispo':
-      return -clip(r, lo, hi) * lp * a;
-    case 'dro': {
-      const beta = config.beta ?? 0.05;
-      return -(lp * a - (beta / 2) * (lp - q) ** 2);
-    }
-  }
-}
+const random = seededRandom;
 
 /**
  * d formula / d lp by central differences. cispo's clip(r) is a stop-gradient: it is held at its value
@@ -70,7 +39,7 @@ function numericSlope(
     );
     return (-frozen * (lp + h) * a - -frozen * (lp - h) * a) / (2 * h);
   }
-  return (formula(loss, lp + h, q, a, config) - formula(loss, lp - h, q, a, config)) / (2 * h);
+  return (lossFormula(loss, lp + h, q, a, config) - lossFormula(loss, lp - h, q, a, config)) / (2 * h);
 }
 
 /** Ratios kept 0.02 away from the clip bounds so no finite difference straddles a kink. */
@@ -121,7 +90,7 @@ describe('policy-gradient losses: values and slopes per target', () => {
       else outside += 1;
       if (ai > 0) positive += 1;
       if (ai < 0) negative += 1;
-      const expected = formula(loss, lp, qi, ai, config);
+      const expected = lossFormula(loss, lp, qi, ai, config);
       expect(terms.value(i, lp)).toBeCloseTo(expected, 12);
       const numeric = numericSlope(loss, lp, qi, ai, config);
       expect(Math.abs(terms.slope(i, lp) - numeric)).toBeLessThan(1e-7 + 1e-7 * Math.abs(numeric));
@@ -304,7 +273,7 @@ describe('policy-gradient losses: outputs and metrics', () => {
         let ratioSum = 0;
         clipped = 0;
         lps.forEach((lp, i) => {
-          const expected = formula(loss, lp, q[i] as number, a[i] as number, config);
+          const expected = lossFormula(loss, lp, q[i] as number, a[i] as number, config);
           expect(Math.abs((elementwise[i] as number) - expected)).toBeLessThan(
             1e-5 * (1 + Math.abs(expected)),
           );

@@ -6,6 +6,7 @@ import fc from 'fast-check';
 import type { LiveRow, ModelRow, RequestType, TrainingRequestType } from '../../shared/domain/records.js';
 import type { PlanLimits } from '../../shared/scheduling/limits.js';
 import type { Plan, Snapshot } from '../../shared/scheduling/plan-types.js';
+import { seededRandom } from '../support/seeded-random.js';
 
 /** Time-ordered request ids that sort as strings: `r00000001`, `r00000002`, ... */
 export function rid(n: number): string {
@@ -180,17 +181,7 @@ export function skyrlRowsOf(live: readonly LiveRow[]): SkyrlRow[] {
   }));
 }
 
-/** Deterministic PRNG (mulberry32) for simulations driven by a fast-check seed. */
-export function prng(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export const prng = seededRandom;
 
 // ---- fast-check arbitraries shared by the property suites ----
 
