@@ -132,6 +132,13 @@ export async function handleStatusPageRequest(
     case '/app.css':
       return respond(200, 'text/css; charset=utf-8', options.assets.css);
     case '/data':
+      // GET only: a HEAD would run the whole multi-shard read for no body, and on AWS it would not
+      // match the data route's own throttle (that route is `GET /status/data`).
+      if (method !== 'GET') {
+        return respond(405, 'text/plain; charset=utf-8', 'method not allowed\n', 'no-cache', {
+          allow: 'GET',
+        });
+      }
       return dataResponse(options);
     default:
       return respond(404, 'text/plain; charset=utf-8', 'not found\n');

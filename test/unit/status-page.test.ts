@@ -22,6 +22,25 @@ describe('status page routes', () => {
     expect(statusPageSubpath('/api/v1/status')).toBeUndefined();
   });
 
+  it('answers HEAD on the data 405 without reading anything (hardening finding 6)', async () => {
+    let reads = 0;
+    const counting: StatusPageOptions = {
+      assets,
+      readStatus: () => {
+        reads++;
+        return empty();
+      },
+    };
+    expect(await handleStatusPageRequest('HEAD', '/data', counting)).toMatchObject({
+      status: 405,
+      headers: { allow: 'GET' },
+    });
+    expect(reads).toBe(0);
+    expect((await handleStatusPageRequest('HEAD', '', counting)).status).toBe(200);
+    expect((await handleStatusPageRequest('GET', '/data', counting)).status).toBe(200);
+    expect(reads).toBe(1);
+  });
+
   it('serves the page and its own assets under a strict CSP, referring to them relatively', async () => {
     for (const subpath of ['', '/app.js', '/app.css']) {
       const answer = await handleStatusPageRequest('GET', subpath, open);
