@@ -39,6 +39,16 @@ export class ValidationError extends TinkerError {
   }
 }
 
+/** A `ValidationError` about one field: the message reads `<field>: <problem>`, the field in `context`. */
+export function invalidField(
+  field: string,
+  problem: string,
+  status: 400 | 413 | 415 | 422 = 400,
+  cause?: unknown,
+): ValidationError {
+  return new ValidationError(`${field}: ${problem}`, { status, context: { field }, cause });
+}
+
 export class AuthError extends TinkerError {
   readonly status = 401;
   override readonly category = 'user' as const;

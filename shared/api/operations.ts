@@ -221,24 +221,27 @@ export async function forwardBackward(ctx: OperationContext, body: unknown): Pro
     });
   }
   const request = parseRequest(schemas.forwardBackwardRequest, body);
-  const field = 'forward_backward_input';
-  return submitPass(ctx, {
-    type: 'forward_backward',
-    modelId: request.model_id,
-    seqId: request.seq_id,
-    input: passInputFromJson(request.forward_backward_input, field, maxCsrDenseValues(ctx.tunables)),
-    field,
-  });
+  return submitJsonPass(ctx, 'forward_backward', request, request.forward_backward_input);
 }
 
 export async function forward(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.forwardRequest, body);
-  const field = 'forward_input';
+  return submitJsonPass(ctx, 'forward', request, request.forward_input);
+}
+
+/** A JSON pass (SDK <= 0.24.1): its input member is `forward_backward_input` or `forward_input`. */
+function submitJsonPass(
+  ctx: OperationContext,
+  type: 'forward' | 'forward_backward',
+  ids: { readonly model_id: string; readonly seq_id: number },
+  input: schemas.ForwardBackwardInputBody,
+): Promise<FutureAnswer> {
+  const field = type === 'forward' ? 'forward_input' : 'forward_backward_input';
   return submitPass(ctx, {
-    type: 'forward',
-    modelId: request.model_id,
-    seqId: request.seq_id,
-    input: passInputFromJson(request.forward_input, field, maxCsrDenseValues(ctx.tunables)),
+    type,
+    modelId: ids.model_id,
+    seqId: ids.seq_id,
+    input: passInputFromJson(input, field, maxCsrDenseValues(ctx.tunables)),
     field,
   });
 }

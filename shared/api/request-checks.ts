@@ -2,7 +2,7 @@ import type { z } from 'zod';
 import { type ForwardBackwardInput, inputTokenCount } from '../backend/pass-input.js';
 import type { Tensor } from '../backend/tensor.js';
 import type { Tunables } from '../config.js';
-import { ValidationError } from '../errors.js';
+import { invalidField as invalid, ValidationError } from '../errors.js';
 import {
   FLOAT_LOSS_INPUTS,
   FLOAT32_ONLY_INPUTS,
@@ -22,8 +22,11 @@ import type { ModelInputBody, SampleRequestBody } from './schemas.js';
 
 type Limits = Pick<Tunables, 'maxBodyBytes' | 'maxDatums' | 'maxTokensPerRequest'>;
 
-function invalid(field: string, problem: string, status: 400 | 413 | 422 = 400): ValidationError {
-  return new ValidationError(`${field}: ${problem}`, { status, context: { field } });
+/** A body of `bytes` (decompressed, for a compressed one) within `MAX_BODY_BYTES`, else a 413. */
+export function checkBodyBytes(bytes: number, limits: Pick<Limits, 'maxBodyBytes'>): void {
+  if (bytes > limits.maxBodyBytes) {
+    throw invalid('body', `${bytes} bytes exceeds the limit of ${limits.maxBodyBytes} bytes`, 413);
+  }
 }
 
 /**
@@ -35,10 +38,7 @@ export function parseJsonBody(
   limits: Pick<Limits, 'maxBodyBytes'>,
 ): unknown {
   if (raw === undefined || raw.length === 0) return {};
-  const bytes = typeof raw === 'string' ? Buffer.byteLength(raw) : raw.length;
-  if (bytes > limits.maxBodyBytes) {
-    throw invalid('body', `${bytes} bytes exceeds the limit of ${limits.maxBodyBytes} bytes`, 413);
-  }
+  checkBodyBytes(typeof raw === 'string' ? Buffer.byteLength(raw) : raw.length, limits);
   try {
     return JSON.parse(
       typeof raw === 'string' ? raw : new TextDecoder('utf-8', { ignoreBOM: true }).decode(raw),

@@ -1,7 +1,7 @@
 import { type AwsClients, awsClients } from '../aws/clients.js';
 import { TRANSIENT_AWS_ERROR_NAMES } from '../aws/transient-errors.js';
 import { config } from '../config.js';
-import { AuthError, isAwsError, TinkerError, ValidationError } from '../errors.js';
+import { AuthError, invalidField, isAwsError, TinkerError, type ValidationError } from '../errors.js';
 import { logger } from '../logger.js';
 import { keyKind, operatorForKey, tenantForApiKey } from '../repositories/api-keys.js';
 import { NO_FAVICON, statusPageSubpath } from '../status-page/page.js';
@@ -9,7 +9,7 @@ import { decompressZstdBounded } from '../wire/zstd.js';
 import { acceptsProtobuf, BinaryAnswer, PROTOBUF_CONTENT_TYPE, ProtobufBody } from './bodies.js';
 import { boundMessage } from './describe.js';
 import * as ops from './operations.js';
-import { parseJsonBody } from './request-checks.js';
+import { checkBodyBytes, parseJsonBody } from './request-checks.js';
 import { retrieveFuture } from './retrieve.js';
 import { compileRoutes } from './route-matcher.js';
 import { handleStatusRoute } from './status-routes.js';
@@ -141,7 +141,7 @@ async function refuseTenantRoute(apiKey: string, clients: AwsClients): Promise<A
 }
 
 function unsupported(problem: string): ValidationError {
-  return new ValidationError(`body: ${problem}`, { status: 415, context: { field: 'body' } });
+  return invalidField('body', problem, 415);
 }
 
 /**
@@ -159,15 +159,7 @@ function readBody(request: ApiRequest, route: Route, limits: { readonly maxBodyB
     }
     if (encoding === 'zstd') return new ProtobufBody(decompressZstdBounded(raw, limits.maxBodyBytes), raw);
     if (encoding !== 'identity') throw unsupported(`content-encoding ${encoding} is not supported; use zstd`);
-    if (raw.length > limits.maxBodyBytes) {
-      throw new ValidationError(
-        `body: ${raw.length} bytes exceeds the limit of ${limits.maxBodyBytes} bytes`,
-        {
-          status: 413,
-          context: { field: 'body' },
-        },
-      );
-    }
+    checkBodyBytes(raw.length, limits);
     return new ProtobufBody(raw);
   }
   if (!/json|text\/plain/.test(contentType)) {

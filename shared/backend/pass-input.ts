@@ -1,4 +1,4 @@
-import { ValidationError } from '../errors.js';
+import { invalidField as invalid } from '../errors.js';
 import {
   checkShape,
   denseFromCsr,
@@ -59,10 +59,6 @@ export interface ForwardBackwardInputJson {
   readonly data: readonly DatumJson[];
   readonly loss_fn: string;
   readonly loss_fn_config?: Readonly<Record<string, number | string>> | null;
-}
-
-function invalid(field: string, problem: string, status: 400 | 413 | 422 = 400): ValidationError {
-  return new ValidationError(`${field}: ${problem}`, { status, context: { field } });
 }
 
 /** Every token id of a model input, chunks concatenated. */

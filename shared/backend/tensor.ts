@@ -1,4 +1,4 @@
-import { ValidationError } from '../errors.js';
+import { invalidField as invalid } from '../errors.js';
 
 /**
  * Tensors as the worker and the backend hold them: dense, row-major, in typed arrays (W4; README,
@@ -58,10 +58,6 @@ export function tensorToJson(tensor: Tensor): TensorJson {
     for (let i = 0; i < tensor.data.length; i++) data[i] = Number(tensor.data[i] as bigint);
   }
   return { data, dtype: tensor.dtype, shape: [...tensor.shape] };
-}
-
-function invalid(field: string, problem: string): ValidationError {
-  return new ValidationError(`${field}: ${problem}`, { context: { field } });
 }
 
 /** Checks a shape: non-negative integer dimensions whose product is `elements`. */

@@ -23,14 +23,16 @@ interface PayloadRef {
   readonly compression?: string;
 }
 
-type Entry = Record<string, unknown> & { payload?: unknown };
+/** A step or sample entry, as far as its payload goes. */
+export type Entry = Record<string, unknown> & { payload?: unknown };
 
-interface ItemShape {
+export interface ItemShape {
   readonly models?: readonly { readonly steps?: readonly Entry[] }[];
   readonly samples?: readonly Entry[];
 }
 
-function entriesOf(item: ItemShape): Entry[] {
+/** Every step and sample entry of a work item (or of its file's header), in file order. */
+export function entriesOf(item: ItemShape): Entry[] {
   return [...(item.models ?? []).flatMap((model) => model.steps ?? []), ...(item.samples ?? [])];
 }
 

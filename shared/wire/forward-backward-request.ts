@@ -1,13 +1,13 @@
 import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import type { Datum, EncodedTextChunk, ForwardBackwardInput } from '../backend/pass-input.js';
 import type { Tensor } from '../backend/tensor.js';
+import { invalidField as invalid } from '../errors.js';
 import { arrayBytes, readInt32 } from './array-bytes.js';
 import {
   type Chunk,
   type Datum as DatumMessage,
   ForwardBackwardRequestSchema,
 } from './gen/tinker_public_pb.js';
-import { invalid } from './invalid.js';
 import { type CsrBudget, tensorFromMessage, tensorToMessage } from './tensor-message.js';
 
 /** A `ForwardBackwardRequest` (SDK 0.25 body of POST /api/v1/forward_backward) in the backend's typed form. */

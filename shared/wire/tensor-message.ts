@@ -1,4 +1,5 @@
 import { checkShape, denseFromCsr, shapeSize, type Tensor } from '../backend/tensor.js';
+import { invalidField as invalid } from '../errors.js';
 import {
   arrayBytes,
   readBfloat16AsFloat32,
@@ -7,7 +8,6 @@ import {
   readInt64,
 } from './array-bytes.js';
 import { DType, type Tensor as TensorMessage } from './gen/tinker_public_pb.js';
-import { invalid } from './invalid.js';
 
 /** Bytes per element of each dtype the SDK can read or write. */
 const ITEM_SIZE: Partial<Record<number, number>> = {

@@ -1,6 +1,5 @@
 import { Decompress } from 'fzstd';
-import { TinkerError } from '../errors.js';
-import { invalid } from './invalid.js';
+import { invalidField as invalid, TinkerError } from '../errors.js';
 import { type ZstdFrame, zstdFrames } from './zstd-frames.js';
 
 /**

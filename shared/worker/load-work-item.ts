@@ -7,7 +7,7 @@ import {
   workItemSchema,
   workManifestSchema,
 } from '../scheduling/work-item.js';
-import { decodeWorkItemFile } from '../scheduling/work-item-file.js';
+import { decodeWorkItemFile, entriesOf, type ItemShape } from '../scheduling/work-item-file.js';
 import { getBytes } from './blobs.js';
 
 /**
@@ -15,10 +15,8 @@ import { getBytes } from './blobs.js';
  * step decodes them into typed arrays (W4).
  */
 function withJsonPayloadsParsed(item: unknown): unknown {
-  const shape = item as { models?: { steps?: { payload?: unknown }[] }[]; samples?: { payload?: unknown }[] };
-  const entries = [...(shape.models ?? []).flatMap((model) => model.steps ?? []), ...(shape.samples ?? [])];
   const text = new TextDecoder();
-  for (const entry of entries) {
+  for (const entry of entriesOf(item as ItemShape)) {
     const payload = entry.payload;
     if (payload instanceof PayloadBytes && payload.format === 'json') {
       entry.payload = JSON.parse(text.decode(payload.bytes)) as unknown;

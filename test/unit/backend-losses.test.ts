@@ -5,6 +5,7 @@ import { lossFunction } from '../../shared/backend/reference/losses.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { asReferenceState, type ReferenceState } from '../../shared/backend/reference/state.js';
 import { float32Tensor, int64Tensor } from '../../shared/backend/tensor.js';
+import { expectMatchesFiniteDifferences } from '../support/finite-difference.js';
 import { clip, lossFormula, RL_LOSSES, type RlLoss } from '../support/loss-formulas.js';
 import { seededRandom } from '../support/seeded-random.js';
 
@@ -201,22 +202,7 @@ async function expectGradientMatches(
   const lossSum = async (params: Float64Array) =>
     (await backend.forward({ ...state, params } as ReferenceState, surrogate)).metrics['loss:sum'] as number;
   const grad = await gradOf(state, input);
-  const h = 1e-5;
-  let diffSquares = 0;
-  let gradSquares = 0;
-  for (let i = 0; i < grad.length; i++) {
-    const plus = state.params.slice();
-    const minus = state.params.slice();
-    plus[i] = (plus[i] as number) + h;
-    minus[i] = (minus[i] as number) - h;
-    const numeric = ((await lossSum(plus)) - (await lossSum(minus))) / (2 * h);
-    const analytic = grad[i] as number;
-    expect(Math.abs(numeric - analytic)).toBeLessThan(1e-6 + 1e-5 * Math.abs(numeric));
-    diffSquares += (numeric - analytic) ** 2;
-    gradSquares += analytic ** 2;
-  }
-  expect(Math.sqrt(gradSquares)).toBeGreaterThan(0.05);
-  expect(Math.sqrt(diffSquares / gradSquares)).toBeLessThan(1e-6);
+  await expectMatchesFiniteDifferences(lossSum, state.params, grad, { minNorm: 0.05, relativeError: 1e-6 });
 }
 
 describe('policy-gradient losses: adapter gradients (finite differences)', () => {
