@@ -627,6 +627,34 @@ function canonicalTick(scene: Scene, meter: Metered) {
   });
 }
 
+/**
+ * Side `request_floor`: the current tick making exactly ours' AWS requests (the index query, model
+ * reads, claims, the 512 payload GETs with their bodies read to the end, the work item PUT and the
+ * SQS send) with no payload handling at all: each GET's body is dropped after it arrived, so the tick
+ * digests, copies and writes nothing of it. The SDK's per-request work is the same on every side; the
+ * difference between a side and this floor is what that side spends on the payloads themselves.
+ */
+function requestFloorTick(scene: Scene, meter: Metered) {
+  const s3 = meter.clients.s3;
+  const dropping = {
+    send: async (command: unknown) => {
+      if (!(command instanceof GetObjectCommand)) return s3.send(command as GetObjectCommand);
+      const answer = await s3.send(command);
+      await answer.Body?.transformToByteArray();
+      const empty = new Uint8Array(0);
+      return { Metadata: {}, Body: { transformToByteArray: async () => empty } };
+    },
+  } as unknown as S3Client;
+  return measured('request_floor', meter, async () => {
+    const adapters: SchedulerAdapters = {
+      ...schedulerAdapters(scene.settings, meter.clients),
+      readPayloads: (ids) => readPayloads(dropping, scene.settings.bucket, ids),
+    };
+    const outcome = await runTick({ settings: scene.settings, adapters });
+    return { dispatched: outcome.counters.steps_dispatched, workItems: outcome.counters.work_items };
+  });
+}
+
 function ratio(baseline: number, ours: number): number {
   return Math.round((baseline / Math.max(ours, 1e-3)) * 10) / 10;
 }
@@ -699,16 +727,29 @@ async function benchCase(
 }
 
 /** The SDK cases' ratios (each baseline over ours) and the issue's targets, checked at N = 512. */
+/** A side's CPU beyond the request floor's (never below zero: a median can land under it). */
+function aboveFloor(side: Counts, floor: Counts): number {
+  return Math.max(0, Math.round((side.cpu_ms! - floor.cpu_ms!) * 10) / 10);
+}
+
 function annotateSdk(result: CaseResult): CaseResult {
   const ours = result.ours as Counts;
   const before = result.baseline as Counts;
   const canonical = result.baseline_canonical_pb as Counts;
+  const floor = result.baseline_request_floor as Counts;
   const ratios = {
     ratio_cpu: ratio(before.cpu_ms!, ours.cpu_ms!),
     ratio_bytes_moved: ratio(before.bytes_moved!, ours.bytes_moved!),
     ratio_payload_bytes_read: ratio(before.s3_bytes!, ours.s3_bytes!),
     ratio_cpu_canonical_pb: ratio(canonical.cpu_ms!, ours.cpu_ms!),
     ratio_bytes_moved_canonical_pb: ratio(canonical.bytes_moved!, ours.bytes_moved!),
+    // CPU each side spends on the payloads beyond the requests every side makes alike.
+    payload_cpu_ms: {
+      ours: aboveFloor(ours, floor),
+      json_before: aboveFloor(before, floor),
+      canonical_pb: aboveFloor(canonical, floor),
+    },
+    ratio_payload_cpu: ratio(aboveFloor(before, floor), aboveFloor(ours, floor)),
   };
   const parked = ours.dispatched === 0;
   const targets = parked
@@ -719,6 +760,8 @@ function annotateSdk(result: CaseResult): CaseResult {
     : {
         s3_gets_equal_dispatched: ours.s3_gets === ours.dispatched && ours.dispatched! > 0,
         cpu_5x_below_json_before: before.cpu_ms! >= 5 * ours.cpu_ms!,
+        payload_cpu_5x_below_json_before: aboveFloor(before, floor) >= 5 * aboveFloor(ours, floor),
+        floor_gets_equal_dispatched: floor.s3_gets === ours.dispatched,
         bytes_moved_2_5x_below_json_before: before.bytes_moved! >= 2.5 * ours.bytes_moved!,
       };
   return { ...result, ...ratios, targets };
@@ -740,7 +783,11 @@ async function sdkCase(
   const meter = meteredClients(endpoints);
   console.error(`${name}: seeded ${n} rows in ${((Date.now() - seedStarted) / 1000).toFixed(1)} s`);
   const ours = oursTick(scene, meter);
-  const baselines = { json_before: jsonBeforeTick(scene, meter), canonical_pb: canonicalTick(scene, meter) };
+  const baselines = {
+    json_before: jsonBeforeTick(scene, meter),
+    canonical_pb: canonicalTick(scene, meter),
+    request_floor: requestFloorTick(scene, meter),
+  };
   for (const side of [ours, ...Object.values(baselines)]) {
     if (!parked) await resetScene(scene);
     await side();
