@@ -353,7 +353,8 @@ function judge(result: CaseResult, rtt: boolean, save: boolean): CaseResult {
 
 /**
  * One small untimed pass of every code path (both sides, save and restore) before the cases, so the
- * first measured run does not pay for JIT warm-up of DynamoDB Local (C1 only) and of this process.
+ * first measured run does not pay for JIT warm-up of DynamoDB Local (its JVM stops at the client
+ * compiler, TieredStopAtLevel=1) and of this process.
  */
 async function warmUp(setting: Setting, tables: TableRotation): Promise<void> {
   const small = buildWorkload({ calls: 32, minTokens: 256, maxTokens: 4_096, vocab: VOCAB, seed: SEED + 1 });

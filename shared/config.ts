@@ -20,7 +20,7 @@ export interface Config {
   queueUrl(id: QueueId): string;
   /** Scheduling pool this deployment serves; one tick at a time per pool. */
   readonly pool: string;
-  /** Number of `live` index partitions per pool (spreads index writes, see ARCHITECTURE limits). */
+  /** Number of `live` index partitions per pool (spreads index writes, see docs/design.md#limits). */
   readonly liveShards: number;
   /** Path-style S3 addressing, needed by fauxqs and LocalStack. */
   readonly s3ForcePathStyle: boolean;

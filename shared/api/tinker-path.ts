@@ -23,7 +23,7 @@ const KIND_SEGMENT: Readonly<Record<CheckpointKind, string>> = {
   sampler: 'sampler_weights',
 };
 
-/** Equivalent of the SDK's check (TINKER-SURFACE 1.3), for tests of what the server issues. */
+/** Equivalent of the SDK's check (docs/design.md#w5), for tests of what the server issues. */
 export const SDK_TINKER_PATH = /^tinker:\/\/([^/]*)\/(weights|sampler_weights)\/([^/]*)$/;
 
 export function formatCheckpointPath(path: CheckpointPath): string {

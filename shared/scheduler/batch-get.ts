@@ -3,7 +3,7 @@ import { InfrastructureError } from '../errors.js';
 import { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF, realSleep } from '../prefix/backoff.js';
 import { Limiter } from '../prefix/limiter.js';
 
-/** BatchGetItem takes at most 100 keys a call (REFERENCE section 4). */
+/** BatchGetItem takes at most 100 keys a call (docs/design.md#limits). */
 export const BATCH_GET_MAX_KEYS = 100;
 
 export interface BatchGetOptions {

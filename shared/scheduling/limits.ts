@@ -15,7 +15,7 @@ export interface PlanLimits {
   readonly maxAttempts: number;
 }
 
-/** DynamoDB TransactWriteItems holds at most 100 actions (REFERENCE section 4). */
+/** DynamoDB TransactWriteItems holds at most 100 actions (docs/design.md#limits). */
 export const TRANSACT_WRITE_MAX_ACTIONS = 100;
 
 /** The model row's own action in its commit (E4: SET state_ref, applied_through, REMOVE inflight). */

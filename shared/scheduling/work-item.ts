@@ -5,7 +5,7 @@ import { inflightToken } from './claim.js';
 
 /**
  * The work item: what one tick dispatched, written to S3 under `work/<id>.json`; SQS carries only
- * the small manifest naming it (ARCHITECTURE "Limits": queues hold manifests, S3 holds batches).
+ * the small manifest naming it (docs/design.md#limits: queues hold manifests, S3 holds batches).
  *
  * Fail steps. A model's step may carry `fail`: the worker then records that error as the step's
  * outcome in the model's commit, reads no payload for it and changes no model state. The scheduler

@@ -26,7 +26,7 @@ import {
 
 /**
  * Ticks driven directly against the local cloud, with rows written through the intake repositories:
- * SkyRL's regression cases (REFERENCE section 2) as work items read back from S3, and R6's count
+ * SkyRL's regression cases (docs/design.md#r2) as work items read back from S3, and R6's count
  * of payload reads.
  */
 describe('scheduler tick on the local cloud', () => {

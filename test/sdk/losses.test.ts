@@ -1,7 +1,7 @@
 import { expect, it } from 'vitest';
 import { describeScenario, LOGPROB_TOLERANCE } from './scenario.js';
 
-/** Float32 round trips of losses and logprobs: relative agreement this close (L1, TINKER-SURFACE 3.1). */
+/** Float32 round trips of losses and logprobs: relative agreement this close (L1; the SDK sends float32). */
 const FLOAT32_RELATIVE = 1e-5;
 
 interface LossCase {

@@ -25,7 +25,7 @@ export function descendantsMatching(root: number, matches: (commandLine: string)
     .map((row) => row.pid);
 }
 
-/** `pgrep -f <pattern>`: the pids whose command line matches, as the brief's check runs it. */
+/** `pgrep -f <pattern>`: the pids whose command line matches, as a check for leftover processes runs it. */
 export function pgrep(pattern: string): number[] {
   try {
     return execFileSync('pgrep', ['-f', pattern], { encoding: 'utf8' })

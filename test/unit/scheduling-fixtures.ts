@@ -1,6 +1,6 @@
 /**
  * Test fixtures for the planner suites (planner*.test.ts, scheduling-*.test.ts): row builders and an
- * independent, literal transcription of SkyRL's finders (REFERENCE section 2) used as an oracle.
+ * independent, literal transcription of SkyRL's finders (docs/design.md#r2) used as an oracle.
  */
 import fc from 'fast-check';
 import type { LiveRow, ModelRow, RequestType, TrainingRequestType } from '../../shared/domain/records.js';

@@ -45,7 +45,7 @@ const clamp = (x: number, lo: number, hi: number) => Math.min(Math.max(x, lo), h
  * Tinker's `cross_entropy` (sum reduction): element i costs -w_i * logp(target_i), with `weights` of
  * `target_tokens`' shape ([N] or [N, K] for top-k distillation; all ones when absent). Exactly linear in
  * the weights, of any sign, with no division by their sum: forward_backward_custom sends
- * weights = -dC/dlogprobs and relies on it (TINKER-SURFACE 3.2).
+ * weights = -dC/dlogprobs and relies on it (docs/design.md#l2).
  */
 const crossEntropy: LossFunction = {
   forDatum(datum) {
