@@ -22,6 +22,15 @@ export { PassBatcher } from './pass-batcher.js';
 export * as results from './results.js';
 export { DEFAULT_CUT_SAVE_MS, DEFAULT_SLICE_TOKENS, runWorkItem } from './runtime.js';
 export { parsePrefixRef, sequenceCallId } from './sample-resume.js';
+export {
+  CUT_SAVE_MARGIN_MS,
+  DEFAULT_DEADLINE_MARGINS,
+  type DeadlineMargins,
+  DeadlineStop,
+  GraceStop,
+  type StopOptions,
+  type StopTimers,
+} from './stop-policy.js';
 export type {
   ModelOutcome,
   PartOutcome,
