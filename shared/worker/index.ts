@@ -1,6 +1,6 @@
 /**
  * The worker runtime: executes work items through a `Backend` and commits each model (E1-E7). Two
- * drivers share it: `functions/worker/handler.ts` (SQS-triggered Lambda) and `local/worker-process.ts`
+ * drivers share it: `functions/worker/handler.ts` (SQS-triggered Lambda) and `bin/worker.ts`
  * (a long-running process for GPU hosts, `npm run worker`).
  */
 export { type CommitResult, commitModel, commitSample, returnSampleToPending } from './commit.js';

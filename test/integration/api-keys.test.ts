@@ -21,7 +21,7 @@ afterAll(async () => {
 /** `npm run keys -- ...` (the operator CLI's `keys`) as a developer runs it, pointed at the test cloud. */
 async function keysCli(...args: string[]): Promise<{ stdout: string; code: number }> {
   try {
-    const { stdout } = await run(process.execPath, ['--import', 'tsx', 'local/cli.ts', 'keys', ...args], {
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', 'bin/cli.ts', 'keys', ...args], {
       cwd: ROOT,
       env: { ...process.env, ...api.cloud.env },
     });

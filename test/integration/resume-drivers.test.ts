@@ -155,7 +155,7 @@ describe('cut triggers', () => {
       );
       const root = fileURLToPath(new URL('../../', import.meta.url));
       const args = ['--backend', 'test/integration/resume-slow-sampler.ts', '--wait-seconds', '1'];
-      const child = spawn(process.execPath, ['--import', 'tsx', 'local/worker-process.ts', ...args], {
+      const child = spawn(process.execPath, ['--import', 'tsx', 'bin/worker.ts', ...args], {
         cwd: root,
         env: {
           ...process.env,

@@ -6,13 +6,13 @@ import {
   SendMessageCommand,
 } from '@aws-sdk/client-sqs';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import { runWorkerProcess } from '../../../bin/worker.js';
 import {
   createWorkerHandler,
   handler as lambdaWorker,
   type WorkerHandlerOptions,
 } from '../../../functions/worker/handler.js';
 import type { LocalRuntime } from '../../../local/runtime.js';
-import { runWorkerProcess } from '../../../local/worker-process.js';
 import { awsClients } from '../../../shared/aws/clients.js';
 import { ReferenceBackend } from '../../../shared/backend/reference/reference-backend.js';
 import { TinkerClient } from '../../../shared/client/tinker-client.js';
@@ -97,7 +97,7 @@ export class Pipeline {
   }
 
   /**
-   * A worker process loop (local/worker-process.ts) on the work queue, in this process, under the
+   * A worker process loop (bin/worker.ts) on the work queue, in this process, under the
    * worker's grants and environment (what `ExternalWorkerPolicyArn` and `WorkerEnv` give a host).
    */
   startProcessWorker(worker: Omit<WorkerOptions, 'backend' | 'signal'> = {}): ProcessWorker {

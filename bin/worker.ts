@@ -8,6 +8,8 @@ import {
   ReceiveMessageCommand,
   type SQSClient,
 } from '@aws-sdk/client-sqs';
+import { type ResolvedEnvironment, resolveEnvironment, WORKER_ENV_OUTPUTS } from '../local/env-file.js';
+import { runUnderWorkerGrants } from '../local/worker-scope.js';
 import { awsClients, resetAwsClients } from '../shared/aws/clients.js';
 import type { Backend } from '../shared/backend/backend.js';
 import { ReferenceBackend } from '../shared/backend/reference/reference-backend.js';
@@ -22,8 +24,6 @@ import {
   processWorkMessage,
   type WorkerOptions,
 } from '../shared/worker/index.js';
-import { type ResolvedEnvironment, resolveEnvironment, WORKER_ENV_OUTPUTS } from './env-file.js';
-import { runUnderWorkerGrants } from './worker-scope.js';
 
 /**
  * `npm run worker`: the worker runtime as a long-running process, for GPU hosts (or any host) that
@@ -45,7 +45,7 @@ import { runUnderWorkerGrants } from './worker-scope.js';
  * functions' (WORK_QUEUE_URL, MODELS_TABLE, DATA_BUCKET, ...): from `--env-file` (a flat JSON map,
  * NAME=value lines, or `cdk deploy --outputs-file` JSON, whose `WorkerEnv` is used), else the
  * environment, else a running `npm start`'s `.local/env.json`. Against `npm start`'s stack the process
- * runs under the worker's grants, checked locally as its host policy would be on AWS (worker-scope.ts).
+ * runs under the worker's grants, checked locally as its host policy would be on AWS (local/worker-scope.ts).
  */
 
 export interface WorkerProcessOptions {
