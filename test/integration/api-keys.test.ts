@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { printDevelopmentApiKey, printOperatorKey } from '../../local/keys.js';
+import { printDevelopmentApiKey, printOperatorKey } from '../../local/on-ready.js';
 import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 const run = promisify(execFile);
