@@ -9,9 +9,9 @@ import { requestCut } from '../../shared/ops/control-store.js';
 import type { WorkManifest } from '../../shared/scheduling/work-item.js';
 import { runWorkItem, type WorkerEvent } from '../../shared/worker/index.js';
 import { waitFor } from '../support/wait.js';
+import { BASE_MODEL, type TenantClient, WorkerHarness } from '../support/worker-harness.js';
 import { cycle, expectBackToPending, onlyIds, startsOf, uninterrupted } from './resume-harness.js';
 import { createBackend as slowSampler } from './resume-slow-sampler.js';
-import { BASE_MODEL, type TenantClient, WorkerHarness } from './worker-harness.js';
 
 /**
  * The three cut triggers, each ending in a resumed, exact answer: the Lambda's remaining time under

@@ -16,7 +16,7 @@ import type { LiveRow, ModelRow } from '../../shared/domain/records.js';
 import { manifestFor, type WorkManifest } from '../../shared/scheduling/work-item.js';
 import { runWorkItem, type WorkerEvent } from '../../shared/worker/index.js';
 import { waitFor } from '../support/wait.js';
-import { crossEntropy, textDatum, WorkerHarness } from './worker-harness.js';
+import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
 
 let h: WorkerHarness;
 
