@@ -6,12 +6,12 @@ import { type RlLossFn, rlPassInput } from '../shared/client/rl-inputs.js';
 import { TinkerClient } from '../shared/client/tinker-client.js';
 import type { FutureRow } from '../shared/domain/records.js';
 import { requestCut } from '../shared/ops/control-store.js';
+import { createApiKey } from '../shared/repositories/api-keys.js';
 import { decode, encode } from './demo/dataset.js';
 import { ProgressBar } from './demo/progress.js';
 import { groupAdvantages, RL_PROMPTS, type Rollout, reward, rolloutSequence } from './demo/rl-task.js';
 import { RolloutCuts } from './demo/rollout-cuts.js';
 import { runDemo, say, seconds } from './demo/script.js';
-import { createApiKey } from './keys.js';
 import { type LocalStack, startLocalStack } from './stack.js';
 
 /**

@@ -3,10 +3,10 @@ import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { DEFAULT_BASE_MODEL as BASE_MODEL } from '../shared/api/capabilities.js';
 import { TinkerClient } from '../shared/client/tinker-client.js';
 import { type CheckpointNameRecord, type ModelRow, registryKey } from '../shared/domain/records.js';
+import { createApiKey } from '../shared/repositories/api-keys.js';
 import { decode, encode, PHRASES, PROMPT, phraseDatum } from './demo/dataset.js';
 import { ProgressBar } from './demo/progress.js';
 import { runDemo, say, seconds } from './demo/script.js';
-import { createApiKey } from './keys.js';
 import { type LocalStack, startLocalStack } from './stack.js';
 
 /**

@@ -1,6 +1,5 @@
 import { removeLocalEnvFile, writeLocalEnvFile } from './env-file.js';
-import { printDevelopmentApiKey } from './keys.js';
-import { readyHooks } from './on-ready.js';
+import { printDevelopmentApiKey, readyHooks } from './on-ready.js';
 import { clientExportLines, type LocalStack, startLocalStack } from './stack.js';
 import { type StatusPageServer, startStatusPage } from './status-page/server.js';
 
@@ -49,7 +48,7 @@ async function main(): Promise<void> {
   for (const hook of readyHooks) {
     const lines = await hook({ apiUrl, env, resources, clients });
     extraLines.push(...lines);
-    // That hook's last line is the key itself (see local/keys.ts).
+    // That hook's last line is the key itself (see local/on-ready.ts).
     if (hook === printDevelopmentApiKey) developmentKey = lines.at(-1);
   }
   if (developmentKey !== undefined) {

@@ -3,7 +3,7 @@ import { QueryCommand } from '@aws-sdk/lib-dynamodb';
 import type { AwsClients } from '../../shared/aws/clients.js';
 import { liveKey } from '../../shared/ids.js';
 import { LIVE_INDEX } from '../../shared/topology.js';
-import type { Answer } from '../../test/integration/worker-harness.js';
+import type { Answer } from '../../test/support/worker-harness.js';
 import { ChaosStack, type ChaosTarget } from './chaos-stack.js';
 import { Backpressure } from './client.js';
 import { describePending } from './diagnose.js';

@@ -11,7 +11,7 @@ import type { FutureRow } from '../../shared/domain/records.js';
 import { StepUserError } from '../../shared/errors.js';
 import { Limiter } from '../../shared/prefix/limiter.js';
 import { checkpointContentId, storageKeys } from '../../shared/storage-keys.js';
-import { type Answer, WorkerHarness } from '../../test/integration/worker-harness.js';
+import { type Answer, WorkerHarness } from '../../test/support/worker-harness.js';
 
 /**
  * R1, checked as the end-to-end suite checks it: every request's answer over HTTP equals what the

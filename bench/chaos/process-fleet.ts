@@ -1,12 +1,12 @@
 import type { SQSClient } from '@aws-sdk/client-sqs';
-import { runWorkerProcess } from '../../local/worker-process.js';
+import { runWorkerProcess } from '../../bin/worker.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import type { WorkerEvent } from '../../shared/worker/index.js';
 import type { DeliveryLog } from './delivery-log.js';
 import type { Processes, SimProcess } from './processes.js';
 
 /**
- * `npm run worker` loops (local/worker-process.ts) on the work queue beside the worker Lambda, each
+ * `npm run worker` loops (bin/worker.ts) on the work queue beside the worker Lambda, each
  * a simulated process. A loop killed at a crash point is stopped (its message stays unacknowledged
  * until the visibility timeout) and a fresh one takes its slot, as a supervisor would restart it.
  */

@@ -1,9 +1,9 @@
 import type { AwsClients } from '../../shared/aws/clients.js';
 import { FutureFailedError, type TinkerClient } from '../../shared/client/tinker-client.js';
 import { createApiKey } from '../../shared/repositories/api-keys.js';
-import { TenantDriver } from '../../test/e2e/support/tenant-driver.js';
-import type { TenantScript } from '../../test/e2e/support/workload.js';
-import type { WorkerHarness } from '../../test/integration/worker-harness.js';
+import { TenantDriver } from '../../test/support/tenant-driver.js';
+import type { WorkerHarness } from '../../test/support/worker-harness.js';
+import type { TenantScript } from '../../test/support/workload.js';
 import { chaosClient, type RetryStats, type SubmitGate } from './client.js';
 import type { OracleRecord } from './equivalence.js';
 

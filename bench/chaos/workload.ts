@@ -3,7 +3,7 @@ import {
   countFutures,
   generateWorkload,
   type TenantScript,
-} from '../../test/e2e/support/workload.js';
+} from '../../test/support/workload.js';
 
 /**
  * The chaos run's workload: the end-to-end suite's seeded multi-tenant scripts (creates, passes,

@@ -1,7 +1,7 @@
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import type { ModelRow } from '../../shared/domain/records.js';
 import { processWorkMessage, type WorkerEvent } from '../../shared/worker/index.js';
-import { gate } from '../../test/e2e/support/pipeline.js';
+import { gate } from '../../test/support/wait.js';
 import type { Processes } from './processes.js';
 
 /**

@@ -2,16 +2,22 @@ import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import type { Backend } from '../../shared/backend/backend.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { logger } from '../../shared/logger.js';
-import { describeVerdict, processWorkMessage, type WorkerOptions } from '../../shared/worker/index.js';
+import {
+  DEFAULT_DEADLINE_MARGINS,
+  type DeadlineMargins,
+  DeadlineStop,
+  describeVerdict,
+  processWorkMessage,
+  type WorkerOptions,
+} from '../../shared/worker/index.js';
 
 /**
  * SQS-triggered worker (batchSize 1 in the topology) on the reference CPU backend. A message whose
  * work failed with an infrastructure error (or was cut short by the deadline) is reported in
  * `batchItemFailures` and delivered again; a zombie or redelivered work item is a success.
  *
- * Near the end of the invocation: when the remaining time falls under `cutMarginMs`, running samples
- * are cut (their prefixes saved by `remaining - saveMarginMs`, they go back to pending and resume on
- * another worker); under `abandonMarginMs`, whatever still runs is abandoned so the answer goes out.
+ * Near the end of the invocation running samples are cut and then whatever still runs is abandoned,
+ * so the answer goes out: the margins and the timer are `DeadlineStop`'s (shared/worker/stop-policy.ts).
  */
 export interface WorkerHandlerOptions {
   readonly backend?: Backend;
@@ -31,42 +37,31 @@ export function createWorkerHandler(
   options: WorkerHandlerOptions = {},
 ): (event: SQSEvent, context?: Context) => Promise<SQSBatchResponse> {
   const backend = options.backend ?? new ReferenceBackend();
-  const cutMarginMs = options.cutMarginMs ?? 30_000;
-  const saveMarginMs = options.saveMarginMs ?? 15_000;
-  const abandonMarginMs = options.abandonMarginMs ?? 10_000;
-  const checkEveryMs = options.checkEveryMs ?? 250;
+  const margins: DeadlineMargins = {
+    cutMarginMs: options.cutMarginMs ?? DEFAULT_DEADLINE_MARGINS.cutMarginMs,
+    saveMarginMs: options.saveMarginMs ?? DEFAULT_DEADLINE_MARGINS.saveMarginMs,
+    abandonMarginMs: options.abandonMarginMs ?? DEFAULT_DEADLINE_MARGINS.abandonMarginMs,
+    checkEveryMs: options.checkEveryMs ?? DEFAULT_DEADLINE_MARGINS.checkEveryMs,
+  };
 
   return async (event, context) => {
     const failures: { itemIdentifier: string }[] = [];
-    const abandon = new AbortController();
-    const cut = new AbortController();
-    const remaining = context === undefined ? undefined : () => context.getRemainingTimeInMillis();
-    const check = (): boolean => {
-      if (remaining === undefined) return false;
-      const left = remaining();
-      if (left < abandonMarginMs) abandon.abort();
-      if (left < cutMarginMs) cut.abort();
-      return cut.signal.aborted;
-    };
-    const timer = remaining === undefined ? undefined : setInterval(check, checkEveryMs);
-    timer?.unref();
-    const deadline = (): number => Date.now() + (remaining?.() ?? Number.POSITIVE_INFINITY) - saveMarginMs;
+    const stop = new DeadlineStop(
+      context === undefined ? undefined : () => context.getRemainingTimeInMillis(),
+      margins,
+    );
     try {
       for (const record of event.Records) {
         const verdict = await processWorkMessage(record.body, {
           ...options.worker,
           backend,
-          signal: abandon.signal,
-          cut: cut.signal,
-          // Also checked at every slice boundary, so a cut never waits for the timer.
-          cutWhen: check,
-          ...(remaining === undefined ? {} : { cutDeadline: deadline }),
+          ...stop.options,
         });
         logger.info(describeVerdict(verdict), { message_id: record.messageId });
         if (!verdict.done) failures.push({ itemIdentifier: record.messageId });
       }
     } finally {
-      clearInterval(timer);
+      stop.dispose();
     }
     return { batchItemFailures: failures };
   };

@@ -1,6 +1,6 @@
 /**
  * The worker runtime: executes work items through a `Backend` and commits each model (E1-E7). Two
- * drivers share it: `functions/worker/handler.ts` (SQS-triggered Lambda) and `local/worker-process.ts`
+ * drivers share it: `functions/worker/handler.ts` (SQS-triggered Lambda) and `bin/worker.ts`
  * (a long-running process for GPU hosts, `npm run worker`).
  */
 export { type CommitResult, commitModel, commitSample, returnSampleToPending } from './commit.js';
@@ -22,6 +22,15 @@ export { PassBatcher } from './pass-batcher.js';
 export * as results from './results.js';
 export { DEFAULT_CUT_SAVE_MS, DEFAULT_SLICE_TOKENS, runWorkItem } from './runtime.js';
 export { parsePrefixRef, sequenceCallId } from './sample-resume.js';
+export {
+  CUT_SAVE_MARGIN_MS,
+  DEFAULT_DEADLINE_MARGINS,
+  type DeadlineMargins,
+  DeadlineStop,
+  GraceStop,
+  type StopOptions,
+  type StopTimers,
+} from './stop-policy.js';
 export type {
   ModelOutcome,
   PartOutcome,

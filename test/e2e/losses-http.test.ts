@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
-import { WorkerHarness } from '../integration/worker-harness.js';
 import { lossFormula, type RlLoss } from '../support/loss-formulas.js';
 import { seededRandom } from '../support/seeded-random.js';
+import { WorkerHarness } from '../support/worker-harness.js';
 import { Pipeline } from './support/pipeline.js';
 
 /**

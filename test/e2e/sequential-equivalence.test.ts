@@ -8,11 +8,11 @@ import type { ModelRow } from '../../shared/domain/records.js';
 import { requestCut } from '../../shared/ops/control-store.js';
 import { storageKeys } from '../../shared/storage-keys.js';
 import { processWorkMessage, type WorkerEvent } from '../../shared/worker/index.js';
-import { WorkerHarness } from '../integration/worker-harness.js';
-import { waitFor } from '../support/wait.js';
-import { answersOverHttp, gate, Pipeline, waitTerminal } from './support/pipeline.js';
-import { TenantDriver } from './support/tenant-driver.js';
-import { type Action, countFutures, generateWorkload, type TenantScript } from './support/workload.js';
+import { TenantDriver } from '../support/tenant-driver.js';
+import { gate, waitFor } from '../support/wait.js';
+import { WorkerHarness } from '../support/worker-harness.js';
+import { type Action, countFutures, generateWorkload, type TenantScript } from '../support/workload.js';
+import { answersOverHttp, Pipeline, waitTerminal } from './support/pipeline.js';
 
 /**
  * R1 end to end: requests go over HTTP to the API, the futures and models streams wake the scheduler,

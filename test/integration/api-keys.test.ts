@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { printDevelopmentApiKey, printOperatorKey } from '../../local/keys.js';
+import { printDevelopmentApiKey, printOperatorKey } from '../../local/on-ready.js';
 import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 const run = promisify(execFile);
@@ -21,7 +21,7 @@ afterAll(async () => {
 /** `npm run keys -- ...` (the operator CLI's `keys`) as a developer runs it, pointed at the test cloud. */
 async function keysCli(...args: string[]): Promise<{ stdout: string; code: number }> {
   try {
-    const { stdout } = await run(process.execPath, ['--import', 'tsx', 'local/cli.ts', 'keys', ...args], {
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', 'bin/cli.ts', 'keys', ...args], {
       cwd: ROOT,
       env: { ...process.env, ...api.cloud.env },
     });

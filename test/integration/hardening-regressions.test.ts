@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { runWorkItem } from '../../shared/worker/index.js';
-import { crossEntropy, textDatum, WorkerHarness } from './worker-harness.js';
+import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
 
 /**
  * Regression tests for hardening finding 2: numbers that pass validation but that DynamoDB cannot store

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runCli } from '../../local/cli.js';
+import { runCli } from '../../bin/cli.js';
 import { readCutRequest, readDrain } from '../../shared/ops/control-store.js';
 import { cutRequestedSince } from '../../shared/ops/controls.js';
 import type { PoolQueueStatus } from '../../shared/ops/queue-status.js';
@@ -146,7 +146,7 @@ describe('status', () => {
   });
 
   it('runs as the package bin (npx tinker-serverless), with the same answer', () => {
-    const run = spawnSync(path.join(ROOT, 'local/cli.ts'), ['status', '--json', '--env-file', envFile], {
+    const run = spawnSync(path.join(ROOT, 'bin/cli.ts'), ['status', '--json', '--env-file', envFile], {
       cwd: ROOT,
       encoding: 'utf8',
       env: { PATH: process.env.PATH },

@@ -1,22 +1,9 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { realSleep } from '../../shared/prefix/backoff.js';
-import {
-  createPrefixStore,
-  DEFAULT_READS_IN_FLIGHT_PER_BATCH,
-  type PrefixStoreOptions,
-} from '../../shared/prefix/store.js';
+import { DEFAULT_READS_IN_FLIGHT_PER_BATCH } from '../../shared/prefix/store.js';
 import type { CutRow, PrefixPointer } from '../../shared/prefix/types.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
-import {
-  type Call,
-  type Hook,
-  instrumentedClient,
-  isPutBatch,
-  keysIn,
-  row,
-  saved,
-  unique,
-} from './prefix-support.js';
+import { type Call, instrumentedStore, isPutBatch, keysIn, row, saved, unique } from './prefix-support.js';
 
 /**
  * The prefix store's pipelining on DynamoDB Local: saves encode and write group by group and yield to
@@ -24,8 +11,6 @@ import {
  * the BatchGetItem call holding their rows (and their group's record) is in. Slow and failing calls
  * are injected by SDK middleware on the store's own client.
  */
-
-const FAST_BACKOFF = { baseMs: 2, capMs: 20, maxRetries: 6 };
 
 let cloud: TestCloud;
 let tableName: string;
@@ -36,18 +21,9 @@ beforeAll(async () => {
   tableName = cloud.names.tables.prefixes;
 });
 
-function storeWith(options: Partial<PrefixStoreOptions> & { hook?: Hook } = {}) {
-  const { hook, ...rest } = options;
-  const { dynamo, calls } = instrumentedClient(cloud.endpoints, hook);
-  const store = createPrefixStore({
-    client: dynamo,
-    tableName,
-    limits: { maxRows: 256, maxTokens: 4_194_304 },
-    backoff: FAST_BACKOFF,
-    ...rest,
-  });
-  return { store, calls };
-}
+/** A store on this suite's table over a fresh recording client. */
+const storeWith = (options: Parameters<typeof instrumentedStore>[2] = {}) =>
+  instrumentedStore(cloud.endpoints, tableName, options);
 
 const putKeys = (call: Pick<Call, 'command' | 'input'>): string[] =>
   isPutBatch(call, tableName) ? keysIn(call, tableName) : [];

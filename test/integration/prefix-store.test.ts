@@ -5,14 +5,16 @@ import { localAwsClients } from '../../local/aws-clients.js';
 import { type Clock, realSleep } from '../../shared/prefix/backoff.js';
 import { abortGroup, commitGroup, readGroupRecord } from '../../shared/prefix/group-commit.js';
 import type { AbortRecord, CommitRecord } from '../../shared/prefix/records.js';
-import { createPrefixStore, type PrefixStoreOptions } from '../../shared/prefix/store.js';
+import { createPrefixStore } from '../../shared/prefix/store.js';
 import type { PrefixTable } from '../../shared/prefix/table.js';
 import type { CutRow, PrefixPointer, SaveAck } from '../../shared/prefix/types.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import {
   type Call,
+  FAST_BACKOFF,
   type Hook,
   instrumentedClient as instrumentedClientOn,
+  instrumentedStore,
   isPutBatch as isPutBatchIn,
   type Json,
   keysIn as keysInTable,
@@ -27,7 +29,6 @@ import {
  * lost responses, failing keys.
  */
 
-const FAST_BACKOFF = { baseMs: 2, capMs: 20, maxRetries: 6 };
 const DAY_MS = 24 * 3600 * 1000;
 
 let cloud: TestCloud;
@@ -42,18 +43,9 @@ beforeAll(async () => {
 /** A fresh, recording client on this suite's cloud. */
 const instrumentedClient = (hook?: Hook) => instrumentedClientOn(cloud.endpoints, hook);
 
-function storeWith(options: Partial<PrefixStoreOptions> & { hook?: Hook } = {}) {
-  const { hook, ...rest } = options;
-  const { dynamo, calls } = instrumentedClient(hook);
-  const store = createPrefixStore({
-    client: dynamo,
-    tableName,
-    limits: { maxRows: 256, maxTokens: 4_194_304 },
-    backoff: FAST_BACKOFF,
-    ...rest,
-  });
-  return { store, calls, dynamo };
-}
+/** A store on this suite's table over a fresh recording client. */
+const storeWith = (options: Parameters<typeof instrumentedStore>[2] = {}) =>
+  instrumentedStore(cloud.endpoints, tableName, options);
 
 const plainDoc = (): DynamoDBDocumentClient => localAwsClients(cloud.endpoints).doc;
 

@@ -1,6 +1,7 @@
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { localAwsClients } from '../../local/aws-clients.js';
 import type { CloudEndpoints } from '../../local/cloud.js';
+import { createPrefixStore, type PrefixStore, type PrefixStoreOptions } from '../../shared/prefix/store.js';
 import type { CutRow, PrefixPointer, SaveAck } from '../../shared/prefix/types.js';
 
 /**
@@ -8,6 +9,9 @@ import type { CutRow, PrefixPointer, SaveAck } from '../../shared/prefix/types.j
  * test inject what AWS does and DynamoDB Local does not (slow calls, unprocessed items, errors), and
  * the rows and request shapes the tests build and inspect.
  */
+
+/** Retries in milliseconds, so injected failures do not slow the suites down. */
+export const FAST_BACKOFF = { baseMs: 2, capMs: 20, maxRetries: 6 };
 
 export type Json = Record<string, unknown>;
 export type Next = (input?: Json) => Promise<{ output: Json }>;
@@ -41,6 +45,27 @@ export function instrumentedClient(
     { step: 'initialize', name: 'prefixTestFaults', priority: 'high' },
   );
   return { dynamo, calls };
+}
+
+/**
+ * A prefix store on `tableName` over a fresh recording client (see `instrumentedClient`), with the
+ * suites' limits and fast backoff unless `options` says otherwise.
+ */
+export function instrumentedStore(
+  endpoints: CloudEndpoints,
+  tableName: string,
+  options: Partial<PrefixStoreOptions> & { hook?: Hook } = {},
+): { store: PrefixStore; calls: Call[]; dynamo: DynamoDBClient } {
+  const { hook, ...rest } = options;
+  const { dynamo, calls } = instrumentedClient(endpoints, hook);
+  const store = createPrefixStore({
+    client: dynamo,
+    tableName,
+    limits: { maxRows: 256, maxTokens: 4_194_304 },
+    backoff: FAST_BACKOFF,
+    ...rest,
+  });
+  return { store, calls, dynamo };
 }
 
 let uniqueCounter = 0;

@@ -5,8 +5,8 @@ import type { FutureRow } from '../../shared/domain/records.js';
 import { segmentRowKeys } from '../../shared/prefix/pointer.js';
 import { createPrefixStore, type PrefixStore } from '../../shared/prefix/store.js';
 import type { PrefixPointer } from '../../shared/prefix/types.js';
+import { BASE_MODEL, type TenantClient, WorkerHarness } from '../support/worker-harness.js';
 import { cycle, expectBackToPending, startsOf, uninterrupted } from './resume-harness.js';
-import { BASE_MODEL, type TenantClient, WorkerHarness } from './worker-harness.js';
 
 /**
  * The edges of resumable sampling on the local cloud: a cut before any token restarts the call; a

@@ -9,9 +9,9 @@ import { requestCut } from '../../shared/ops/control-store.js';
 import type { WorkManifest } from '../../shared/scheduling/work-item.js';
 import { runWorkItem, type WorkerEvent } from '../../shared/worker/index.js';
 import { waitFor } from '../support/wait.js';
+import { BASE_MODEL, type TenantClient, WorkerHarness } from '../support/worker-harness.js';
 import { cycle, expectBackToPending, onlyIds, startsOf, uninterrupted } from './resume-harness.js';
 import { createBackend as slowSampler } from './resume-slow-sampler.js';
-import { BASE_MODEL, type TenantClient, WorkerHarness } from './worker-harness.js';
 
 /**
  * The three cut triggers, each ending in a resumed, exact answer: the Lambda's remaining time under
@@ -155,7 +155,7 @@ describe('cut triggers', () => {
       );
       const root = fileURLToPath(new URL('../../', import.meta.url));
       const args = ['--backend', 'test/integration/resume-slow-sampler.ts', '--wait-seconds', '1'];
-      const child = spawn(process.execPath, ['--import', 'tsx', 'local/worker-process.ts', ...args], {
+      const child = spawn(process.execPath, ['--import', 'tsx', 'bin/worker.ts', ...args], {
         cwd: root,
         env: {
           ...process.env,

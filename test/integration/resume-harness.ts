@@ -14,7 +14,7 @@ import {
   type WorkerEvent,
   type WorkerOptions,
 } from '../../shared/worker/index.js';
-import { BASE_MODEL, type WorkerHarness } from './worker-harness.js';
+import { BASE_MODEL, type WorkerHarness } from '../support/worker-harness.js';
 
 /**
  * Helpers of the resume suites (resume-*.test.ts): forced cuts, one dispatch-and-run cycle, the

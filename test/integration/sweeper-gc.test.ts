@@ -10,8 +10,8 @@ import { type BlobGcTarget, collectGarbage, DEFAULT_BLOB_GC_POLICY } from '../..
 import { sweep } from '../../shared/sweeper/sweep.js';
 import { runWorkItem } from '../../shared/worker/index.js';
 import type { TestCloud } from '../support/cloud.js';
+import { crossEntropy, type TenantClient, textDatum, WorkerHarness } from '../support/worker-harness.js';
 import { drainWorkItems, readModelRow, readyModel, schedulerCloud, submitStep } from './scheduler-harness.js';
-import { crossEntropy, type TenantClient, textDatum, WorkerHarness } from './worker-harness.js';
 
 /** E5: the sweeper deletes exactly the blobs no committed row references, and only old ones. */
 describe('sweeper: unreferenced blobs', () => {

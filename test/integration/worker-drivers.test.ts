@@ -7,16 +7,16 @@ import { DeleteObjectCommand } from '@aws-sdk/client-s3';
 import { ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import type { SQSEvent } from 'aws-lambda';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { runWorkerProcess } from '../../bin/worker.js';
 import { handler } from '../../functions/worker/handler.js';
 import { writeLocalEnvFile } from '../../local/env-file.js';
-import { runWorkerProcess } from '../../local/worker-process.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { config } from '../../shared/config.js';
 import type { LiveRow, ModelRow } from '../../shared/domain/records.js';
 import { manifestFor, type WorkManifest } from '../../shared/scheduling/work-item.js';
 import { runWorkItem, type WorkerEvent } from '../../shared/worker/index.js';
 import { waitFor } from '../support/wait.js';
-import { crossEntropy, textDatum, WorkerHarness } from './worker-harness.js';
+import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
 
 let h: WorkerHarness;
 
@@ -169,7 +169,7 @@ describe('the worker process', () => {
     env: Record<string, string> = {},
   ): { child: ChildProcess; out: () => string } {
     const root = fileURLToPath(new URL('../../', import.meta.url));
-    const child = spawn(process.execPath, ['--import', 'tsx', 'local/worker-process.ts', ...args], {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'bin/worker.ts', ...args], {
       cwd: root,
       env: {
         ...process.env,

@@ -11,7 +11,13 @@ import { InfrastructureError } from '../../shared/errors.js';
 import { storageKeys } from '../../shared/storage-keys.js';
 import { runWorkItem, type WorkerEvent } from '../../shared/worker/index.js';
 import { pause } from '../support/wait.js';
-import { BASE_MODEL, crossEntropy, type TenantClient, textDatum, WorkerHarness } from './worker-harness.js';
+import {
+  BASE_MODEL,
+  crossEntropy,
+  type TenantClient,
+  textDatum,
+  WorkerHarness,
+} from '../support/worker-harness.js';
 
 let h: WorkerHarness;
 const backend = new ReferenceBackend();

@@ -7,7 +7,7 @@ import type { CheckpointNameRecord, ModelRow, SamplingSessionRecord } from '../.
 import { registryKey } from '../../shared/domain/records.js';
 import { checkpointContentId, storageKeys } from '../../shared/storage-keys.js';
 import { runWorkItem, type WorkerOptions } from '../../shared/worker/index.js';
-import { BASE_MODEL, crossEntropy, textDatum, WorkerHarness } from './worker-harness.js';
+import { BASE_MODEL, crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
 
 let h: WorkerHarness;
 

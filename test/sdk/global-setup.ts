@@ -1,6 +1,6 @@
 import type { TestProject } from 'vitest/node';
-import { createApiKey } from '../../local/keys.js';
 import { startLocalStack } from '../../local/stack.js';
+import { createApiKey } from '../../shared/repositories/api-keys.js';
 import { findPrerequisites, prepareSdkPython, type SdkPython } from './python-env.js';
 
 /** What the SDK tier's test files get: the stack's URL, a key per tenant, and how to run each SDK. */

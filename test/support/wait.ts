@@ -18,3 +18,26 @@ export async function waitFor<T>(
 export function pause(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
+
+/** A point a worker stops at until the test lets it go on (a stalled or paused process). */
+export function gate<E>(matches: (event: E) => boolean): {
+  readonly onEvent: (event: E) => Promise<void>;
+  readonly arrived: Promise<void>;
+  open(): void;
+} {
+  let arrive: () => void = () => {};
+  let release: () => void = () => {};
+  const arrived = new Promise<void>((resolve) => (arrive = resolve));
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let fired = false;
+  return {
+    arrived,
+    open: () => release(),
+    onEvent: async (event) => {
+      if (fired || !matches(event)) return;
+      fired = true;
+      arrive();
+      await released;
+    },
+  };
+}

@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { resolveCliEnvironment } from '../../local/cli.js';
+import { resolveCliEnvironment } from '../../bin/cli.js';
 import {
   parseEnvFile,
   readEnvFile,

@@ -6,13 +6,13 @@ import {
   SendMessageCommand,
 } from '@aws-sdk/client-sqs';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import { runWorkerProcess } from '../../../bin/worker.js';
 import {
   createWorkerHandler,
   handler as lambdaWorker,
   type WorkerHandlerOptions,
 } from '../../../functions/worker/handler.js';
 import type { LocalRuntime } from '../../../local/runtime.js';
-import { runWorkerProcess } from '../../../local/worker-process.js';
 import { awsClients } from '../../../shared/aws/clients.js';
 import { ReferenceBackend } from '../../../shared/backend/reference/reference-backend.js';
 import { TinkerClient } from '../../../shared/client/tinker-client.js';
@@ -22,9 +22,9 @@ import { createApiKey } from '../../../shared/repositories/api-keys.js';
 import { manifestFor } from '../../../shared/scheduling/work-item.js';
 import { FUNCTION_IDS, type FunctionId } from '../../../shared/topology.js';
 import type { WorkerOptions } from '../../../shared/worker/index.js';
-import type { Answer, WorkerHarness } from '../../integration/worker-harness.js';
 import { startCloudRuntime } from '../../support/runtime.js';
 import { waitFor } from '../../support/wait.js';
+import type { Answer, WorkerHarness } from '../../support/worker-harness.js';
 
 /**
  * The whole pipeline on the local cloud for the end-to-end suites: the local runtime (API over HTTP,
@@ -97,7 +97,7 @@ export class Pipeline {
   }
 
   /**
-   * A worker process loop (local/worker-process.ts) on the work queue, in this process, under the
+   * A worker process loop (bin/worker.ts) on the work queue, in this process, under the
    * worker's grants and environment (what `ExternalWorkerPolicyArn` and `WorkerEnv` give a host).
    */
   startProcessWorker(worker: Omit<WorkerOptions, 'backend' | 'signal'> = {}): ProcessWorker {
@@ -250,27 +250,4 @@ export async function answersOverHttp(
     ),
   );
   return new Map(answered);
-}
-
-/** A point a worker stops at until the test lets it go on (a stalled or paused process). */
-export function gate<E>(matches: (event: E) => boolean): {
-  readonly onEvent: (event: E) => Promise<void>;
-  readonly arrived: Promise<void>;
-  open(): void;
-} {
-  let arrive: () => void = () => {};
-  let release: () => void = () => {};
-  const arrived = new Promise<void>((resolve) => (arrive = resolve));
-  const released = new Promise<void>((resolve) => (release = resolve));
-  let fired = false;
-  return {
-    arrived,
-    open: () => release(),
-    onEvent: async (event) => {
-      if (fired || !matches(event)) return;
-      fired = true;
-      arrive();
-      await released;
-    },
-  };
 }

@@ -1,9 +1,9 @@
-import { DEFAULT_BASE_MODEL } from '../../../shared/api/capabilities.js';
-import type { DatumJson, ForwardBackwardInputJson } from '../../../shared/backend/pass-input.js';
-import { rlDatum } from '../../../shared/client/rl-inputs.js';
-import type { TinkerClient } from '../../../shared/client/tinker-client.js';
-import { deriveSeed } from '../../../shared/ids.js';
-import { bytesOf, textDatum, type WorkerHarness } from '../../integration/worker-harness.js';
+import { DEFAULT_BASE_MODEL } from '../../shared/api/capabilities.js';
+import type { DatumJson, ForwardBackwardInputJson } from '../../shared/backend/pass-input.js';
+import { rlDatum } from '../../shared/client/rl-inputs.js';
+import type { TinkerClient } from '../../shared/client/tinker-client.js';
+import { deriveSeed } from '../../shared/ids.js';
+import { bytesOf, textDatum, type WorkerHarness } from './worker-harness.js';
 import type { Action, DatumSpec, SampleSpec, TenantScript } from './workload.js';
 
 /**

@@ -3,14 +3,14 @@ import { realpathSync } from 'node:fs';
 import { hostname, userInfo } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { LOCAL_ENV_FILE, type ResolvedEnvironment, resolveEnvironment } from '../local/env-file.js';
 import { resetAwsClients } from '../shared/aws/clients.js';
 import { config, resetConfig } from '../shared/config.js';
 import { requestCut, startDrain, stopDrain } from '../shared/ops/control-store.js';
 import { renderStatusText } from '../shared/ops/format.js';
 import { readPoolStatus } from '../shared/ops/status-reader.js';
+import { createApiKey, createOperatorKey, revokeApiKey } from '../shared/repositories/api-keys.js';
 import { topology } from '../shared/topology.js';
-import { LOCAL_ENV_FILE, type ResolvedEnvironment, resolveEnvironment } from './env-file.js';
-import { createApiKey, createOperatorKey, revokeApiKey } from './keys.js';
 
 const USAGE = `usage: npx tinker-serverless <command> [options]
 

@@ -1,5 +1,5 @@
-import { uniformAt } from '../../../shared/backend/reference/prng.js';
-import type { RlLossFn } from '../../../shared/client/rl-inputs.js';
+import { uniformAt } from '../../shared/backend/reference/prng.js';
+import type { RlLossFn } from '../../shared/client/rl-inputs.js';
 
 /**
  * Seeded random workloads for the end-to-end suite: per tenant, a script of client actions over its

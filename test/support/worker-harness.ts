@@ -25,7 +25,7 @@ import { plan } from '../../shared/scheduling/planner.js';
 import { manifestFor, type WorkItem, type WorkManifest } from '../../shared/scheduling/work-item.js';
 import { LIVE_INDEX } from '../../shared/topology.js';
 import { passResult } from '../../shared/worker/results.js';
-import { setupTestCloud, type TestCloud } from '../support/cloud.js';
+import { setupTestCloud, type TestCloud } from './cloud.js';
 
 /**
  * The worker's integration suites: requests submitted through the API's own operations (so rows and

@@ -8,6 +8,8 @@ import {
   ReceiveMessageCommand,
   type SQSClient,
 } from '@aws-sdk/client-sqs';
+import { type ResolvedEnvironment, resolveEnvironment, WORKER_ENV_OUTPUTS } from '../local/env-file.js';
+import { runUnderWorkerGrants } from '../local/worker-scope.js';
 import { awsClients, resetAwsClients } from '../shared/aws/clients.js';
 import type { Backend } from '../shared/backend/backend.js';
 import { ReferenceBackend } from '../shared/backend/reference/reference-backend.js';
@@ -16,9 +18,12 @@ import { logger } from '../shared/logger.js';
 import { backoffDelay, realSleep } from '../shared/prefix/backoff.js';
 import { STACK_ENV_OUTPUTS } from '../shared/stack-outputs.js';
 import { topology } from '../shared/topology.js';
-import { describeVerdict, processWorkMessage, type WorkerOptions } from '../shared/worker/index.js';
-import { type ResolvedEnvironment, resolveEnvironment, WORKER_ENV_OUTPUTS } from './env-file.js';
-import { runUnderWorkerGrants } from './worker-scope.js';
+import {
+  describeVerdict,
+  GraceStop,
+  processWorkMessage,
+  type WorkerOptions,
+} from '../shared/worker/index.js';
 
 /**
  * `npm run worker`: the worker runtime as a long-running process, for GPU hosts (or any host) that
@@ -40,7 +45,7 @@ import { runUnderWorkerGrants } from './worker-scope.js';
  * functions' (WORK_QUEUE_URL, MODELS_TABLE, DATA_BUCKET, ...): from `--env-file` (a flat JSON map,
  * NAME=value lines, or `cdk deploy --outputs-file` JSON, whose `WorkerEnv` is used), else the
  * environment, else a running `npm start`'s `.local/env.json`. Against `npm start`'s stack the process
- * runs under the worker's grants, checked locally as its host policy would be on AWS (worker-scope.ts).
+ * runs under the worker's grants, checked locally as its host policy would be on AWS (local/worker-scope.ts).
  */
 
 export interface WorkerProcessOptions {
@@ -61,9 +66,6 @@ export interface WorkerProcessOptions {
   readonly worker?: Omit<WorkerOptions, 'backend' | 'signal' | 'cut' | 'cutDeadline'>;
   readonly print?: (line: string) => void;
 }
-
-/** What a cut leaves of the grace period after its prefix save, for putting samples back to pending. */
-const CUT_SAVE_MARGIN_MS = 5_000;
 
 const RECEIVE_BACKOFF = { baseMs: 200, capMs: 10_000, maxRetries: Number.POSITIVE_INFINITY };
 
@@ -197,26 +199,12 @@ async function main(args: readonly string[]): Promise<number> {
   }
   const environment = useEnvironment(flag(args, '--env-file'));
   const backend = await loadBackend(flag(args, '--backend'));
-  const stop = new AbortController();
-  const abandon = new AbortController();
-  const cut = new AbortController();
-  const graceMs = graceSeconds * 1000;
-  let cutAt: number | undefined;
-  // The prefix save ends before the grace does, leaving time to put the samples back to pending. A
-  // cut asked by the operator (`cut#<pool>`) gets the same time from when it is saved.
-  const cutDeadline = () => (cutAt ?? Date.now()) + Math.max(graceMs - CUT_SAVE_MARGIN_MS, graceMs / 2);
+  const policy = new GraceStop(graceSeconds * 1000);
   const onSignal = (signal: NodeJS.Signals) => {
-    if (stop.signal.aborted) {
-      abandon.abort();
-      return;
-    }
+    if (policy.terminate() === 'abandoned') return;
     process.stdout.write(
       `${signal}: no new work items; cutting running samples, finishing the rest (up to ${graceSeconds} s)\n`,
     );
-    stop.abort();
-    cutAt = Date.now();
-    cut.abort();
-    setTimeout(() => abandon.abort(), graceMs).unref();
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
@@ -227,10 +215,10 @@ async function main(args: readonly string[]): Promise<number> {
       queueUrl,
       backend,
       sqs: awsClients().sqs,
-      stop: stop.signal,
-      abandon: abandon.signal,
-      cut: cut.signal,
-      cutDeadline,
+      stop: policy.stop,
+      abandon: policy.abandon,
+      cut: policy.cut,
+      cutDeadline: policy.cutDeadline,
       waitTimeSeconds,
     });
   };
@@ -243,6 +231,7 @@ async function main(args: readonly string[]): Promise<number> {
   } else {
     handled = await run();
   }
+  policy.dispose();
   process.stdout.write(`worker stopped after ${handled} work items\n`);
   awsClients().sqs.destroy();
   return 0;
