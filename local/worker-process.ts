@@ -8,12 +8,12 @@ import {
   ReceiveMessageCommand,
   type SQSClient,
 } from '@aws-sdk/client-sqs';
+import { backoffDelay, realSleep } from '../shared/aws/backoff.js';
 import { awsClients, resetAwsClients } from '../shared/aws/clients.js';
 import type { Backend } from '../shared/backend/backend.js';
 import { ReferenceBackend } from '../shared/backend/reference/reference-backend.js';
 import { config, resetConfig } from '../shared/config.js';
 import { logger } from '../shared/logger.js';
-import { backoffDelay, realSleep } from '../shared/prefix/backoff.js';
 import { STACK_ENV_OUTPUTS } from '../shared/stack-outputs.js';
 import { topology } from '../shared/topology.js';
 import { describeVerdict, processWorkMessage, type WorkerOptions } from '../shared/worker/index.js';

@@ -1,8 +1,8 @@
 import { type DynamoDBDocumentClient, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { batchGetByKey } from '../aws/batch-get.js';
 import type { ModelRow } from '../domain/records.js';
 import { isAwsError } from '../errors.js';
 import type { ModelClaim, ModelRelease } from '../scheduling/claim.js';
-import { batchGetByKey } from './batch-get.js';
 
 /** The model rows of `modelIds`, read strongly (R5): one BatchGetItem per 100 models. */
 export async function readModels(
