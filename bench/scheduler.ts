@@ -31,10 +31,10 @@ import {
   serializePayload,
 } from '../shared/payload-store.js';
 import { pendingFutureRow } from '../shared/repositories/futures.js';
+import { scanLiveIndex } from '../shared/repositories/live-index.js';
+import { readModels } from '../shared/repositories/models.js';
 import { type SchedulerAdapters, schedulerAdapters } from '../shared/scheduler/adapters.js';
 import { MULTIPART_PART_BYTES, putInParts } from '../shared/scheduler/dispatch.js';
-import { scanLiveIndex } from '../shared/scheduler/live-index.js';
-import { readModels } from '../shared/scheduler/models.js';
 import { type PayloadReads, readPayloads } from '../shared/scheduler/payloads.js';
 import { type SchedulerSettings, schedulerSettings } from '../shared/scheduler/settings.js';
 import { dispatchSnapshot, runTick, type TickContext } from '../shared/scheduler/tick.js';

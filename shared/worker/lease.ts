@@ -3,8 +3,7 @@ import { config } from '../config.js';
 import { type ModelRow, registryKey } from '../domain/records.js';
 import { isAwsError } from '../errors.js';
 import { logger } from '../logger.js';
-import { sampleClaimTtl } from '../scheduler/samples.js';
-import { replanFor } from '../scheduling/claim.js';
+import { replanFor, sampleClaimTtl } from '../scheduling/claim.js';
 
 /** A sample's claim expired and another work item claimed it (R4): stop; its commit would fail anyway. */
 export class SampleClaimLostError extends Error {

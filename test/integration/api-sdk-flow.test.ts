@@ -3,7 +3,6 @@ import { GetCommand, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SUPPORTED_MODELS } from '../../shared/api/capabilities.js';
 import type { SamplePayload, SaveWeightsForSamplerPayload } from '../../shared/api/payloads.js';
-import { SDK_TINKER_PATH } from '../../shared/api/tinker-path.js';
 import { passInputFromJson } from '../../shared/backend/pass-input.js';
 import { TinkerClient } from '../../shared/client/tinker-client.js';
 import {
@@ -13,6 +12,7 @@ import {
   registryKey,
   type SeqCounterRecord,
 } from '../../shared/domain/records.js';
+import { SDK_TINKER_PATH } from '../../shared/domain/tinker-path.js';
 import { sha256Hex } from '../../shared/ids.js';
 import { readPayload, readStoredPayload } from '../../shared/payload-store.js';
 import { revokeApiKey } from '../../shared/repositories/api-keys.js';
