@@ -3,7 +3,7 @@ import { type BackoffPolicy, backoffDelay, type Clock } from '../aws/backoff.js'
 import { BATCH_GET_MAX_KEYS } from '../aws/batch-get.js';
 import { Limiter } from '../aws/limiter.js';
 import { RETRYABLE_ERROR_NAMES } from '../aws/transient-errors.js';
-import { isAwsError } from '../errors.js';
+import { InfrastructureError, isAwsError } from '../errors.js';
 import type { PrefixTable } from './table.js';
 
 /**
@@ -40,7 +40,7 @@ export interface LoadOptions {
   readonly early?: boolean;
 }
 
-export class ReadBatchError extends Error {
+export class ReadBatchError extends InfrastructureError {
   override readonly name = 'ReadBatchError';
 }
 
