@@ -11,9 +11,9 @@ import {
   type SamplingSessionRecord,
 } from '../../shared/domain/records.js';
 import { SDK_TINKER_PATH } from '../../shared/domain/tinker-path.js';
-import { readPayload } from '../../shared/payload-store.js';
-import { completeFuture, failFuture } from '../../shared/repositories/futures.js';
 import { checkpointContentId } from '../../shared/storage-keys.js';
+import { completeFuture, failFuture } from '../support/futures.js';
+import { readPayload } from '../support/payloads.js';
 import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 /**
