@@ -18,7 +18,7 @@ import type { Invoker } from './invoker.js';
 import { type StreamFailureDestination, streamFailureRecord } from './stream-failure-report.js';
 import { toLambdaStreamRecord } from './stream-records.js';
 
-/** Retries of a failed poll or invocation wait 100 ms, 200 ms, ... up to 2 s (the nth retry, n >= 1, waits `exponentialDelay(n - 1)`). */
+/** A failed poll or invocation is retried after 100 ms, 200 ms, ... up to 2 s (retry n waits delay n - 1). */
 export const TRIGGER_RETRY_BACKOFF = { baseMs: 100, capMs: 2_000 } as const;
 
 export type StreamTriggerDecl = Extract<Trigger, { kind: 'stream' }>;
