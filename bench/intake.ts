@@ -5,6 +5,7 @@ import { envFor, provisionResources } from '../local/resources.js';
 import { checkForwardInput, parseRequest } from '../shared/api/request-checks.js';
 import { forwardBackwardRequest } from '../shared/api/schemas.js';
 import { awsClients, resetAwsClients } from '../shared/aws/clients.js';
+import { transactWrite } from '../shared/aws/transact.js';
 import { passInputFromJson } from '../shared/backend/pass-input.js';
 import { config, resetConfig } from '../shared/config.js';
 import { type IdempotencyRecord, registryKey } from '../shared/domain/records.js';
@@ -14,7 +15,6 @@ import { createApiKey, tenantForApiKey } from '../shared/repositories/api-keys.j
 import { pendingFutureRow } from '../shared/repositories/futures.js';
 import { putOnce } from '../shared/repositories/intake.js';
 import { requireSeqCounter } from '../shared/repositories/seq-counters.js';
-import { transactWrite } from '../shared/repositories/transact.js';
 import { topology } from '../shared/topology.js';
 import {
   type BenchCase,

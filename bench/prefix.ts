@@ -1,9 +1,9 @@
 import { loadavg } from 'node:os';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { BATCH_GET_MAX_KEYS } from '../shared/aws/batch-get.js';
 import { config } from '../shared/config.js';
 import { BATCH_WRITE_MAX_REQUESTS } from '../shared/prefix/grouping.js';
 import { pointerKeys } from '../shared/prefix/pointer.js';
-import { BATCH_GET_MAX_KEYS } from '../shared/prefix/read-batcher.js';
 import {
   createPrefixStore,
   DEFAULT_PREFIX_TTL_SECONDS,

@@ -17,6 +17,7 @@ import type { PassPayload } from '../shared/api/payloads.js';
 import { parseRequest } from '../shared/api/request-checks.js';
 import { forwardBackwardRequest } from '../shared/api/schemas.js';
 import { type AwsClients, resetAwsClients } from '../shared/aws/clients.js';
+import { Limiter } from '../shared/aws/limiter.js';
 import { resetConfig } from '../shared/config.js';
 import type { LiveRow, ModelRow } from '../shared/domain/records.js';
 import { liveShard, mintRequestId, sha256Hex } from '../shared/ids.js';
@@ -29,12 +30,11 @@ import {
   serializeBinaryPayload,
   serializePayload,
 } from '../shared/payload-store.js';
-import { Limiter } from '../shared/prefix/limiter.js';
 import { pendingFutureRow } from '../shared/repositories/futures.js';
+import { scanLiveIndex } from '../shared/repositories/live-index.js';
+import { readModels } from '../shared/repositories/models.js';
 import { type SchedulerAdapters, schedulerAdapters } from '../shared/scheduler/adapters.js';
 import { MULTIPART_PART_BYTES, putInParts } from '../shared/scheduler/dispatch.js';
-import { scanLiveIndex } from '../shared/scheduler/live-index.js';
-import { readModels } from '../shared/scheduler/models.js';
 import { type PayloadReads, readPayloads } from '../shared/scheduler/payloads.js';
 import { type SchedulerSettings, schedulerSettings } from '../shared/scheduler/settings.js';
 import { dispatchSnapshot, runTick, type TickContext } from '../shared/scheduler/tick.js';

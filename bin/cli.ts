@@ -6,6 +6,7 @@ import { parseArgs } from 'node:util';
 import { LOCAL_ENV_FILE, type ResolvedEnvironment, resolveEnvironment } from '../local/env-file.js';
 import { resetAwsClients } from '../shared/aws/clients.js';
 import { config, resetConfig } from '../shared/config.js';
+import { ValidationError } from '../shared/errors.js';
 import { requestCut, startDrain, stopDrain } from '../shared/ops/control-store.js';
 import { renderStatusText } from '../shared/ops/format.js';
 import { readPoolStatus } from '../shared/ops/status-reader.js';
@@ -42,7 +43,9 @@ export interface CliIo {
   readonly env?: Readonly<Record<string, string | undefined>>;
 }
 
-class UsageError extends Error {}
+class UsageError extends ValidationError {
+  override readonly name = 'UsageError';
+}
 
 /** Where the CLI's variables come from, in order of precedence (see `resolveEnvironment`). */
 export function resolveCliEnvironment(

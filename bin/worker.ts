@@ -10,12 +10,12 @@ import {
 } from '@aws-sdk/client-sqs';
 import { type ResolvedEnvironment, resolveEnvironment, WORKER_ENV_OUTPUTS } from '../local/env-file.js';
 import { runUnderWorkerGrants } from '../local/worker-scope.js';
+import { backoffDelay, realSleep } from '../shared/aws/backoff.js';
 import { awsClients, resetAwsClients } from '../shared/aws/clients.js';
 import type { Backend } from '../shared/backend/backend.js';
 import { ReferenceBackend } from '../shared/backend/reference/reference-backend.js';
 import { config, resetConfig } from '../shared/config.js';
 import { logger } from '../shared/logger.js';
-import { backoffDelay, realSleep } from '../shared/prefix/backoff.js';
 import { STACK_ENV_OUTPUTS } from '../shared/stack-outputs.js';
 import { topology } from '../shared/topology.js';
 import {

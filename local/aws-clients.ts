@@ -1,5 +1,4 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { DynamoDBStreamsClient } from '@aws-sdk/client-dynamodb-streams';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
@@ -20,12 +19,4 @@ export function localAwsClients(endpoints: CloudEndpoints): AwsClients {
     s3: new S3Client({ ...common, endpoint: endpoints.s3, forcePathStyle: true }),
     sqs: new SQSClient({ ...common, endpoint: endpoints.sqs }),
   };
-}
-
-export function localStreamsClient(endpoints: CloudEndpoints): DynamoDBStreamsClient {
-  return new DynamoDBStreamsClient({
-    region: LOCAL_REGION,
-    credentials: LOCAL_CREDENTIALS,
-    endpoint: endpoints.dynamodb,
-  });
 }

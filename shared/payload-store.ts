@@ -132,21 +132,6 @@ export async function readStoredPayload(key: string, s3: S3Client = awsClients()
   return payloadFromObject(bytes, answer.Metadata);
 }
 
-/** A JSON payload, parsed, whose bytes must match `expectedDigest` (the row's fingerprint). */
-export async function readPayload<T = unknown>(
-  key: string,
-  expectedDigest: string,
-  s3: S3Client = awsClients().s3,
-): Promise<T> {
-  const payload = await readStoredPayload(key, s3);
-  if (payload.format !== 'json' || sha256Hex(payload.bytes) !== expectedDigest) {
-    throw new InfrastructureError(`payload ${key} is not the JSON payload its row names`, {
-      context: { key },
-    });
-  }
-  return JSON.parse(new TextDecoder().decode(payload.bytes)) as T;
-}
-
 /** Best-effort delete of a payload no row will ever reference (the sweeper collects what this misses). */
 export async function deletePayloadQuietly(key: string, s3: S3Client = awsClients().s3): Promise<void> {
   try {

@@ -1,4 +1,5 @@
 import { isDeepStrictEqual } from 'node:util';
+import { Limiter } from '../../shared/aws/limiter.js';
 import type {
   AdamParams,
   BackendState,
@@ -9,7 +10,6 @@ import { ReferenceBackend } from '../../shared/backend/reference/reference-backe
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import type { FutureRow } from '../../shared/domain/records.js';
 import { StepUserError } from '../../shared/errors.js';
-import { Limiter } from '../../shared/prefix/limiter.js';
 import { checkpointContentId, storageKeys } from '../../shared/storage-keys.js';
 import { type Answer, WorkerHarness } from '../../test/support/worker-harness.js';
 

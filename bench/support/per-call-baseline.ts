@@ -1,7 +1,7 @@
 import { type DynamoDBDocumentClient, GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { Limiter } from '../../shared/aws/limiter.js';
 import { encodeCutRow } from '../../shared/prefix/codec/cut-row.js';
 import { decodeRowItem } from '../../shared/prefix/codec/row-item.js';
-import { Limiter } from '../../shared/prefix/limiter.js';
 import { segmentRowKeys } from '../../shared/prefix/pointer.js';
 import { parseRowItem, type RowItemRecord } from '../../shared/prefix/records.js';
 import type { CutRow, PrefixPointer } from '../../shared/prefix/types.js';

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Context } from 'aws-lambda';
+import { InfrastructureError } from '../../shared/errors.js';
 import { logger } from '../../shared/logger.js';
 import type { FunctionId, Topology } from '../../shared/topology.js';
 import { type AccessPolicy, runAsFunction } from '../grant-enforcement.js';
@@ -16,10 +17,11 @@ export type HandlerOverrides = Partial<Record<FunctionId, LocalHandler>>;
 
 const REPOSITORY_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
-export class InvocationTimeoutError extends Error {
+/** A handler ran past its function's timeout, as Lambda would end it. */
+export class InvocationTimeoutError extends InfrastructureError {
+  override readonly name = 'InvocationTimeoutError';
   constructor(functionId: FunctionId, seconds: number) {
-    super(`${functionId} timed out after ${seconds} s`);
-    this.name = 'InvocationTimeoutError';
+    super(`${functionId} timed out after ${seconds} s`, { context: { function_id: functionId, seconds } });
   }
 }
 

@@ -6,12 +6,12 @@ import {
   type SQSClient,
 } from '@aws-sdk/client-sqs';
 import type { SQSEvent, SQSMessageAttribute, SQSRecord, SQSRecordAttributes } from 'aws-lambda';
+import { exponentialDelay, realSleep } from '../../shared/aws/backoff.js';
 import { logger } from '../../shared/logger.js';
 import type { FunctionId, Trigger } from '../../shared/topology.js';
-import { backoffMs, sleep } from './abortable-sleep.js';
 import { failedItems } from './batch-response.js';
 import type { Invoker } from './invoker.js';
-import type { RunningTrigger } from './stream-trigger.js';
+import { type RunningTrigger, TRIGGER_RETRY_BACKOFF } from './stream-trigger.js';
 
 export type QueueTriggerDecl = Extract<Trigger, { kind: 'queue' }>;
 
@@ -61,7 +61,7 @@ async function poll(options: QueueTriggerOptions, signal: AbortSignal): Promise<
         functionId: options.functionId,
         error: error as Error,
       });
-      await sleep(backoffMs(errors), signal);
+      await realSleep(exponentialDelay(errors - 1, TRIGGER_RETRY_BACKOFF), signal);
     }
   }
 }

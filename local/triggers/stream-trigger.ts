@@ -8,15 +8,18 @@ import {
   type ShardIteratorType,
 } from '@aws-sdk/client-dynamodb-streams';
 import type { DynamoDBRecord, DynamoDBStreamEvent } from 'aws-lambda';
+import { exponentialDelay, realSleep } from '../../shared/aws/backoff.js';
 import { isAwsError } from '../../shared/errors.js';
 import { logger } from '../../shared/logger.js';
 import type { FunctionId, Trigger } from '../../shared/topology.js';
 import { matchesAnyPattern } from '../event-filter.js';
-import { backoffMs, sleep } from './abortable-sleep.js';
 import { failedItems } from './batch-response.js';
 import type { Invoker } from './invoker.js';
 import { type StreamFailureDestination, streamFailureRecord } from './stream-failure-report.js';
 import { toLambdaStreamRecord } from './stream-records.js';
+
+/** A failed poll or invocation is retried after 100 ms, 200 ms, ... up to 2 s (retry n waits delay n - 1). */
+export const TRIGGER_RETRY_BACKOFF = { baseMs: 100, capMs: 2_000 } as const;
 
 export type StreamTriggerDecl = Extract<Trigger, { kind: 'stream' }>;
 
@@ -124,7 +127,7 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
           );
         }
         iterator = page.NextShardIterator;
-        if (records.length === 0) await sleep(pollIntervalMs, signal);
+        if (records.length === 0) await realSleep(pollIntervalMs, signal);
       } catch (error) {
         if (signal.aborted) return;
         if (isAwsError(error, 'ResourceNotFoundException')) {
@@ -147,7 +150,7 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
           shardId,
           error: error as Error,
         });
-        await sleep(backoffMs(errors), signal);
+        await realSleep(exponentialDelay(errors - 1, TRIGGER_RETRY_BACKOFF), signal);
       }
     }
   }
@@ -180,7 +183,7 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
         return;
       }
       retries += 1;
-      await sleep(backoffMs(retries), signal);
+      await realSleep(exponentialDelay(retries - 1, TRIGGER_RETRY_BACKOFF), signal);
     }
   }
 
@@ -236,7 +239,7 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
           onFailure: trigger.onFailure,
           error: error as Error,
         });
-        await sleep(backoffMs(attempt), signal);
+        await realSleep(exponentialDelay(attempt - 1, TRIGGER_RETRY_BACKOFF), signal);
       }
     }
   }
@@ -278,7 +281,7 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
   await adoptNewShards(true);
   const discovery = (async () => {
     while (!signal.aborted) {
-      await sleep(discoveryIntervalMs, signal);
+      await realSleep(discoveryIntervalMs, signal);
       if (signal.aborted) return;
       await adoptNewShards(false).catch((error: unknown) => {
         if (!signal.aborted) logger.warn('stream discovery failed', { streamArn, error: error as Error });

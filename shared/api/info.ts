@@ -1,4 +1,5 @@
 import { config } from '../config.js';
+import { formatCheckpointPath, parseCheckpointPath } from '../domain/tinker-path.js';
 import { NotFoundError, RetryLaterError } from '../errors.js';
 import { checkpointNotFound, resolveCheckpoint, staleReservation } from '../repositories/checkpoints.js';
 import { requireModel } from '../repositories/models.js';
@@ -7,7 +8,6 @@ import { REFERENCE_ARCH } from './capabilities.js';
 import type { OperationContext } from './operations.js';
 import { parseRequest } from './request-checks.js';
 import * as schemas from './schemas.js';
-import { formatCheckpointPath, parseCheckpointPath } from './tinker-path.js';
 
 /**
  * The read-only endpoints the SDK's clients call besides submits (W6): a model's info (get_info, for

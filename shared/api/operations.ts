@@ -8,6 +8,7 @@ import {
   type SamplingSessionRecord,
   type SeqCounterRecord,
 } from '../domain/records.js';
+import { formatCheckpointPath } from '../domain/tinker-path.js';
 import { RetryLaterError, ValidationError } from '../errors.js';
 import { deriveId, deriveSeed, mintId, mintRequestId, sha256Hex } from '../ids.js';
 import { canonicalJson, serializeBinaryPayload, serializePayload } from '../payload-store.js';
@@ -46,7 +47,6 @@ import type {
 } from './payloads.js';
 import { checkForwardInput, checkSample, parseRequest } from './request-checks.js';
 import * as schemas from './schemas.js';
-import { formatCheckpointPath } from './tinker-path.js';
 
 /**
  * The API's operations, one per endpoint: validate everything first (shape, limits, cross-field

@@ -1,7 +1,7 @@
+import { realSleep } from '../aws/backoff.js';
 import type { FutureRow } from '../domain/records.js';
 import { NotFoundError } from '../errors.js';
 import { isRequestId } from '../ids.js';
-import { realSleep } from '../prefix/backoff.js';
 import { type FutureHead, readFuture, readFutureHead, readFutureResult } from '../repositories/futures.js';
 import { encodeForwardBackwardOutput, encodeSampleResponse } from '../wire/results.js';
 import { BinaryAnswer, PROTOBUF_CONTENT_TYPE } from './bodies.js';

@@ -1,4 +1,12 @@
-import { RETRYABLE_ERROR_NAMES } from '../prefix/backoff.js';
+/** Error names DynamoDB returns for throttling and transient faults: retry, do not give up. */
+export const RETRYABLE_ERROR_NAMES = [
+  'ProvisionedThroughputExceededException',
+  'ThrottlingException',
+  'RequestLimitExceeded',
+  'InternalServerError',
+  'ServiceUnavailable',
+  'LimitExceededException',
+] as const;
 
 /**
  * Transient AWS failures across DynamoDB, S3 and SQS (matched by error `name`): the API answers them

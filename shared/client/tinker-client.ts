@@ -3,6 +3,7 @@ import type { CLIENT_DYNAMIC_CONFIG, clientConfig, SUPPORTED_MODELS } from '../a
 import type { GetInfoAnswer, GetSamplerAnswer, WeightsInfoAnswer } from '../api/info.js';
 import type { FailedAnswer, TryAgain } from '../api/retrieve.js';
 import type * as schemas from '../api/schemas.js';
+import { TinkerError } from '../errors.js';
 
 /**
  * A small typed client for this API (the subset of the Tinker REST API it serves), for tests, the
@@ -26,28 +27,41 @@ export interface RawAnswer {
 }
 
 /** A non-2xx answer. `body` is the parsed JSON error body (`{error, field?}`) when there is one. */
-export class TinkerHttpError extends Error {
+export class TinkerHttpError extends TinkerError {
+  override readonly name = 'TinkerHttpError';
+  /** A 4xx is the caller's to fix; anything else is the server's. */
+  override readonly category: 'user' | 'server';
   constructor(
+    /** The status the server answered. */
     readonly status: number,
     readonly body: unknown,
     readonly path: string,
   ) {
     const message =
       typeof body === 'object' && body !== null && 'error' in body ? String(body.error) : String(body);
-    super(`${path} answered ${status}: ${message}`);
-    this.name = 'TinkerHttpError';
+    super(`${path} answered ${status}: ${message}`, { context: { path, status } });
+    this.category = status >= 400 && status < 500 ? 'user' : 'server';
   }
 }
 
-/** retrieve_future reported the request failed (`{error, category}`). */
-export class FutureFailedError extends Error {
+/**
+ * retrieve_future reported the request failed (`{error, category}`). The server reports `user` or
+ * `server`; an answer without either counts as the server's and keeps its word in the message.
+ */
+export class FutureFailedError extends TinkerError {
+  override readonly name = 'FutureFailedError';
+  override readonly category: 'user' | 'server';
+  readonly status: number;
   constructor(
     readonly requestId: string,
-    readonly category: string,
+    category: string,
     message: string,
   ) {
-    super(`request ${requestId} failed (${category}): ${message}`);
-    this.name = 'FutureFailedError';
+    super(`request ${requestId} failed (${category}): ${message}`, {
+      context: { request_id: requestId, category },
+    });
+    this.category = category === 'user' ? 'user' : 'server';
+    this.status = this.category === 'user' ? 400 : 500;
   }
 }
 

@@ -3,7 +3,7 @@
  * See README "Data model" for the walk-through.
  */
 
-import type { PrefixPointer } from '../prefix/types.js';
+import type { PrefixPointer } from './prefix-pointer.js';
 
 /** Requests in a model's training sequence (they take a per-model `seq`, R1). */
 export const TRAINING_REQUEST_TYPES = [

@@ -1,8 +1,8 @@
 import { GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { type AwsClients, awsClients } from '../aws/clients.js';
 import { type Config, config } from '../config.js';
-import { scanLiveIndex } from '../scheduler/live-index.js';
-import { readModels } from '../scheduler/models.js';
+import { scanLiveIndex } from '../repositories/live-index.js';
+import { readModels } from '../repositories/models.js';
 import { planLimitsFrom } from '../scheduling/limits.js';
 import { readCutRequest, readDrain } from './control-store.js';
 import { type PoolQueueStatus, type QueueDepth, queueStatus } from './queue-status.js';

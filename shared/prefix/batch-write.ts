@@ -1,6 +1,7 @@
 import { BatchWriteCommand } from '@aws-sdk/lib-dynamodb';
-import { isAwsError } from '../errors.js';
-import { type BackoffPolicy, backoffDelay, type Clock, RETRYABLE_ERROR_NAMES } from './backoff.js';
+import { type BackoffPolicy, backoffDelay, type Clock } from '../aws/backoff.js';
+import { RETRYABLE_ERROR_NAMES } from '../aws/transient-errors.js';
+import { InfrastructureError, isAwsError } from '../errors.js';
 import type { PrefixTable } from './table.js';
 
 /**
@@ -23,14 +24,14 @@ export interface BatchWriteContext {
 }
 
 /** The batch was not (fully) written; `reason` says why. Some of its requests may have landed. */
-export class BatchWriteStoppedError extends Error {
+export class BatchWriteStoppedError extends InfrastructureError {
   override readonly name = 'BatchWriteStoppedError';
   constructor(
     readonly reason: string,
     message: string,
-    options?: { cause?: unknown },
+    options: { cause?: unknown } = {},
   ) {
-    super(message, options);
+    super(message, { ...options, context: { reason } });
   }
 }
 

@@ -1,6 +1,7 @@
 import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { type BackoffPolicy, backoffDelay, type Clock } from '../aws/backoff.js';
+import { RETRYABLE_ERROR_NAMES } from '../aws/transient-errors.js';
 import { isAwsError } from '../errors.js';
-import { type BackoffPolicy, backoffDelay, type Clock, RETRYABLE_ERROR_NAMES } from './backoff.js';
 import { type AbortRecord, type CommitRecord, type GroupRecord, parseGroupRecord } from './records.js';
 import type { PrefixTable } from './table.js';
 

@@ -1,7 +1,9 @@
 import { BatchGetCommand } from '@aws-sdk/lib-dynamodb';
-import { isAwsError } from '../errors.js';
-import { type BackoffPolicy, backoffDelay, type Clock, RETRYABLE_ERROR_NAMES } from './backoff.js';
-import { Limiter } from './limiter.js';
+import { type BackoffPolicy, backoffDelay, type Clock } from '../aws/backoff.js';
+import { BATCH_GET_MAX_KEYS } from '../aws/batch-get.js';
+import { Limiter } from '../aws/limiter.js';
+import { RETRYABLE_ERROR_NAMES } from '../aws/transient-errors.js';
+import { InfrastructureError, isAwsError } from '../errors.js';
 import type { PrefixTable } from './table.js';
 
 /**
@@ -21,9 +23,6 @@ export type StoredItem = Readonly<Record<string, unknown>>;
 /** What one key's read gives: the item, null when absent, or the Error its read ended with. */
 export type ReadResult = StoredItem | null | Error;
 
-/** BatchGetItem takes at most 100 keys a call. */
-export const BATCH_GET_MAX_KEYS = 100;
-
 export interface ReadBatcherOptions {
   readonly windowMs: number;
   /** Distinct keys one batch may hold; a batch that reaches it is read at once. */
@@ -41,7 +40,7 @@ export interface LoadOptions {
   readonly early?: boolean;
 }
 
-export class ReadBatchError extends Error {
+export class ReadBatchError extends InfrastructureError {
   override readonly name = 'ReadBatchError';
 }
 

@@ -1,4 +1,4 @@
-import type { Clock } from './backoff.js';
+import type { Clock } from '../aws/backoff.js';
 import { GroupRecordCache } from './group-cache.js';
 import { segmentRowKeys } from './pointer.js';
 import type { ReadBatcher } from './read-batcher.js';

@@ -1,14 +1,14 @@
 import { randomUUID } from 'node:crypto';
+import type { BackoffPolicy, Clock } from '../aws/backoff.js';
+import { Limiter } from '../aws/limiter.js';
 import { logger } from '../logger.js';
 import { AckSlot } from './ack-slot.js';
-import type { BackoffPolicy, Clock } from './backoff.js';
 import { BatchWriteStoppedError, type WriteRequest, writeBatch } from './batch-write.js';
 import { checkCutRow, type EncodedItem, encodeCutRow } from './codec/cut-row.js';
 import { commitGroup, type GroupOutcome } from './group-commit.js';
 import { type BatchEntry, GroupRun, isEncoded, type PendingCall } from './group-run.js';
 import { BATCH_WRITE_MAX_REQUESTS, batchesOf, type GroupLimits, groupRows } from './grouping.js';
 import { groupKey, rowItemKey } from './keys.js';
-import { Limiter } from './limiter.js';
 import { Backlog, Pacer } from './pacing.js';
 import { committedCallOf, pointerAfter } from './pointer.js';
 import type { CommitRecord, RowItemRecord } from './records.js';

@@ -1,5 +1,5 @@
+import { type BackoffPolicy, type Clock, DEFAULT_BACKOFF, realClock } from '../aws/backoff.js';
 import { config } from '../config.js';
-import { type BackoffPolicy, type Clock, DEFAULT_BACKOFF, realClock } from './backoff.js';
 import { DEFAULT_MAX_ITEM_BYTES } from './codec/cut-row.js';
 import type { GroupLimits } from './grouping.js';
 import { ReadBatcher } from './read-batcher.js';

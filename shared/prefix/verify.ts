@@ -1,3 +1,4 @@
+import { InfrastructureError } from '../errors.js';
 import { genesisChain, nextChain, sha256Hex } from './codec/digest.js';
 import { decodeRowItem, type RowItem } from './codec/row-item.js';
 import { PrefixCorruptError } from './errors.js';
@@ -17,12 +18,12 @@ export type { ReadResult } from './read-batcher.js';
  * Anything else is a `regenerate` outcome, never an exception.
  */
 
-class Reject extends Error {
+class Reject extends InfrastructureError {
   constructor(
     readonly reason: RegenerateReason,
     message: string,
   ) {
-    super(message);
+    super(message, { context: { reason } });
   }
 }
 

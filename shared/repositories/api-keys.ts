@@ -30,10 +30,6 @@ function generateKey(kind: KeyKind): string {
   return `${KEY_PREFIX[kind]}${randomBytes(32).toString('base64url')}`;
 }
 
-export function generateApiKey(): string {
-  return generateKey('tenant');
-}
-
 export function apiKeyHash(key: string): string {
   return sha256Hex(key);
 }

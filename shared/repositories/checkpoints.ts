@@ -1,7 +1,7 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { formatCheckpointPath, parseCheckpointPath } from '../api/tinker-path.js';
 import { awsClients } from '../aws/clients.js';
 import { type CheckpointKind, type CheckpointNameRecord, registryKey } from '../domain/records.js';
+import { formatCheckpointPath, parseCheckpointPath } from '../domain/tinker-path.js';
 import { NotFoundError, ValidationError } from '../errors.js';
 import { readFuture } from './futures.js';
 import { readRegistryItem } from './registry.js';

@@ -1,15 +1,15 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { backoffDelay, realSleep } from '../aws/backoff.js';
 import { type AwsClients, awsClients } from '../aws/clients.js';
+import { type TransactItem, transactWrite } from '../aws/transact.js';
 import { config } from '../config.js';
 import type { IdempotencyRecord } from '../domain/records.js';
 import { IdempotencyConflictError, InfrastructureError, NotFoundError } from '../errors.js';
 import { logger } from '../logger.js';
 import { deletePayloadQuietly, putPayload, type SerializedPayload } from '../payload-store.js';
-import { backoffDelay, realSleep } from '../prefix/backoff.js';
 import { storageKeys } from '../storage-keys.js';
 import { type PendingFutureInput, pendingFutureRow } from './futures.js';
 import { readRegistryItem } from './registry.js';
-import { type TransactItem, transactWrite } from './transact.js';
 
 export type IntakeClients = Pick<AwsClients, 'doc' | 's3'>;
 

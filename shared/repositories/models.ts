@@ -1,4 +1,5 @@
 import { type DynamoDBDocumentClient, GetCommand } from '@aws-sdk/lib-dynamodb';
+import { batchGetByKey } from '../aws/batch-get.js';
 import { awsClients } from '../aws/clients.js';
 import { config } from '../config.js';
 import type { ModelRow } from '../domain/records.js';
@@ -28,4 +29,14 @@ export async function requireModel(
   const row = answer.Item as ModelSummary | undefined;
   if (row === undefined || row.tenant !== tenant) throw modelNotFound(modelId);
   return row;
+}
+
+/** The model rows of `modelIds`, read strongly (R5): one BatchGetItem per 100 models. */
+export async function readModels(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  modelIds: Iterable<string>,
+): Promise<Map<string, ModelRow>> {
+  const items = await batchGetByKey(doc, modelIds, { table, keyName: 'model_id', consistent: true });
+  return items as unknown as Map<string, ModelRow>;
 }

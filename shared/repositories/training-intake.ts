@@ -1,4 +1,5 @@
 import { awsClients } from '../aws/clients.js';
+import type { TransactItem } from '../aws/transact.js';
 import { config } from '../config.js';
 import {
   type CheckpointNameRecord,
@@ -12,7 +13,6 @@ import type { SerializedPayload } from '../payload-store.js';
 import { readCheckpointName, staleReservation } from './checkpoints.js';
 import { findOriginalFuture, type IntakeClients, newFutureItems, putOnce, runIntake } from './intake.js';
 import { modelNotFound, requireSeqCounter } from './seq-counters.js';
-import type { TransactItem } from './transact.js';
 
 /** What a submit answers: the SDK's UntypedAPIFuture. */
 export interface FutureAnswer {

@@ -1,11 +1,12 @@
 import { type AwsClients, awsClients } from '../aws/clients.js';
 import type { LiveRow, ModelRow } from '../domain/records.js';
 import { isPoolDraining } from '../ops/control-store.js';
+import { scanLiveIndex } from '../repositories/live-index.js';
+import { readModels } from '../repositories/models.js';
 import type { ModelClaim, ModelRelease, SampleRelease } from '../scheduling/claim.js';
 import type { WorkItem } from '../scheduling/work-item.js';
 import { sendManifest, writeWorkItem } from './dispatch.js';
-import { scanLiveIndex } from './live-index.js';
-import { claimModel, readModels, releaseModel } from './models.js';
+import { claimModel, releaseModel } from './models.js';
 import { type PayloadReads, readPayloads } from './payloads.js';
 import {
   claimSample,

@@ -1,18 +1,6 @@
 import { type DynamoDBDocumentClient, UpdateCommand } from '@aws-sdk/lib-dynamodb';
-import type { ModelRow } from '../domain/records.js';
 import { isAwsError } from '../errors.js';
 import type { ModelClaim, ModelRelease } from '../scheduling/claim.js';
-import { batchGetByKey } from './batch-get.js';
-
-/** The model rows of `modelIds`, read strongly (R5): one BatchGetItem per 100 models. */
-export async function readModels(
-  doc: DynamoDBDocumentClient,
-  table: string,
-  modelIds: Iterable<string>,
-): Promise<Map<string, ModelRow>> {
-  const items = await batchGetByKey(doc, modelIds, { table, keyName: 'model_id', consistent: true });
-  return items as unknown as Map<string, ModelRow>;
-}
 
 /**
  * The claim of E2 as one conditional UpdateItem. `false` when the condition failed: another tick

@@ -1,11 +1,11 @@
 import { GetObjectCommand, type S3Client } from '@aws-sdk/client-s3';
+import { backoffDelay, realSleep } from '../aws/backoff.js';
+import { Limiter } from '../aws/limiter.js';
 import { TRANSIENT_AWS_ERROR_NAMES } from '../aws/transient-errors.js';
 import { isAwsError } from '../errors.js';
 import { sha256Hex } from '../ids.js';
 import { logger } from '../logger.js';
 import { payloadFromObject } from '../payload-store.js';
-import { backoffDelay, realSleep } from '../prefix/backoff.js';
-import { Limiter } from '../prefix/limiter.js';
 import { storageKeys } from '../storage-keys.js';
 
 /** S3 GETs in flight at once per tick. */

@@ -1,5 +1,5 @@
+import { Limiter } from '../aws/limiter.js';
 import { logger } from '../logger.js';
-import { Limiter } from '../prefix/limiter.js';
 import {
   type ModelClaim,
   releaseFor,

@@ -1,16 +1,8 @@
 import { DeleteCommand, type DynamoDBDocumentClient, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { batchGetByKey } from '../aws/batch-get.js';
 import { type FutureStatus, registryKey } from '../domain/records.js';
 import { isAwsError } from '../errors.js';
-import type { SampleRelease } from '../scheduling/claim.js';
-import { batchGetByKey } from './batch-get.js';
-
-/** Claim items outlive their lease by this much before TTL removes them (nothing reads them then). */
-const CLAIM_TTL_AFTER_LEASE_S = 24 * 3600;
-
-/** TTL (epoch seconds) of a sample claim whose lease ends at `leaseUntil` (ms). */
-export function sampleClaimTtl(leaseUntil: number): number {
-  return Math.ceil(leaseUntil / 1000) + CLAIM_TTL_AFTER_LEASE_S;
-}
+import { type SampleRelease, sampleClaimTtl } from '../scheduling/claim.js';
 
 /** `registry` item `claim#<request_id>`: a sample is claimed per request (R4). */
 export interface SampleClaimRecord {

@@ -1,4 +1,5 @@
 import { DeleteCommand, type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { exponentialDelay, realSleep } from '../aws/backoff.js';
 import { isAwsError } from '../errors.js';
 import { logger } from '../logger.js';
 
@@ -35,7 +36,8 @@ export const TICK_LOCK_LEASE_MS = 10_000;
 const ACQUIRE_ROUNDS = 5;
 /** Tries of a release that fails (throttling, a 5xx): each failure would cost a whole lease. */
 const RELEASE_ATTEMPTS = 3;
-const RELEASE_BACKOFF_MS = 25;
+/** Waits 50 ms, then 100 ms, between release tries. */
+const RELEASE_BACKOFF = { baseMs: 25, capMs: 1_000 } as const;
 
 export function tickLockKey(pool: string): string {
   return `tick#${pool}`;
@@ -100,7 +102,7 @@ export function tickLock(
         return await deleteMine(holder);
       } catch (error) {
         if (attempt >= RELEASE_ATTEMPTS) throw error;
-        await new Promise((resolve) => setTimeout(resolve, RELEASE_BACKOFF_MS * 2 ** attempt));
+        await realSleep(exponentialDelay(attempt, RELEASE_BACKOFF));
       }
     }
   };

@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
+import { Limiter } from '../aws/limiter.js';
 import type { LiveRow, ModelRow } from '../domain/records.js';
 import { faultHook } from '../fault-hook.js';
 import { mintRequestId } from '../ids.js';
 import { logger } from '../logger.js';
 import { emitMetric, opsMetrics } from '../ops/metrics.js';
 import { oldestPendingAgeSeconds } from '../ops/queue-status.js';
-import { Limiter } from '../prefix/limiter.js';
 import { assembleWorkItem, payloadsToRead, type SampleClaimed } from '../scheduling/assemble.js';
 import { claimFor, type ModelClaim } from '../scheduling/claim.js';
 import type { Plan, Snapshot } from '../scheduling/plan-types.js';

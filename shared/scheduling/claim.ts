@@ -153,3 +153,11 @@ export function replanFor(model: ModelRow, now: number, maxAttempts: number): Mo
     exhausted: attemptsExhausted(attempts, maxAttempts),
   };
 }
+
+/** Claim items outlive their lease by this much before TTL removes them (nothing reads them then). */
+const CLAIM_TTL_AFTER_LEASE_S = 24 * 3600;
+
+/** TTL (epoch seconds) of a sample claim whose lease ends at `leaseUntil` (ms). */
+export function sampleClaimTtl(leaseUntil: number): number {
+  return Math.ceil(leaseUntil / 1000) + CLAIM_TTL_AFTER_LEASE_S;
+}

@@ -1,8 +1,8 @@
 import { DeleteObjectsCommand, ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { batchGetByKey } from '../aws/batch-get.js';
 import { logger } from '../logger.js';
-import { batchGetByKey } from '../scheduler/batch-get.js';
-import { readModels } from '../scheduler/models.js';
+import { readModels } from '../repositories/models.js';
 import { checkpointContentId, storageKeys } from '../storage-keys.js';
 
 /**

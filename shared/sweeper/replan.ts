@@ -1,7 +1,7 @@
 import { type DynamoDBDocumentClient, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { isAwsError } from '../errors.js';
 import { logger } from '../logger.js';
-import { readModels } from '../scheduler/models.js';
+import { readModels } from '../repositories/models.js';
 import { leaseExpired, type ModelReplan, replanFor } from '../scheduling/claim.js';
 
 export interface ReplanCounters {

@@ -1,3 +1,4 @@
+import type { TransactItem } from '../aws/transact.js';
 import { config } from '../config.js';
 import {
   type FutureError,
@@ -6,7 +7,6 @@ import {
   type SamplingSessionRecord,
 } from '../domain/records.js';
 import { sha256Hex } from '../ids.js';
-import type { TransactItem } from '../repositories/transact.js';
 
 /**
  * The commit transactions (E4), as data. Pure: the executor in ./commit.ts runs and settles them.

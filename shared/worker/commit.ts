@@ -1,11 +1,11 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { backoffDelay, realSleep } from '../aws/backoff.js';
+import { type TransactItem, transactWrite } from '../aws/transact.js';
 import { registryKey, type SamplePrefixRef } from '../domain/records.js';
 import { InfrastructureError, isAwsError } from '../errors.js';
 import { logger } from '../logger.js';
-import { backoffDelay, realSleep } from '../prefix/backoff.js';
 import { readFuture } from '../repositories/futures.js';
 import { readRegistryItem } from '../repositories/registry.js';
-import { type TransactItem, transactWrite } from '../repositories/transact.js';
 import {
   commitToken,
   type ModelCommit,

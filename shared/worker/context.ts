@@ -1,4 +1,5 @@
 import type { Backend } from '../backend/backend.js';
+import { InfrastructureError } from '../errors.js';
 import type { WorkItemCut } from './cut.js';
 import type { LeaseKeeper } from './lease.js';
 import type { PassBatcher } from './pass-batcher.js';
@@ -32,10 +33,10 @@ export interface SamplingContext {
 }
 
 /** The worker was stopped (`WorkerOptions.signal`): abandon, write and commit nothing more. */
-export class AbandonedError extends Error {
+export class AbandonedError extends InfrastructureError {
+  override readonly name = 'AbandonedError';
   constructor() {
     super('the worker is stopping; the work item is abandoned');
-    this.name = 'AbandonedError';
   }
 }
 

@@ -1,24 +1,25 @@
 import { type DynamoDBDocumentClient, GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { config } from '../config.js';
 import { type ModelRow, registryKey } from '../domain/records.js';
-import { isAwsError } from '../errors.js';
+import { ConditionLostError, isAwsError } from '../errors.js';
 import { logger } from '../logger.js';
-import { sampleClaimTtl } from '../scheduler/samples.js';
-import { replanFor } from '../scheduling/claim.js';
+import { replanFor, sampleClaimTtl } from '../scheduling/claim.js';
 
 /** A sample's claim expired and another work item claimed it (R4): stop; its commit would fail anyway. */
-export class SampleClaimLostError extends Error {
+export class SampleClaimLostError extends ConditionLostError {
+  override readonly name = 'SampleClaimLostError';
   constructor(requestId: string) {
-    super(`the claim of sample ${requestId} is no longer this work item's`);
-    this.name = 'SampleClaimLostError';
+    super(`the claim of sample ${requestId} is no longer this work item's`, {
+      context: { request_id: requestId },
+    });
   }
 }
 
 /** Another owner holds the model: a re-plan happened (E2). Stop and commit nothing (E7). */
-export class LeaseLostError extends Error {
+export class LeaseLostError extends ConditionLostError {
+  override readonly name = 'LeaseLostError';
   constructor(inflight: string) {
-    super(`work item ${inflight} is no longer in flight`);
-    this.name = 'LeaseLostError';
+    super(`work item ${inflight} is no longer in flight`, { context: { inflight } });
   }
 }
 

@@ -1,10 +1,10 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { z } from 'zod';
+import { batchGetByKey } from '../aws/batch-get.js';
 import { config } from '../config.js';
 import { baseModelId, type SamplePrefixRef } from '../domain/records.js';
 import type { PrefixStore } from '../prefix/store.js';
 import type { PrefixPointer, RestoreOutcome, RestoreRequest } from '../prefix/types.js';
-import { batchGetByKey } from '../scheduler/batch-get.js';
 import type { WorkItemSample } from '../scheduling/work-item.js';
 import { samplePayloadSchema } from './step-payloads.js';
 

@@ -8,7 +8,7 @@ import {
 } from '../backend/pass-input.js';
 import { config } from '../config.js';
 import type { TrainingRequestType } from '../domain/records.js';
-import { ValidationError } from '../errors.js';
+import { TinkerError, ValidationError } from '../errors.js';
 import { PayloadBytes } from '../payload-bytes.js';
 import { decodeForwardBackwardRequest } from '../wire/forward-backward-request.js';
 import { decompressZstdBounded } from '../wire/zstd.js';
@@ -103,10 +103,11 @@ export const samplePayloadSchema = z.object({
 export type SampleStepPayload = z.infer<typeof samplePayloadSchema>;
 
 /** A stored payload that does not have the shape its request type needs: a server bug, never retried. */
-export class MalformedPayloadError extends Error {
+export class MalformedPayloadError extends TinkerError {
+  override readonly name = 'MalformedPayloadError';
+  readonly status = 500;
   constructor(requestId: string, detail: string) {
-    super(`The stored request ${requestId} is malformed: ${detail}`);
-    this.name = 'MalformedPayloadError';
+    super(`The stored request ${requestId} is malformed: ${detail}`, { context: { request_id: requestId } });
   }
 }
 

@@ -2,7 +2,6 @@ import { GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LAMBDA_MAX_BINARY_BODY_BYTES, REFERENCE_ARCH } from '../../shared/api/capabilities.js';
 import type { LoadWeightsPayload, SamplePayload } from '../../shared/api/payloads.js';
-import { SDK_TINKER_PATH } from '../../shared/api/tinker-path.js';
 import { REFERENCE_TOKENIZER_DIR } from '../../shared/backend/reference/byte-tokenizer.js';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import {
@@ -11,9 +10,10 @@ import {
   registryKey,
   type SamplingSessionRecord,
 } from '../../shared/domain/records.js';
-import { readPayload } from '../../shared/payload-store.js';
-import { completeFuture, failFuture } from '../../shared/repositories/futures.js';
+import { SDK_TINKER_PATH } from '../../shared/domain/tinker-path.js';
 import { checkpointContentId } from '../../shared/storage-keys.js';
+import { completeFuture, failFuture } from '../support/futures.js';
+import { readPayload } from '../support/payloads.js';
 import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 /**

@@ -5,8 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import { type FutureRow, registryKey } from '../../shared/domain/records.js';
 import { readCheckpointName } from '../../shared/repositories/checkpoints.js';
-import { failFuture } from '../../shared/repositories/futures.js';
 import { DType } from '../../shared/wire/gen/tinker_public_pb.js';
+import { failFuture } from '../support/futures.js';
 import {
   float32Tensor,
   int32Bytes,

@@ -6,9 +6,9 @@ import { toHttpApiEvent, toHttpReply } from '../../local/triggers/http-event.js'
 import type { FutureRow } from '../../shared/domain/records.js';
 import { readStoredPayload } from '../../shared/payload-store.js';
 import { createApiKey } from '../../shared/repositories/api-keys.js';
-import { completeFuture } from '../../shared/repositories/futures.js';
 import { decodeForwardBackwardRequest } from '../../shared/wire/forward-backward-request.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
+import { completeFuture } from '../support/futures.js';
 import { decodeForwardBackwardOutput } from '../support/wire/decode-results.js';
 import { float32Tensor, int64Tensor, pbForwardBackward, textChunk } from '../support/wire/requests.js';
 

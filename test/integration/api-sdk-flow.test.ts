@@ -3,7 +3,6 @@ import { GetCommand, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SUPPORTED_MODELS } from '../../shared/api/capabilities.js';
 import type { SamplePayload, SaveWeightsForSamplerPayload } from '../../shared/api/payloads.js';
-import { SDK_TINKER_PATH } from '../../shared/api/tinker-path.js';
 import { passInputFromJson } from '../../shared/backend/pass-input.js';
 import { TinkerClient } from '../../shared/client/tinker-client.js';
 import {
@@ -13,12 +12,15 @@ import {
   registryKey,
   type SeqCounterRecord,
 } from '../../shared/domain/records.js';
+import { SDK_TINKER_PATH } from '../../shared/domain/tinker-path.js';
 import { sha256Hex } from '../../shared/ids.js';
-import { readPayload, readStoredPayload } from '../../shared/payload-store.js';
+import { readStoredPayload } from '../../shared/payload-store.js';
 import { revokeApiKey } from '../../shared/repositories/api-keys.js';
-import { completeFuture, failFuture, INLINE_RESULT_MAX_BYTES } from '../../shared/repositories/futures.js';
+import { INLINE_RESULT_MAX_BYTES } from '../../shared/repositories/futures.js';
 import { checkpointContentId, storageKeys } from '../../shared/storage-keys.js';
 import { decodeForwardBackwardRequest } from '../../shared/wire/forward-backward-request.js';
+import { completeFuture, failFuture } from '../support/futures.js';
+import { readPayload } from '../support/payloads.js';
 import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 let api: ApiHarness;

@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { realSleep } from '../../shared/prefix/backoff.js';
+import { realSleep } from '../../shared/aws/backoff.js';
 import { DEFAULT_READS_IN_FLIGHT_PER_BATCH } from '../../shared/prefix/store.js';
 import type { CutRow, PrefixPointer } from '../../shared/prefix/types.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';

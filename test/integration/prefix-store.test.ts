@@ -2,7 +2,7 @@ import { ProvisionedThroughputExceededException } from '@aws-sdk/client-dynamodb
 import { BatchWriteCommand, DynamoDBDocumentClient, GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { localAwsClients } from '../../local/aws-clients.js';
-import { type Clock, realSleep } from '../../shared/prefix/backoff.js';
+import { type Clock, realSleep } from '../../shared/aws/backoff.js';
 import { abortGroup, commitGroup, readGroupRecord } from '../../shared/prefix/group-commit.js';
 import type { AbortRecord, CommitRecord } from '../../shared/prefix/records.js';
 import { createPrefixStore } from '../../shared/prefix/store.js';

@@ -7,8 +7,8 @@ import {
 import { beforeAll, describe, expect, it } from 'vitest';
 import { config } from '../../shared/config.js';
 import type { ModelRow } from '../../shared/domain/records.js';
-import { scanLiveIndex } from '../../shared/scheduler/live-index.js';
-import { readModels } from '../../shared/scheduler/models.js';
+import { scanLiveIndex } from '../../shared/repositories/live-index.js';
+import { readModels } from '../../shared/repositories/models.js';
 import { claimSample, readLiveSampleClaims } from '../../shared/scheduler/samples.js';
 import type { TestCloud } from '../support/cloud.js';
 import {

@@ -15,7 +15,6 @@ import {
 import { mintId, mintRequestId } from '../../shared/ids.js';
 import { logger } from '../../shared/logger.js';
 import { serializePayload } from '../../shared/payload-store.js';
-import { completeFuture, failFuture } from '../../shared/repositories/futures.js';
 import { submitSample } from '../../shared/repositories/sampling-intake.js';
 import { requireSeqCounter } from '../../shared/repositories/seq-counters.js';
 import { submitCreateModel, submitTrainingStep } from '../../shared/repositories/training-intake.js';
@@ -29,6 +28,7 @@ import {
 import { storageKeys } from '../../shared/storage-keys.js';
 import { loadWorkItem } from '../../shared/worker/load-work-item.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
+import { completeFuture, failFuture } from '../support/futures.js';
 
 /**
  * Shared by the scheduler and sweeper suites: a fresh cloud with the process pointed at it, intake

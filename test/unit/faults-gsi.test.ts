@@ -3,7 +3,7 @@ import { PutCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { describe, expect, it } from 'vitest';
 import type { AwsClients } from '../../shared/aws/clients.js';
 import { liveKey } from '../../shared/ids.js';
-import { scanLiveIndex } from '../../shared/scheduler/live-index.js';
+import { scanLiveIndex } from '../../shared/repositories/live-index.js';
 import { LIVE_INDEX } from '../../shared/topology.js';
 import { FakeWire } from '../support/faults/fake-wire.js';
 import { createFaultInjector, type FaultPlan } from '../support/faults.js';

@@ -16,8 +16,8 @@ import {
 import { describe, expect, it, vi } from 'vitest';
 import { errorResponse } from '../../shared/api/router.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
+import { transactWrite } from '../../shared/aws/transact.js';
 import { logger } from '../../shared/logger.js';
-import { transactWrite } from '../../shared/repositories/transact.js';
 import { FakeWire } from '../support/faults/fake-wire.js';
 import {
   createFaultInjector,

@@ -1,6 +1,5 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { backoffDelay } from '../../shared/prefix/backoff.js';
 import { BATCH_WRITE_MAX_REQUESTS, batchesOf, groupRows } from '../../shared/prefix/grouping.js';
 import { groupKey, rowItemKey } from '../../shared/prefix/keys.js';
 
@@ -94,15 +93,5 @@ describe('keys', () => {
     expect(groupKey('1', keys)).toBe(groupKey('1', [...keys].reverse()));
     expect(groupKey('1', keys)).not.toBe(groupKey('2', keys));
     expect(groupKey('1', keys)).not.toBe(groupKey('1', keys.slice(0, 1)));
-  });
-});
-
-describe('backoff', () => {
-  it('is full jitter under a capped exponential ceiling', () => {
-    const policy = { baseMs: 10, capMs: 300, maxRetries: 5 };
-    expect([0, 1, 2, 5, 10].map((retry) => backoffDelay(retry, policy, () => 0.999_999))).toEqual([
-      9, 19, 39, 299, 299,
-    ]);
-    expect(backoffDelay(7, policy, () => 0)).toBe(0);
   });
 });

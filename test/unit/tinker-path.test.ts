@@ -4,7 +4,7 @@ import {
   formatCheckpointPath,
   parseCheckpointPath,
   SDK_TINKER_PATH,
-} from '../../shared/api/tinker-path.js';
+} from '../../shared/domain/tinker-path.js';
 
 const weights: CheckpointPath = { modelId: 'model-1', kind: 'weights', name: 'step-10' };
 const sampler: CheckpointPath = { modelId: 'model-1', kind: 'sampler', name: 'final' };

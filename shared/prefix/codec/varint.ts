@@ -1,3 +1,5 @@
+import { InfrastructureError } from '../../errors.js';
+
 /**
  * LEB128 varints and zigzag, on plain numbers (not bitwise ops, which stop at 32 bits), so values up
  * to 2^53 round-trip. Shared by the token packing and the row header.
@@ -71,7 +73,7 @@ export class ByteWriter {
 }
 
 /** Thrown when bytes end early or hold an impossible value; callers map it to "corrupt". */
-export class TruncatedInputError extends Error {
+export class TruncatedInputError extends InfrastructureError {
   override readonly name = 'TruncatedInputError';
 }
 

@@ -14,10 +14,10 @@ import {
 } from '../../../functions/worker/handler.js';
 import type { LocalRuntime } from '../../../local/runtime.js';
 import { awsClients } from '../../../shared/aws/clients.js';
+import { Limiter } from '../../../shared/aws/limiter.js';
 import { ReferenceBackend } from '../../../shared/backend/reference/reference-backend.js';
 import { TinkerClient } from '../../../shared/client/tinker-client.js';
 import type { FutureRow } from '../../../shared/domain/records.js';
-import { Limiter } from '../../../shared/prefix/limiter.js';
 import { createApiKey } from '../../../shared/repositories/api-keys.js';
 import { manifestFor } from '../../../shared/scheduling/work-item.js';
 import { FUNCTION_IDS, type FunctionId } from '../../../shared/topology.js';

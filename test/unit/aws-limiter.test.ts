@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { Limiter } from '../../shared/prefix/limiter.js';
+import { Limiter } from '../../shared/aws/limiter.js';
 
 describe('Limiter', () => {
   it('never runs more than its concurrency at once, runs every task, and starts them in order', async () => {

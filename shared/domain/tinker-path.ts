@@ -1,4 +1,4 @@
-import type { CheckpointKind } from '../domain/records.js';
+import type { CheckpointKind } from './records.js';
 
 /**
  * `tinker://` checkpoint paths (W5). Every path the server issues has the SDK's shape, which its

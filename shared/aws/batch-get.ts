@@ -1,7 +1,7 @@
 import { BatchGetCommand, type DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { InfrastructureError } from '../errors.js';
-import { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF, realSleep } from '../prefix/backoff.js';
-import { Limiter } from '../prefix/limiter.js';
+import { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF, realSleep } from './backoff.js';
+import { Limiter } from './limiter.js';
 
 /** BatchGetItem takes at most 100 keys a call (docs/design.md#limits). */
 export const BATCH_GET_MAX_KEYS = 100;

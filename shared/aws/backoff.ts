@@ -1,6 +1,7 @@
 /**
  * Capped exponential backoff with full jitter (delay drawn uniformly from [0, min(cap, base * 2^n))),
  * with the clock, the sleep and the randomness injectable so tests can run it fast and deterministically.
+ * The one sleep and the one backoff of the code base: every retry loop and poller uses these.
  */
 
 export interface BackoffPolicy {
@@ -39,17 +40,12 @@ export function realSleep(ms: number, signal?: AbortSignal): Promise<void> {
 
 export const realClock: Clock = { now: () => Date.now(), sleep: realSleep, random: () => Math.random() };
 
-export function backoffDelay(retry: number, policy: BackoffPolicy, random: () => number): number {
-  const ceiling = Math.min(policy.capMs, policy.baseMs * 2 ** retry);
-  return Math.floor(random() * ceiling);
+/** The un-jittered delay before retry `retry` (0-based): `min(cap, base * 2^retry)`. */
+export function exponentialDelay(retry: number, policy: Pick<BackoffPolicy, 'baseMs' | 'capMs'>): number {
+  return Math.min(policy.capMs, policy.baseMs * 2 ** retry);
 }
 
-/** Error names DynamoDB returns for throttling and transient faults: retry, do not give up. */
-export const RETRYABLE_ERROR_NAMES = [
-  'ProvisionedThroughputExceededException',
-  'ThrottlingException',
-  'RequestLimitExceeded',
-  'InternalServerError',
-  'ServiceUnavailable',
-  'LimitExceededException',
-] as const;
+/** The jittered delay before retry `retry`: uniform in [0, exponentialDelay(retry)). */
+export function backoffDelay(retry: number, policy: BackoffPolicy, random: () => number): number {
+  return Math.floor(random() * exponentialDelay(retry, policy));
+}

@@ -1,0 +1,77 @@
+import { PutObjectCommand } from '@aws-sdk/client-s3';
+import { type DynamoDBDocumentClient, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { type AwsClients, awsClients } from '../../shared/aws/clients.js';
+import { config } from '../../shared/config.js';
+import type { FutureError } from '../../shared/domain/records.js';
+import { ConditionLostError, isAwsError } from '../../shared/errors.js';
+import { INLINE_RESULT_MAX_BYTES } from '../../shared/repositories/futures.js';
+import { storageKeys } from '../../shared/storage-keys.js';
+
+/**
+ * Ends future rows directly, as no production path does (the worker commits its rows in one
+ * transaction, E4): API tests use it to give the API a completed or failed row to answer with.
+ */
+
+type Terminal =
+  | { readonly status: 'completed'; readonly result: unknown }
+  | { readonly status: 'completed'; readonly result_key: string }
+  | { readonly status: 'failed'; readonly error: FutureError };
+
+/** Ends a pending row: its terminal fields set, `live` removed so it leaves the index. */
+async function finish(requestId: string, terminal: Terminal, doc: DynamoDBDocumentClient): Promise<void> {
+  const { status, ...fields } = terminal;
+  const [name, value] = Object.entries(fields)[0] as [string, unknown];
+  try {
+    await doc.send(
+      new UpdateCommand({
+        TableName: config().table('futures'),
+        Key: { request_id: requestId },
+        UpdateExpression: 'SET #status = :status, updated_at = :now, #field = :value REMOVE live',
+        ConditionExpression: '#status = :pending',
+        ExpressionAttributeNames: { '#status': 'status', '#field': name },
+        ExpressionAttributeValues: {
+          ':pending': 'pending',
+          ':status': status,
+          ':now': Date.now(),
+          ':value': value,
+        },
+      }),
+    );
+  } catch (error) {
+    if (isAwsError(error, 'ConditionalCheckFailedException')) {
+      throw new ConditionLostError(`future ${requestId} is not pending`, {
+        context: { request_id: requestId },
+      });
+    }
+    throw error;
+  }
+}
+
+/**
+ * Completes a pending row outside the worker's commit protocol: inline when small,
+ * otherwise the result goes to S3 first. The worker commits its own rows transactionally (E4).
+ */
+export async function completeFuture(
+  requestId: string,
+  result: unknown,
+  clients: Pick<AwsClients, 'doc' | 's3'> = awsClients(),
+): Promise<void> {
+  const body = JSON.stringify(result);
+  if (Buffer.byteLength(body) <= INLINE_RESULT_MAX_BYTES) {
+    await finish(requestId, { status: 'completed', result: body }, clients.doc);
+    return;
+  }
+  const key = storageKeys.result(requestId);
+  await clients.s3.send(
+    new PutObjectCommand({ Bucket: config().bucket, Key: key, Body: body, ContentType: 'application/json' }),
+  );
+  await finish(requestId, { status: 'completed', result_key: key }, clients.doc);
+}
+
+export async function failFuture(
+  requestId: string,
+  error: FutureError,
+  clients: Pick<AwsClients, 'doc'> = awsClients(),
+): Promise<void> {
+  await finish(requestId, { status: 'failed', error }, clients.doc);
+}

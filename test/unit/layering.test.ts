@@ -1,0 +1,160 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+/**
+ * The layer rule of `shared/`, checked on the import statements of every file so it cannot regress.
+ * A unit is a folder of `shared/` or a file at its root. A unit may import itself and any unit of a
+ * lower rank, never one of its own rank or above. The order is what the code is:
+ * - 0-1 the base: errors, logging, ids and keys, the topology, and config read from it;
+ * - 2-3 the floor (`aws/`: clients and generic AWS helpers) beside the pure layers (`domain/`
+ *   records and paths, `backend/`, then `scheduling/` policy and `wire/` codecs on top of them);
+ * - 4-6 adapters of stored things: S3 payloads and the prefix store, then one repository per
+ *   record, then `ops/` (controls, metrics and the status read, built on repositories);
+ * - 7-9 the services: scheduler, worker and the status page, then the sweeper (whose round runs the
+ *   scheduler's safety tick) and the API, then the TypeScript client built on the API's schemas.
+ */
+const RANKS: Readonly<Record<string, number>> = {
+  'errors.ts': 0,
+  'logger.ts': 0,
+  'ids.ts': 0,
+  'storage-keys.ts': 0,
+  'payload-bytes.ts': 0,
+  'fault-hook.ts': 0,
+  'topology.ts': 0,
+  'stack-outputs.ts': 0,
+  'config.ts': 1,
+  'grants.ts': 1,
+  aws: 2,
+  domain: 2,
+  backend: 2,
+  scheduling: 3,
+  wire: 3,
+  'payload-store.ts': 4,
+  prefix: 4,
+  repositories: 5,
+  ops: 6,
+  scheduler: 7,
+  worker: 7,
+  'status-page': 7,
+  sweeper: 8,
+  api: 8,
+  client: 9,
+};
+
+/** The floor imports, of the rest of `shared/`, only these (and itself). */
+const FLOOR_MAY_IMPORT = new Set(['aws', 'errors.ts', 'config.ts', 'logger.ts']);
+/** Pure layers: no AWS SDK and no adapter, so they are tested without a cloud. */
+const PURE = new Set(['domain', 'scheduling', 'backend', 'wire']);
+/** Folders above `shared/` that nothing in it may import. */
+const OUTSIDE = ['functions', 'local', 'bench', 'test', 'cdk'];
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const SHARED = path.join(ROOT, 'shared');
+
+/** Every module specifier of a file: static and type imports, re-exports, side-effect and dynamic imports. */
+function importSpecifiers(source: string): string[] {
+  const patterns = [
+    /(?:^|[\n;])\s*(?:import|export)\s[^;'"]*?\sfrom\s*['"]([^'"]+)['"]/g,
+    /(?:^|[\n;])\s*import\s*['"]([^'"]+)['"]/g,
+    /\bimport\s*\(\s*['"]([^'"]+)['"]\s*\)/g,
+  ];
+  return patterns.flatMap((pattern) => [...source.matchAll(pattern)].map((match) => match[1] ?? ''));
+}
+
+/** The unit of a path relative to the repository root (`shared/aws/x.ts` -> `aws`), or the top folder outside shared. */
+function unitOf(relative: string): { readonly inShared: boolean; readonly unit: string } {
+  const parts = relative.split('/');
+  if (parts[0] !== 'shared') return { inShared: false, unit: parts[0] ?? relative };
+  return { inShared: true, unit: parts[1] ?? relative };
+}
+
+/** Why `from` (a shared file) may not import `to` (a module specifier resolved against it), or undefined. */
+function violation(from: string, specifier: string): string | undefined {
+  const source = unitOf(from).unit;
+  if (specifier.startsWith('@aws-sdk/') && PURE.has(source)) return `pure ${source}/ imports the AWS SDK`;
+  if (!specifier.startsWith('.')) return undefined;
+  const resolved = path.posix
+    .normalize(path.posix.join(path.posix.dirname(from), specifier))
+    .replace(/\.js$/, '.ts');
+  const target = unitOf(resolved);
+  if (!target.inShared) {
+    return OUTSIDE.includes(target.unit) ? `shared/ imports ${target.unit}/` : undefined;
+  }
+  if (target.unit === source) return undefined;
+  const sourceRank = RANKS[source];
+  const targetRank = RANKS[target.unit];
+  if (sourceRank === undefined) return `${source} has no rank in the layer table`;
+  if (targetRank === undefined) return `${target.unit} has no rank in the layer table`;
+  if (source === 'aws' && !FLOOR_MAY_IMPORT.has(target.unit)) return `the floor imports ${target.unit}`;
+  if (PURE.has(source) && target.unit === 'aws') return `pure ${source}/ imports the AWS floor`;
+  if (targetRank >= sourceRank)
+    return `${source} (rank ${sourceRank}) imports ${target.unit} (rank ${targetRank})`;
+  return undefined;
+}
+
+function sharedFiles(dir: string = SHARED): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) return sharedFiles(full);
+    return entry.name.endsWith('.ts') ? [path.relative(ROOT, full).split(path.sep).join('/')] : [];
+  });
+}
+
+describe('the layers of shared/', () => {
+  const files = sharedFiles();
+
+  it('gives every folder and root file of shared/ a rank', () => {
+    const unranked = [...new Set(files.map((file) => unitOf(file).unit))].filter((unit) => !(unit in RANKS));
+    expect(unranked).toEqual([]);
+  });
+
+  it('has no import that runs up, sideways or out of shared/', () => {
+    let imports = 0;
+    const found: string[] = [];
+    for (const file of files) {
+      for (const specifier of importSpecifiers(readFileSync(path.join(ROOT, file), 'utf8'))) {
+        imports++;
+        const why = violation(file, specifier);
+        if (why !== undefined) found.push(`${file} -> ${specifier}: ${why}`);
+      }
+    }
+    expect(found).toEqual([]);
+    // The parser sees the imports it checks (a regression of the patterns would pass vacuously).
+    expect(imports).toBeGreaterThan(files.length * 2);
+  });
+
+  it('rejects each kind of wrong arrow', () => {
+    expect(violation('shared/ops/status-reader.ts', '../scheduler/tick.js')).toMatch(/rank 6.*rank 7/);
+    expect(violation('shared/worker/lease.ts', '../scheduler/samples.js')).toMatch(/rank 7.*rank 7/);
+    expect(violation('shared/aws/batch-get.ts', '../prefix/limiter.js')).toMatch(/floor imports prefix/);
+    expect(violation('shared/aws/clients.ts', '../ids.js')).toMatch(/floor imports ids/);
+    expect(violation('shared/domain/records.ts', '../prefix/types.js')).toMatch(/rank 2.*rank 4/);
+    expect(violation('shared/scheduling/planner.ts', '../aws/limiter.js')).toMatch(/pure scheduling/);
+    expect(violation('shared/wire/results.ts', '@aws-sdk/client-s3')).toMatch(/AWS SDK/);
+    expect(violation('shared/config.ts', '../local/resources.js')).toMatch(/imports local/);
+    expect(violation('shared/worker/runtime.ts', '../../functions/worker/handler.js')).toMatch(
+      /imports functions/,
+    );
+    expect(violation('shared/newfolder/x.ts', '../errors.js')).toMatch(/no rank/);
+    expect(violation('shared/sweeper/sweep.ts', '../scheduler/tick.js')).toBeUndefined();
+    expect(violation('shared/aws/transact.ts', '../errors.js')).toBeUndefined();
+  });
+
+  it('finds every form of import', () => {
+    const source = [
+      "import { a } from './a.js';",
+      "import type { B } from '../b.js';",
+      'import {\n  c,\n  type D,\n} from "./c.js";',
+      "export { e } from './e.js';",
+      "export type * from './f.js';",
+      "import './g.js';",
+      "const h = await import('./h.js');",
+      "const text = 'not an import from here';",
+    ].join('\n');
+    expect(importSpecifiers(source).sort()).toEqual(
+      ['./a.js', '../b.js', './c.js', './e.js', './f.js', './g.js', './h.js'].sort(),
+    );
+  });
+});
