@@ -8,6 +8,8 @@ export interface ReadyContext {
   readonly env: Readonly<Record<string, string>>;
   readonly resources: ProvisionedResources;
   readonly clients: AwsClients;
+  /** Where a persistent stack keeps its data (undefined for a throwaway one). */
+  readonly dataDir?: string;
 }
 
 /** A start-up step that runs after everything is up; it returns lines to print for the developer. */
