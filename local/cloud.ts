@@ -1,3 +1,5 @@
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { startDynamoDbLocal } from './dynamodb-local.js';
 import { startFauxqsServer } from './fauxqs.js';
 
@@ -16,12 +18,25 @@ export interface LocalCloud {
   stop(): Promise<void>;
 }
 
+export interface LocalCloudOptions {
+  /**
+   * Keep everything under this directory and restore it on the next start: DynamoDB Local's file
+   * mode in `dynamodb/`, S3 objects and SQS messages in `s3/` and `sqs/`. Default: all in memory.
+   */
+  readonly dataDir?: string;
+}
+
 /**
  * Starts DynamoDB Local (a guarded JVM, see `watchdog.ts`) and fauxqs (in this process) on free
- * loopback ports and resolves once both answer. Nothing is provisioned: see `resources.ts`.
+ * ports of 127.0.0.1 only and resolves once both answer. Nothing is provisioned: see `resources.ts`.
  */
-export async function startLocalCloud(): Promise<LocalCloud> {
-  const [dynamo, fauxqs] = await Promise.allSettled([startDynamoDbLocal(), startFauxqsServer()]);
+export async function startLocalCloud(options: LocalCloudOptions = {}): Promise<LocalCloud> {
+  const { dataDir } = options;
+  if (dataDir !== undefined) mkdirSync(join(dataDir, 'dynamodb'), { recursive: true });
+  const [dynamo, fauxqs] = await Promise.allSettled([
+    startDynamoDbLocal(dataDir === undefined ? {} : { dbPath: join(dataDir, 'dynamodb') }),
+    startFauxqsServer(dataDir === undefined ? {} : { dataDir }),
+  ]);
   if (dynamo.status === 'rejected' || fauxqs.status === 'rejected') {
     if (dynamo.status === 'fulfilled') await dynamo.value.stop();
     if (fauxqs.status === 'fulfilled') await fauxqs.value.stop();

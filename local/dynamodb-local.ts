@@ -1,12 +1,18 @@
 import { readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { freePort } from './free-port.js';
 import { requireJava } from './java.js';
-import { spawnGuarded } from './watchdog.js';
+import { type GuardedProcess, spawnGuarded } from './watchdog.js';
 
 export interface DynamoDbLocal {
   readonly endpoint: string;
+  /**
+   * False only when the JVM could not compile the loopback launcher (a JRE without the
+   * `jdk.compiler` module): DynamoDB Local then listens on every interface, as its own main does.
+   */
+  readonly loopbackOnly: boolean;
   /** Pid of the JVM, so callers (and tests) can check that it is gone after `stop()`. */
   readonly pid: number;
   stop(): Promise<void>;
@@ -27,36 +33,72 @@ const JVM_FLAGS = ['-XX:TieredStopAtLevel=1', '-XX:+UseSerialGC', '-Xms64m', '-X
 
 const READY_TIMEOUT_MS = 30_000;
 
-/** Starts an in-memory DynamoDB Local (one shared database for all credentials) on a free port. */
-export async function startDynamoDbLocal(): Promise<DynamoDbLocal> {
+/** Sets DynamoDB Local's Jetty connector to 127.0.0.1 (its command line cannot). */
+const LOOPBACK_LAUNCHER = fileURLToPath(
+  new URL('./dynamodb-loopback/LoopbackDynamoDbLocal.java', import.meta.url),
+);
+
+/** What the source-file launcher prints when the runtime has no compiler to run it with. */
+const NO_COMPILER = /jdk\.compiler|unable to find.*compiler|Could not find or load main class/i;
+
+export interface DynamoDbLocalOptions {
+  /**
+   * Keep the tables in this directory (DynamoDB Local's file mode, `shared-local-instance.db`),
+   * reusing what an earlier run left there. Default: in memory, gone when it stops.
+   */
+  readonly dbPath?: string;
+}
+
+/**
+ * Starts DynamoDB Local (one shared database for all credentials) on a free port of 127.0.0.1 only,
+ * in memory unless `dbPath` is given.
+ */
+export async function startDynamoDbLocal(options: DynamoDbLocalOptions = {}): Promise<DynamoDbLocal> {
   requireJava();
   const distribution = bundledDistribution();
   const port = await freePort();
-  const jvm = await spawnGuarded(
-    'java',
-    [
-      ...JVM_FLAGS,
-      `-Djava.library.path=${join(distribution, 'DynamoDBLocal_lib')}`,
-      '-jar',
-      join(distribution, 'DynamoDBLocal.jar'),
-      '-inMemory',
-      '-sharedDb',
-      '-disableTelemetry',
-      '-port',
-      String(port),
-    ],
+  const storage = options.dbPath === undefined ? ['-inMemory'] : ['-dbPath', options.dbPath];
+  const serverArgs = [...storage, '-sharedDb', '-disableTelemetry', '-port', String(port)];
+  const jar = join(distribution, 'DynamoDBLocal.jar');
+  const library = `-Djava.library.path=${join(distribution, 'DynamoDBLocal_lib')}`;
+  let started = await startJvm(
+    [...JVM_FLAGS, library, '-cp', jar, LOOPBACK_LAUNCHER, ...serverArgs],
     distribution,
+    port,
   );
+  let loopbackOnly = true;
+  if ('failure' in started && NO_COMPILER.test(started.failure)) {
+    process.stderr.write(
+      'warning: this Java cannot run source files (no jdk.compiler module), so DynamoDB Local listens on ' +
+        'every interface, not only 127.0.0.1; install a full JDK/JRE (e.g. openjdk-17-jre-headless) to fix it\n',
+    );
+    loopbackOnly = false;
+    started = await startJvm([...JVM_FLAGS, library, '-jar', jar, ...serverArgs], distribution, port);
+  }
+  if ('failure' in started) throw new Error(`DynamoDB Local did not start: ${started.failure}`);
+  const { jvm, endpoint } = started;
+  return { endpoint, loopbackOnly, pid: jvm.pid, stop: () => jvm.stop() };
+}
+
+async function startJvm(
+  args: readonly string[],
+  cwd: string,
+  port: number,
+): Promise<{ jvm: GuardedProcess; endpoint: string } | { failure: string }> {
   const endpoint = `http://127.0.0.1:${port}`;
+  let jvm: GuardedProcess;
+  try {
+    jvm = await spawnGuarded('java', args, cwd);
+  } catch (error) {
+    return { failure: (error as Error).message };
+  }
   try {
     await waitUntilAnswering(endpoint, jvm.exited);
+    return { jvm, endpoint };
   } catch (error) {
     await jvm.stop();
-    throw new Error(
-      `DynamoDB Local did not start: ${(error as Error).message}\n${jvm.recentOutput().trim()}`,
-    );
+    return { failure: `${(error as Error).message}\n${jvm.recentOutput().trim()}` };
   }
-  return { endpoint, pid: jvm.pid, stop: () => jvm.stop() };
 }
 
 /** Any HTTP answer means the server is up (DynamoDB Local answers a bare GET with 400). */

@@ -16,7 +16,10 @@ import { STACK_ENV_OUTPUTS } from '../shared/stack-outputs.js';
 
 const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
-export const LOCAL_ENV_FILE = path.join(PROJECT_ROOT, '.local', 'env.json');
+/** Where `npm start` keeps what outlives it: this env file and, unless throwaway, its data (`data/`). */
+export const LOCAL_DIR = path.join(PROJECT_ROOT, '.local');
+
+export const LOCAL_ENV_FILE = path.join(LOCAL_DIR, 'env.json');
 
 /** Names the process that wrote the file, so a reader can tell a stale file from a running stack. */
 export const WRITER_PID_VARIABLE = 'TINKER_LOCAL_PID';
@@ -133,6 +136,17 @@ export function resolveEnvironment(options: ResolveOptions): ResolvedEnvironment
   throw new Error(
     `nowhere to connect to: run 'npm start' (it writes ${localEnvFile}), pass --env-file FILE, or set ${options.needs}`,
   );
+}
+
+/** The pid of a still-running process that wrote `file`, if any (a stale or absent file: undefined). */
+export function runningWriter(file: string): number | undefined {
+  if (!existsSync(file)) return undefined;
+  try {
+    const pid = Number(parseEnvFile(readFileSync(file, 'utf8'))[WRITER_PID_VARIABLE]);
+    return Number.isInteger(pid) && pid !== process.pid && isAlive(pid) ? pid : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 function isAlive(pid: number): boolean {

@@ -1,5 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import { buildApp } from 'fauxqs';
+import { persistentFauxqsStores } from './fauxqs-persistence.js';
 
 export interface Fauxqs {
   /** S3 and SQS share this endpoint. */
@@ -16,9 +17,13 @@ export interface Fauxqs {
  */
 const QUEUE_URL_HOST = 'queue@127.0.0.1';
 
-/** Starts fauxqs in this process, listening on a free loopback port. */
-export async function startFauxqsServer(): Promise<Fauxqs> {
-  const app = buildApp({ logger: false, host: QUEUE_URL_HOST });
+/**
+ * Starts fauxqs in this process, listening on a free port of 127.0.0.1 only. With `dataDir`, its S3
+ * objects and SQS messages are kept there and restored from there (`fauxqs-persistence.ts`).
+ */
+export async function startFauxqsServer(options: { readonly dataDir?: string } = {}): Promise<Fauxqs> {
+  const stores = options.dataDir === undefined ? undefined : await persistentFauxqsStores(options.dataDir);
+  const app = buildApp({ logger: false, host: QUEUE_URL_HOST, ...(stores === undefined ? {} : { stores }) });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const { port } = app.server.address() as AddressInfo;
   return { endpoint: `http://127.0.0.1:${port}`, stop: () => app.close() };

@@ -1,5 +1,13 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { AwsClients } from '../shared/aws/clients.js';
-import { createApiKey, createOperatorKey } from '../shared/repositories/api-keys.js';
+import {
+  createApiKey,
+  createOperatorKey,
+  operatorForKey,
+  tenantForApiKey,
+} from '../shared/repositories/api-keys.js';
+import { writeLocalEnvFile } from './env-file.js';
 import type { ProvisionedResources } from './resources.js';
 
 /** What `npm start` knows once the local stack is up. process.env already points at the local cloud. */
@@ -8,6 +16,8 @@ export interface ReadyContext {
   readonly env: Readonly<Record<string, string>>;
   readonly resources: ProvisionedResources;
   readonly clients: AwsClients;
+  /** Where a persistent stack keeps its data (undefined for a throwaway one). */
+  readonly dataDir?: string;
 }
 
 /** A start-up step that runs after everything is up; it returns lines to print for the developer. */
@@ -15,21 +25,59 @@ export type ReadyHook = (context: ReadyContext) => Promise<readonly string[]>;
 
 export const DEV_TENANT = 'dev';
 
-/** Creates a key for the `dev` tenant and prints it on a line of its own. */
-export const printDevelopmentApiKey: ReadyHook = async ({ clients }) => {
-  const key = await createApiKey(DEV_TENANT, clients);
+/** A persistent stack's development keys, beside its data, so a restart prints the same ones. */
+const DEV_KEYS_FILE = 'dev-keys.json';
+
+type DevKeyName = 'tenant' | 'operator';
+
+/**
+ * The development key kept in the data directory while it still authenticates (not revoked, its
+ * record kept), else a new one, which is kept from then on. A throwaway stack mints one every start.
+ */
+async function developmentKey(
+  { dataDir }: ReadyContext,
+  name: DevKeyName,
+  owner: (key: string) => Promise<string | undefined>,
+  create: () => Promise<string>,
+): Promise<string> {
+  if (dataDir === undefined) return create();
+  const file = join(dataDir, DEV_KEYS_FILE);
+  const kept: Partial<Record<DevKeyName, string>> = existsSync(file)
+    ? (JSON.parse(readFileSync(file, 'utf8')) as Partial<Record<DevKeyName, string>>)
+    : {};
+  const previous = kept[name];
+  if (previous !== undefined && (await owner(previous)) !== undefined) return previous;
+  const key = await create();
+  // Private like the env file: these keys open the local stack.
+  writeLocalEnvFile({ ...kept, [name]: key }, file, false);
+  return key;
+}
+
+/** A key for the `dev` tenant (kept across restarts), on a line of its own. */
+export const printDevelopmentApiKey: ReadyHook = async (context) => {
+  const key = await developmentKey(
+    context,
+    'tenant',
+    (candidate) => tenantForApiKey(candidate, context.clients.doc),
+    () => createApiKey(DEV_TENANT, context.clients),
+  );
   return [`Development API key (tenant "${DEV_TENANT}"; export TINKER_API_KEY=...):`, key];
 };
 
 export const DEV_OPERATOR = 'dev-operator';
 
 /**
- * An operator key for the API's own status page (`<API URL>/status`, served as deployed, whose data
- * needs an operator key), printed on a line of its own after the page's URL. Keys made from the
- * command line come from the operator CLI (`tinker-serverless keys`, bin/cli.ts).
+ * An operator key for the API's own status page (`<API URL>/status`, served as
+ * deployed, whose data needs an operator key), printed on a line of its own after the page's URL.
  */
-export const printOperatorKey: ReadyHook = async ({ apiUrl, clients }) => {
-  const key = await createOperatorKey(DEV_OPERATOR, clients);
+export const printOperatorKey: ReadyHook = async (context) => {
+  const key = await developmentKey(
+    context,
+    'operator',
+    (candidate) => operatorForKey(candidate, context.clients.doc),
+    () => createOperatorKey(DEV_OPERATOR, context.clients),
+  );
+  const { apiUrl } = context;
   return [
     'Status page as the deployed API serves it (paste this operator key into it once):',
     `${apiUrl}/status`,

@@ -2,12 +2,16 @@ import {
   type AttributeDefinition,
   CreateTableCommand,
   type CreateTableCommandInput,
+  DescribeTableCommand,
+  DescribeTimeToLiveCommand,
   type DynamoDBClient,
   type KeySchemaElement,
+  UpdateTableCommand,
   UpdateTimeToLiveCommand,
 } from '@aws-sdk/client-dynamodb';
 import { CreateBucketCommand, type S3Client } from '@aws-sdk/client-s3';
 import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { isAwsError } from '../shared/errors.js';
 import {
   type KeyAttribute,
   type Projection,
@@ -118,11 +122,10 @@ async function createTables(
   await Promise.all(
     inputs.map(async (input, position) => {
       const id = ids[position] as TableId;
-      const created = await dynamo.send(new CreateTableCommand(input));
-      const streamArn = created.TableDescription?.LatestStreamArn;
+      const streamArn = await ensureTable(input, dynamo);
       if (streamArn !== undefined) streamArns[id] = streamArn;
       const ttlAttribute = topology.tables[id].timeToLiveAttribute;
-      if (ttlAttribute !== undefined) {
+      if (ttlAttribute !== undefined && !(await hasTimeToLive(input.TableName, ttlAttribute, dynamo))) {
         await dynamo.send(
           new UpdateTimeToLiveCommand({
             TableName: input.TableName,
@@ -133,6 +136,51 @@ async function createTables(
     }),
   );
   return streamArns;
+}
+
+/**
+ * Creates the table, or reuses the one a persistent local cloud kept from an earlier start. A kept
+ * table made before the topology declared its stream gets the declared one; returns the stream's ARN.
+ */
+async function ensureTable(
+  input: CreateTableCommandInput,
+  dynamo: DynamoDBClient,
+): Promise<string | undefined> {
+  try {
+    const created = await dynamo.send(new CreateTableCommand(input));
+    return created.TableDescription?.LatestStreamArn;
+  } catch (error) {
+    if (!isAwsError(error, 'ResourceInUseException')) throw error;
+  }
+  const { Table: table } = await dynamo.send(new DescribeTableCommand({ TableName: input.TableName }));
+  const wanted = input.StreamSpecification;
+  const current = table?.StreamSpecification;
+  if (
+    wanted === undefined ||
+    (current?.StreamEnabled === true && current.StreamViewType === wanted.StreamViewType)
+  ) {
+    return table?.LatestStreamArn;
+  }
+  if (current?.StreamEnabled === true) {
+    // A stream's view cannot change in place: turn it off, then on with the declared view.
+    await dynamo.send(
+      new UpdateTableCommand({ TableName: input.TableName, StreamSpecification: { StreamEnabled: false } }),
+    );
+  }
+  const updated = await dynamo.send(
+    new UpdateTableCommand({ TableName: input.TableName, StreamSpecification: wanted }),
+  );
+  return updated.TableDescription?.LatestStreamArn;
+}
+
+async function hasTimeToLive(
+  tableName: string | undefined,
+  attribute: string,
+  dynamo: DynamoDBClient,
+): Promise<boolean> {
+  const answer = await dynamo.send(new DescribeTimeToLiveCommand({ TableName: tableName }));
+  const description = answer.TimeToLiveDescription;
+  return description?.TimeToLiveStatus === 'ENABLED' && description.AttributeName === attribute;
 }
 
 /** Creates queues so that every dead-letter target exists (and has an ARN) before its source. */
@@ -179,7 +227,10 @@ async function createQueues(
   return { urls: urls as Record<QueueId, string>, arns: arns as Record<QueueId, string> };
 }
 
-/** Creates the topology's tables (with TTL), bucket and queues (with redrive) under `prefix`. */
+/**
+ * Creates the topology's tables (with TTL), bucket and queues (with redrive) under `prefix`, reusing
+ * any that already exist (a persistent local cloud keeps them across starts).
+ */
 export async function provisionResources(
   topology: Topology,
   prefix: string,
@@ -189,7 +240,10 @@ export async function provisionResources(
   const [streamArns, queues] = await Promise.all([
     createTables(topology, prefix, clients.dynamo),
     createQueues(topology, names, clients.sqs),
-    clients.s3.send(new CreateBucketCommand({ Bucket: names.bucket })),
+    clients.s3.send(new CreateBucketCommand({ Bucket: names.bucket })).catch((error: unknown) => {
+      // A bucket kept from an earlier start is reused.
+      if (!isAwsError(error, 'BucketAlreadyOwnedByYou')) throw error;
+    }),
   ]);
   return { ...names, queueUrls: queues.urls, queueArns: queues.arns, streamArns };
 }

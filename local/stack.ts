@@ -19,6 +19,8 @@ export interface LocalStackOptions {
   readonly streamPollIntervalMs?: number;
   /** Extra variables for the functions' environment (for example POWERTOOLS_LOG_LEVEL). */
   readonly extraEnv?: Readonly<Record<string, string>>;
+  /** Keep the cloud's data here across starts (see `startLocalCloud`); default: in memory. */
+  readonly dataDir?: string;
   /** Passed to the runtime as is (handler overrides, a subset of functions). */
   readonly runtime?: Pick<LocalRuntimeOptions, 'handlers' | 'functions'>;
 }
@@ -38,7 +40,7 @@ export interface LocalStack {
 }
 
 export async function startLocalStack(options: LocalStackOptions): Promise<LocalStack> {
-  const cloud = await startLocalCloud();
+  const cloud = await startLocalCloud(options.dataDir === undefined ? {} : { dataDir: options.dataDir });
   const clients = localAwsClients(cloud.endpoints);
   let runtime: LocalRuntime | undefined;
   let stopping: Promise<void> | undefined;

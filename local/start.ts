@@ -1,4 +1,6 @@
-import { removeLocalEnvFile, writeLocalEnvFile } from './env-file.js';
+import * as path from 'node:path';
+import { logger } from '../shared/logger.js';
+import { LOCAL_DIR, removeLocalEnvFile, runningWriter, writeLocalEnvFile } from './env-file.js';
 import { printDevelopmentApiKey, readyHooks } from './on-ready.js';
 import { clientExportLines, type LocalStack, startLocalStack } from './stack.js';
 import { type StatusPageServer, startStatusPage } from './status-page/server.js';
@@ -6,8 +8,31 @@ import { type StatusPageServer, startStatusPage } from './status-page/server.js'
 /**
  * `npm start`: DynamoDB Local + fauxqs, the topology's resources under the prefix `local`, and every
  * handler behind its triggers. Prints the API base URL; Ctrl-C (or SIGTERM) stops everything.
+ *
+ * Data persists across restarts in `<local dir>/data` (the local dir is `.local/`, or
+ * TINKER_LOCAL_DIR): tables, objects, queued messages and the development keys. `--throwaway` (or
+ * TINKER_LOCAL_THROWAWAY=1) keeps everything in memory instead, as the tests and benches do.
  */
 const PREFIX = 'local';
+
+interface StartSettings {
+  readonly envFile: string;
+  /** Undefined for a throwaway stack. */
+  readonly dataDir: string | undefined;
+}
+
+function startSettings(argv: readonly string[], env: NodeJS.ProcessEnv): StartSettings {
+  const unknown = argv.filter((arg) => arg !== '--throwaway');
+  if (unknown.length > 0) throw new Error(`unknown argument ${unknown[0]} (the one flag is --throwaway)`);
+  const localDir = path.resolve(env.TINKER_LOCAL_DIR ?? LOCAL_DIR);
+  const throwaway = argv.includes('--throwaway') || env.TINKER_LOCAL_THROWAWAY === '1';
+  return {
+    envFile: path.join(localDir, 'env.json'),
+    dataDir: throwaway ? undefined : path.join(localDir, 'data'),
+  };
+}
+
+let envFile: string | undefined;
 
 let stack: LocalStack | undefined;
 let statusPage: StatusPageServer | undefined;
@@ -17,7 +42,7 @@ async function shutdown(exitCode: number): Promise<never> {
   if (stopping) process.exit(exitCode);
   stopping = true;
   try {
-    removeLocalEnvFile();
+    if (envFile !== undefined) removeLocalEnvFile(envFile);
     await statusPage?.stop();
   } finally {
     await stack?.stop();
@@ -36,17 +61,49 @@ async function main(): Promise<void> {
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   const started = performance.now();
+  const settings = startSettings(process.argv.slice(2), process.env);
+  const { dataDir } = settings;
+  // Two stacks on one data directory would corrupt it (one DynamoDB Local file, one message store).
+  const other = dataDir === undefined ? undefined : runningWriter(settings.envFile);
+  if (other !== undefined) {
+    throw new Error(
+      `another 'npm start' (pid ${other}) is using ${path.dirname(settings.envFile)}; stop it, or start this one with --throwaway`,
+    );
+  }
+  envFile = settings.envFile;
   const port = process.env.PORT === undefined ? undefined : Number(process.env.PORT);
-  stack = await startLocalStack({ prefix: PREFIX, httpPort: port });
+  stack = await startLocalStack({
+    prefix: PREFIX,
+    httpPort: port,
+    ...(dataDir === undefined ? {} : { dataDir }),
+  });
   const { apiUrl, env, resources, clients } = stack;
   // The operator's view (own port) and the env file the CLI (`npx tinker-serverless status`) reads.
   const statusPort = process.env.STATUS_PORT === undefined ? undefined : Number(process.env.STATUS_PORT);
   statusPage = await startStatusPage({ port: statusPort });
-  writeLocalEnvFile({ ...env, TINKER_BASE_URL: apiUrl, TINKER_STATUS_URL: statusPage.url });
+  writeLocalEnvFile({ ...env, TINKER_BASE_URL: apiUrl, TINKER_STATUS_URL: statusPage.url }, envFile);
+  if (dataDir !== undefined) {
+    // Streams start at their tip, so work restored from an earlier run waits for no new write: run
+    // the sweeper's schedule (lease re-plans, then a safety tick) once now instead of in a minute.
+    stack.runtime
+      .runSchedule('sweeper')
+      .catch((error: unknown) => logger.error('start-up sweep failed', { error: error as Error }));
+  }
   const extraLines: string[] = ['Queue status page:', statusPage.url];
+  extraLines.push(
+    dataDir === undefined
+      ? 'Data: in memory only (--throwaway); gone when this stops.'
+      : `Data kept across restarts in ${dataDir} (wipe: stop, then delete that folder; in memory instead: npm start -- --throwaway).`,
+  );
   let developmentKey: string | undefined;
   for (const hook of readyHooks) {
-    const lines = await hook({ apiUrl, env, resources, clients });
+    const lines = await hook({
+      apiUrl,
+      env,
+      resources,
+      clients,
+      ...(dataDir === undefined ? {} : { dataDir }),
+    });
     extraLines.push(...lines);
     // That hook's last line is the key itself (see local/on-ready.ts).
     if (hook === printDevelopmentApiKey) developmentKey = lines.at(-1);

@@ -7,6 +7,8 @@
  * construct and no SDK client is imported here.
  */
 
+import { registryKey } from './registry-keys.js';
+
 export type AttributeType = 'S' | 'N' | 'B';
 
 export interface KeyAttribute {
@@ -168,9 +170,12 @@ export const LIVE_PROJECTION = [
 
 const WORKER_TIMEOUT_SECONDS = 300;
 
+/** The pool this stack's scheduler serves (the `POOL` setting). */
+const POOL = 'default';
+
 export const topology: Topology = {
   settings: {
-    POOL: 'default',
+    POOL,
     LIVE_SHARDS: '4',
   },
   tables: {
@@ -204,6 +209,8 @@ export const topology: Topology = {
       envVar: 'REGISTRY_TABLE',
       partitionKey: { name: 'pk', type: 'S' },
       timeToLiveAttribute: 'ttl',
+      // Keys only, for the scheduler's one trigger on it: an operator lifting the pool's drain.
+      stream: 'KEYS_ONLY',
       indexes: [],
     },
     prefixes: {
@@ -337,6 +344,20 @@ export const topology: Topology = {
               },
             },
           ],
+        },
+        {
+          // `drain --off` deletes the pool's drain record: what waited can be planned now, not at the
+          // next safety tick. Every other registry write is filtered out before an invocation.
+          kind: 'stream',
+          table: 'registry',
+          batchSize: 100,
+          maxBatchingWindowSeconds: 0,
+          startingPosition: 'LATEST',
+          retryAttempts: 10,
+          bisectBatchOnError: true,
+          reportBatchItemFailures: true,
+          onFailure: 'streamDlq',
+          filters: [{ eventName: ['REMOVE'], dynamodb: { Keys: { pk: { S: [registryKey.drain(POOL)] } } } }],
         },
       ],
     },

@@ -26,6 +26,21 @@ export interface StatusPageOptions {
   readonly readStatus?: () => Promise<PoolQueueStatus>;
 }
 
+const MISDIRECTED: StatusPageResponse = {
+  status: 421,
+  headers: { 'content-type': 'text/plain; charset=utf-8' },
+  body: 'misdirected request: this page answers only to 127.0.0.1, localhost or [::1]\n',
+};
+
+/**
+ * The Host values a loopback client sends for this port. A page on another site that rebinds its
+ * own name to 127.0.0.1 reaches this port with its own name as Host, so anything else is refused
+ * before any data is read (a DNS-rebinding defence: the page asks for no key).
+ */
+export function loopbackHosts(port: number): ReadonlySet<string> {
+  return new Set([`127.0.0.1:${port}`, `localhost:${port}`, `[::1]:${port}`]);
+}
+
 const NOT_FOUND: StatusPageResponse = {
   status: 404,
   headers: { 'content-type': 'text/plain; charset=utf-8' },
@@ -50,9 +65,15 @@ export async function startStatusPage(options: StatusPageOptions = {}): Promise<
     if (subpath === undefined) return NOT_FOUND;
     return handleStatusPageRequest(method, subpath, { assets, readStatus });
   };
+  let allowedHosts: ReadonlySet<string> = new Set();
   const server = createServer((request, response) => {
     const path = new URL(request.url ?? '/', 'http://status.local').pathname;
-    route(request.method ?? 'GET', path).then(
+    const hostHeader = request.headers.host?.toLowerCase();
+    const answer =
+      hostHeader !== undefined && allowedHosts.has(hostHeader)
+        ? route(request.method ?? 'GET', path)
+        : Promise.resolve(MISDIRECTED);
+    answer.then(
       (answer) => {
         response.writeHead(answer.status, answer.headers);
         response.end(request.method === 'HEAD' ? undefined : answer.body);
@@ -70,6 +91,7 @@ export async function startStatusPage(options: StatusPageOptions = {}): Promise<
     });
   });
   const { port } = server.address() as AddressInfo;
+  allowedHosts = loopbackHosts(port);
   return {
     url: `http://${host}:${port}${STATUS_PAGE_ROOT}`,
     stop: () =>

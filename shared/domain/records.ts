@@ -118,30 +118,7 @@ export interface LoraConfig {
   readonly train_attn?: boolean;
 }
 
-/** `registry` table keys: one typed prefix per record kind. */
-export const registryKey = {
-  apiKey: (keyHash: string) => `key#${keyHash}`,
-  /** Operator keys live apart from tenant keys: no lookup of one kind can ever find the other. */
-  operatorKey: (keyHash: string) => `opkey#${keyHash}`,
-  tenant: (tenant: string) => `tenant#${tenant}`,
-  session: (sessionId: string) => `session#${sessionId}`,
-  samplingSession: (samplingSessionId: string) => `ss#${samplingSessionId}`,
-  /** Per-model seq counter and last client seq_id, kept off the model row (E1). */
-  seqCounter: (modelId: string) => `seq#${modelId}`,
-  /** Idempotency of training requests: `(model_id, seq_id)`. */
-  trainingIdem: (modelId: string, seqId: number) => `idem#train#${modelId}#${seqId}`,
-  /** Idempotency of create_model: `(session, model_seq_id)`. */
-  createModelIdem: (sessionId: string, modelSeqId: number) => `idem#create#${sessionId}#${modelSeqId}`,
-  /** Idempotency of samples: `(sampling session, seq_id)`. */
-  sampleIdem: (samplingSessionId: string, seqId: number) => `idem#sample#${samplingSessionId}#${seqId}`,
-  /** Idempotency of create_sampling_session: `(session, sampling_session_seq_id)`. */
-  samplingSessionIdem: (sessionId: string, seqId: number) => `idem#ss#${sessionId}#${seqId}`,
-  unloadIdem: (modelId: string) => `idem#unload#${modelId}`,
-  /** Write-once checkpoint names (E4). `kind` is `weights` or `sampler`. */
-  checkpointName: (modelId: string, kind: CheckpointKind, name: string) => `ckpt#${modelId}#${kind}#${name}`,
-  /** Per-request sample claim (R4: samples are claimed per request, not per model). */
-  sampleClaim: (requestId: string) => `claim#${requestId}`,
-} as const;
+export { registryKey } from '../registry-keys.js';
 
 export type CheckpointKind = 'weights' | 'sampler';
 

@@ -1,3 +1,5 @@
+import { registryKey } from '../registry-keys.js';
+
 /**
  * Operator controls, stored as small registry items keyed by pool (beside the scheduler's `tick#<pool>`):
  *
@@ -9,10 +11,7 @@
  *   work in flight finishes and commits. Deleting it (`drain --off`) resumes dispatch.
  */
 
-export const controlKey = {
-  cut: (pool: string) => `cut#${pool}`,
-  drain: (pool: string) => `drain#${pool}`,
-} as const;
+export const controlKey = { cut: registryKey.cut, drain: registryKey.drain } as const;
 
 /** Pool names appear in registry keys and the `live` index key (`<pool>#<shard>`). */
 export const POOL_PATTERN = /^[A-Za-z0-9_.-]{1,64}$/;

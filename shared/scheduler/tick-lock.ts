@@ -2,6 +2,7 @@ import { DeleteCommand, type DynamoDBDocumentClient, PutCommand, UpdateCommand }
 import { exponentialDelay, realSleep } from '../aws/backoff.js';
 import { isAwsError } from '../errors.js';
 import { logger } from '../logger.js';
+import { registryKey } from '../registry-keys.js';
 
 /**
  * One tick at a time per pool. The lock is a registry item `tick#<pool>` taken by a conditional put
@@ -39,9 +40,7 @@ const RELEASE_ATTEMPTS = 3;
 /** Waits 50 ms, then 100 ms, between release tries. */
 const RELEASE_BACKOFF = { baseMs: 25, capMs: 1_000 } as const;
 
-export function tickLockKey(pool: string): string {
-  return `tick#${pool}`;
-}
+export const tickLockKey = registryKey.tickLock;
 
 export function tickLock(
   doc: DynamoDBDocumentClient,

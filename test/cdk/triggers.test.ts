@@ -57,7 +57,7 @@ describe('triggers', () => {
 
   it('bisects a failing stream batch and reports what it gives up on to the stream DLQ, never silently', () => {
     const streamMappings = mappingsOf('scheduler');
-    expect(streamMappings).toHaveLength(2);
+    expect(streamMappings).toHaveLength(3);
     for (const mapping of streamMappings) {
       expect(mapping.BisectBatchOnFunctionError).toBe(true);
       expect(mapping.MaximumRetryAttempts).toBeGreaterThan(0);
@@ -83,6 +83,20 @@ describe('triggers', () => {
         NewImage: { inflight: { S: [{ exists: false }] } },
       },
     });
+  });
+
+  it('wakes the scheduler when the drain record of the pool is deleted, and on no other registry write', () => {
+    const registry = tableLogicalId('registry');
+    const table = template.findResources('AWS::DynamoDB::Table')[registry]?.Properties as Mapping;
+    expect(table.StreamSpecification).toEqual({ StreamViewType: 'KEYS_ONLY' });
+    const streamArn = { 'Fn::GetAtt': [registry, 'StreamArn'] };
+    const mapping = mappingsOf('scheduler').find(
+      (m) => JSON.stringify(m.EventSourceArn) === JSON.stringify(streamArn),
+    );
+    const filters = (mapping!.FilterCriteria as { Filters: { Pattern: string }[] }).Filters;
+    expect(filters.map((filter) => JSON.parse(filter.Pattern))).toEqual([
+      { eventName: ['REMOVE'], dynamodb: { Keys: { pk: { S: [`drain#${topology.settings.POOL}`] } } } },
+    ]);
   });
 
   it('bounds the worker through the SQS mapping, not reserved concurrency (E7)', () => {

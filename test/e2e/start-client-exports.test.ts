@@ -6,7 +6,11 @@ import { waitFor } from '../support/wait.js';
 /** `npm start` tells any Tinker client where to go: the base URL and a working development key. */
 describe('npm start', () => {
   it('prints the API base URL, a development key and an operator key on lines of their own, and export lines', async () => {
-    const { child, output: printed, exited } = runScript('local/start.ts');
+    const {
+      child,
+      output: printed,
+      exited,
+    } = runScript('local/start.ts', { ...process.env, TINKER_LOCAL_THROWAWAY: '1' });
     try {
       await waitFor('the ready banner', () => printed().includes('Press Ctrl-C to stop.'), 60_000, 100);
       const lines = printed().split('\n');

@@ -18,7 +18,8 @@ type StartProcess = ScriptProcess;
 
 /** Runs local/start.ts the way `npm start` does, minus npm: one node process to signal. */
 function startStack(env: NodeJS.ProcessEnv = process.env): { child: StartProcess; output: () => string } {
-  return runScript('local/start.ts', env);
+  // Throwaway: the suite never touches the developer's .local/data.
+  return runScript('local/start.ts', { ...env, TINKER_LOCAL_THROWAWAY: '1' });
 }
 
 function exitOf(child: StartProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {

@@ -7,12 +7,13 @@ import { describe, expect, it } from 'vitest';
  * The layer rule of `shared/`, checked on the import statements of every file so it cannot regress.
  * A unit is a folder of `shared/` or a file at its root. A unit may import itself and any unit of a
  * lower rank, never one of its own rank or above. The order is what the code is:
- * - 0-1 the base: errors, logging, ids and keys, the topology, and config read from it;
- * - 2-3 the floor (`aws/`: clients and generic AWS helpers) beside the pure layers (`domain/`
+ * - 0-2 the base: errors, logging, ids and key shapes, then the topology (which names registry keys
+ *   in its stream filters), then config read from it;
+ * - 3-4 the floor (`aws/`: clients and generic AWS helpers) beside the pure layers (`domain/`
  *   records and paths, `backend/`, then `scheduling/` policy and `wire/` codecs on top of them);
- * - 4-6 adapters of stored things: S3 payloads and the prefix store, then one repository per
+ * - 5-7 adapters of stored things: S3 payloads and the prefix store, then one repository per
  *   record, then `ops/` (controls, metrics and the status read, built on repositories);
- * - 7-9 the services: scheduler, worker and the status page, then the sweeper (whose round runs the
+ * - 8-10 the services: scheduler, worker and the status page, then the sweeper (whose round runs the
  *   scheduler's safety tick) and the API, then the TypeScript client built on the API's schemas.
  */
 const RANKS: Readonly<Record<string, number>> = {
@@ -20,27 +21,28 @@ const RANKS: Readonly<Record<string, number>> = {
   'logger.ts': 0,
   'ids.ts': 0,
   'storage-keys.ts': 0,
+  'registry-keys.ts': 0,
   'payload-bytes.ts': 0,
   'fault-hook.ts': 0,
-  'topology.ts': 0,
   'stack-outputs.ts': 0,
-  'config.ts': 1,
-  'grants.ts': 1,
-  aws: 2,
-  domain: 2,
-  backend: 2,
-  scheduling: 3,
-  wire: 3,
-  'payload-store.ts': 4,
-  prefix: 4,
-  repositories: 5,
-  ops: 6,
-  scheduler: 7,
-  worker: 7,
-  'status-page': 7,
-  sweeper: 8,
-  api: 8,
-  client: 9,
+  'topology.ts': 1,
+  'config.ts': 2,
+  'grants.ts': 2,
+  aws: 3,
+  domain: 3,
+  backend: 3,
+  scheduling: 4,
+  wire: 4,
+  'payload-store.ts': 5,
+  prefix: 5,
+  repositories: 6,
+  ops: 7,
+  scheduler: 8,
+  worker: 8,
+  'status-page': 8,
+  sweeper: 9,
+  api: 9,
+  client: 10,
 };
 
 /** The floor imports, of the rest of `shared/`, only these (and itself). */
@@ -126,11 +128,11 @@ describe('the layers of shared/', () => {
   });
 
   it('rejects each kind of wrong arrow', () => {
-    expect(violation('shared/ops/status-reader.ts', '../scheduler/tick.js')).toMatch(/rank 6.*rank 7/);
-    expect(violation('shared/worker/lease.ts', '../scheduler/samples.js')).toMatch(/rank 7.*rank 7/);
+    expect(violation('shared/ops/status-reader.ts', '../scheduler/tick.js')).toMatch(/rank 7.*rank 8/);
+    expect(violation('shared/worker/lease.ts', '../scheduler/samples.js')).toMatch(/rank 8.*rank 8/);
     expect(violation('shared/aws/batch-get.ts', '../prefix/limiter.js')).toMatch(/floor imports prefix/);
     expect(violation('shared/aws/clients.ts', '../ids.js')).toMatch(/floor imports ids/);
-    expect(violation('shared/domain/records.ts', '../prefix/types.js')).toMatch(/rank 2.*rank 4/);
+    expect(violation('shared/domain/records.ts', '../prefix/types.js')).toMatch(/rank 3.*rank 5/);
     expect(violation('shared/scheduling/planner.ts', '../aws/limiter.js')).toMatch(/pure scheduling/);
     expect(violation('shared/wire/results.ts', '@aws-sdk/client-s3')).toMatch(/AWS SDK/);
     expect(violation('shared/config.ts', '../local/resources.js')).toMatch(/imports local/);

@@ -16,7 +16,9 @@ describe('createTableInputs', () => {
     expect(inputs.every((input) => input.BillingMode === 'PAY_PER_REQUEST')).toBe(true);
     const futures = inputs[0];
     expect(futures?.StreamSpecification).toEqual({ StreamEnabled: true, StreamViewType: 'NEW_IMAGE' });
-    expect(inputs[2]?.StreamSpecification).toBeUndefined();
+    // The registry streams keys only, for the scheduler's drain-lifted trigger.
+    expect(inputs[2]?.StreamSpecification).toEqual({ StreamEnabled: true, StreamViewType: 'KEYS_ONLY' });
+    expect(inputs[3]?.StreamSpecification).toBeUndefined();
   });
 
   it('defines each key attribute once and projects the live index as declared', () => {
