@@ -1,3 +1,5 @@
+import { registryKey } from '../domain/records.js';
+
 /**
  * Operator controls, stored as small registry items keyed by pool (beside the scheduler's `tick#<pool>`):
  *
@@ -10,8 +12,8 @@
  */
 
 export const controlKey = {
-  cut: (pool: string) => `cut#${pool}`,
-  drain: (pool: string) => `drain#${pool}`,
+  cut: registryKey.cutRequest,
+  drain: registryKey.drain,
 } as const;
 
 /** Pool names appear in registry keys and the `live` index key (`<pool>#<shard>`). */

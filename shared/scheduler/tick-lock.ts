@@ -1,4 +1,5 @@
 import { DeleteCommand, type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { registryKey } from '../domain/records.js';
 import { isAwsError } from '../errors.js';
 import { logger } from '../logger.js';
 
@@ -38,7 +39,7 @@ const RELEASE_ATTEMPTS = 3;
 const RELEASE_BACKOFF_MS = 25;
 
 export function tickLockKey(pool: string): string {
-  return `tick#${pool}`;
+  return registryKey.tickLock(pool);
 }
 
 export function tickLock(
