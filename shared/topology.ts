@@ -110,9 +110,9 @@ export type Trigger =
 /**
  * One DynamoDB operation each, so a grant lists exactly what a function sends. A TransactWriteItems
  * is authorised item by item (its puts, updates, deletes and condition checks as `put`, `update`,
- * `delete`, `condition-check`), a TransactGetItems as `get`. `query` is a Query of the table itself,
- * `query-index` one of its declared indexes (`read` never reached an index); `scan`, a Scan of the
- * whole table. Their IAM actions are in `shared/grants.ts`.
+ * `delete`, `condition-check`), a TransactGetItems as `get`. `query` is a Query of the table itself
+ * and never reaches an index; `query-index`, a Query of one of its declared indexes; `scan`, a Scan
+ * of the whole table. Their IAM actions are in `shared/grants.ts`.
  */
 export type TableAction =
   | 'get'
