@@ -21,6 +21,8 @@ export interface ResourceIndex {
   readonly region: string;
   readonly account: string;
   readonly tables: ReadonlyMap<string, TableId>;
+  /** Each table's partition key attribute: what `dynamodb:LeadingKeys` reads from an item's key. */
+  readonly partitionKeys: Readonly<Record<TableId, string>>;
   readonly bucket: string | undefined;
   /** By URL and by queue name (the URL's last segment, what GetQueueUrl is asked with). */
   readonly queues: ReadonlyMap<string, QueueId>;
@@ -51,8 +53,18 @@ export function resourceIndex(
     queues.set(url, id);
     queues.set(queueNameOf(url), id);
   }
+  const partitionKeys = Object.fromEntries(
+    (Object.keys(topology.tables) as TableId[]).map((id) => [id, topology.tables[id].partitionKey.name]),
+  ) as Record<TableId, string>;
   const bucket = env[topology.bucket.envVar];
-  return { region, account: LOCAL_ACCOUNT, tables, bucket: bucket === '' ? undefined : bucket, queues };
+  return {
+    region,
+    account: LOCAL_ACCOUNT,
+    tables,
+    partitionKeys,
+    bucket: bucket === '' ? undefined : bucket,
+    queues,
+  };
 }
 
 type Input = Readonly<Record<string, unknown>>;
@@ -80,29 +92,49 @@ const DYNAMO_WRITE_ITEMS: Readonly<Record<string, string>> = {
   ConditionCheck: 'dynamodb:ConditionCheckItem',
 };
 
+/**
+ * Each request carries the `dynamodb:LeadingKeys` of its table, as IAM reads them: the partition
+ * key of the item an item operation names (`Key`, or a put's `Item`), every key of a batch's table
+ * (one request per table, all its keys), each transaction item's own, and a Query's from the
+ * equality on the partition key in its `KeyConditionExpression`. Keys are read from document-client
+ * input (plain values) or low-level input (`{ S: ... }`), whichever the call was made with.
+ */
 function dynamoRequests(operation: string, input: Input, index: ResourceIndex): LocalIamRequest[] {
   switch (operation) {
     case 'BatchGetItem':
+      return Object.entries(record(input.RequestItems)).map(([name, body]) =>
+        onTable(`dynamodb:${operation}`, name, index, (keyName) =>
+          list(record(body).Keys).map((key) => keyValue(record(key)[keyName])),
+        ),
+      );
     case 'BatchWriteItem':
-      return Object.keys(record(input.RequestItems)).map((name) =>
-        onTable(`dynamodb:${operation}`, name, index),
+      return Object.entries(record(input.RequestItems)).map(([name, body]) =>
+        onTable(`dynamodb:${operation}`, name, index, (keyName) =>
+          list(body).map((write) => {
+            const { PutRequest, DeleteRequest } = record(write);
+            const item = PutRequest === undefined ? record(DeleteRequest).Key : record(PutRequest).Item;
+            return keyValue(record(item)[keyName]);
+          }),
+        ),
       );
     case 'TransactWriteItems':
-      // Authorised item by item, each as the single-item action it performs.
+      // Authorised item by item, each as the single-item action it performs, on its own key.
       return list(input.TransactItems).flatMap((item) =>
         Object.entries(record(item)).flatMap(([kind, body]) => {
           const action = DYNAMO_WRITE_ITEMS[kind] ?? `dynamodb:${kind}`;
-          return [onTable(action, string(record(body).TableName), index)];
+          return [onTable(action, string(record(body).TableName), index, itemKey(record(body)))];
         }),
       );
     case 'TransactGetItems':
-      return list(input.TransactItems).map((item) =>
-        onTable('dynamodb:GetItem', string(record(record(item).Get).TableName), index),
-      );
+      return list(input.TransactItems).map((item) => {
+        const get = record(record(item).Get);
+        return onTable('dynamodb:GetItem', string(get.TableName), index, itemKey(get));
+      });
     case 'Query':
     case 'Scan': {
-      const request = onTable(`dynamodb:${operation}`, string(input.TableName), index);
       const indexName = input.IndexName;
+      const keys = operation === 'Query' && typeof indexName !== 'string' ? queryKey(input) : undefined;
+      const request = onTable(`dynamodb:${operation}`, string(input.TableName), index, keys);
       if (typeof indexName !== 'string' || request.resource.kind !== 'table') return [request];
       return [
         {
@@ -113,15 +145,68 @@ function dynamoRequests(operation: string, input: Input, index: ResourceIndex): 
       ];
     }
     default:
-      return [onTable(`dynamodb:${operation}`, string(input.TableName), index)];
+      return [onTable(`dynamodb:${operation}`, string(input.TableName), index, itemKey(input))];
   }
 }
 
-function onTable(action: string, nameOrArn: string, index: ResourceIndex): LocalIamRequest {
+/** Reads the leading keys of a request on a table, given that table's partition key attribute. */
+type LeadingKeysOf = (partitionKey: string) => readonly (string | undefined)[];
+
+function onTable(
+  action: string,
+  nameOrArn: string,
+  index: ResourceIndex,
+  leadingKeysOf?: LeadingKeysOf,
+): LocalIamRequest {
   const name = nameOrArn.startsWith('arn:') ? nameOrArn.slice(nameOrArn.indexOf(':table/') + 7) : nameOrArn;
   const table = index.tables.get(name);
-  const resource: IamResource = table === undefined ? { kind: 'undeclared', name } : { kind: 'table', table };
-  return { action, resource, arn: `arn:aws:dynamodb:${index.region}:${index.account}:table/${name}` };
+  const arn = `arn:aws:dynamodb:${index.region}:${index.account}:table/${name}`;
+  if (table === undefined) return { action, resource: { kind: 'undeclared', name }, arn };
+  const keys = leadingKeysOf?.(index.partitionKeys[table]);
+  // A key that cannot be read leaves the request without leading keys: no keyed grant allows it.
+  const leadingKeys =
+    keys === undefined || keys.length === 0 || keys.some((key) => key === undefined)
+      ? undefined
+      : (keys as readonly string[]);
+  return { action, resource: { kind: 'table', table }, arn, ...(leadingKeys ? { leadingKeys } : {}) };
+}
+
+/** The partition key of the item a single-item operation (or transaction item) names. */
+function itemKey(body: Input): LeadingKeysOf {
+  return (partitionKey) => {
+    const item = body.Key ?? body.Item;
+    return item === undefined ? [] : [keyValue(record(item)[partitionKey])];
+  };
+}
+
+/**
+ * A Query's partition key value: the `<key> = :value` clause of its KeyConditionExpression (the key
+ * possibly a `#name`, the clause possibly in parentheses), resolved through the expression's names
+ * and values.
+ */
+function queryKey(input: Input): LeadingKeysOf {
+  return (partitionKey) => {
+    const names = record(input.ExpressionAttributeNames);
+    const values = record(input.ExpressionAttributeValues);
+    for (const clause of string(input.KeyConditionExpression).split(/\s+AND\s+/i)) {
+      const match = /^\(*\s*([#\w.-]+)\s*=\s*(:[\w]+)\s*\)*$/.exec(clause.trim());
+      if (match === null) continue;
+      const [, attribute = '', placeholder = ''] = match;
+      const resolved = attribute.startsWith('#') ? names[attribute] : attribute;
+      if (resolved === partitionKey) return [keyValue(values[placeholder])];
+    }
+    return [];
+  };
+}
+
+/** A key attribute's value as `dynamodb:LeadingKeys` holds it (strings and numbers as text). */
+function keyValue(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (typeof value === 'number' || typeof value === 'bigint') return String(value);
+  const typed = record(value);
+  if (typeof typed.S === 'string') return typed.S;
+  if (typeof typed.N === 'string') return typed.N;
+  return undefined;
 }
 
 /** S3 operations whose IAM action is not `s3:<Operation>` on the object the input names. */

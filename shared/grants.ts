@@ -2,11 +2,13 @@ import type {
   BucketAction,
   BucketDecl,
   FunctionGrants,
+  KeyedTableGrant,
   QueueAction,
   QueueDecl,
   QueueId,
   TableAction,
   TableDecl,
+  TableGrant,
   TableId,
   Topology,
 } from './topology.js';
@@ -20,13 +22,59 @@ import type {
 
 /** IAM actions on the table itself, per topology action. */
 export const TABLE_ACTIONS: Readonly<Record<Exclude<TableAction, 'query-index'>, readonly string[]>> = {
-  read: ['dynamodb:GetItem', 'dynamodb:BatchGetItem', 'dynamodb:Query'],
-  write: ['dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:BatchWriteItem'],
-  // TransactWriteItems is authorised item by item: its puts, updates and deletes need `write`, its
-  // condition checks need this (and TransactGetItems needs `read`).
-  transact: ['dynamodb:ConditionCheckItem'],
+  get: ['dynamodb:GetItem'],
+  'batch-get': ['dynamodb:BatchGetItem'],
+  query: ['dynamodb:Query'],
+  put: ['dynamodb:PutItem'],
+  update: ['dynamodb:UpdateItem'],
+  delete: ['dynamodb:DeleteItem'],
+  'batch-write': ['dynamodb:BatchWriteItem'],
+  // TransactWriteItems is authorised item by item, each as the single-item action it performs; its
+  // condition checks need this (and TransactGetItems needs `get`).
+  'condition-check': ['dynamodb:ConditionCheckItem'],
   scan: ['dynamodb:Scan'],
 };
+
+/** The condition key of a keyed grant: the partition key values of the items a request names. */
+export const LEADING_KEYS = 'dynamodb:LeadingKeys';
+
+/**
+ * The IAM condition of a keyed grant. `ForAllValues` makes a batch match only when every key it
+ * names does; but `ForAllValues` also holds when a request carries no key at all, so `Null: false`
+ * requires the key to be present (a request without one matches no keyed grant).
+ */
+export function leadingKeysCondition(grant: KeyedTableGrant): Record<string, Record<string, unknown>> {
+  return {
+    'ForAllValues:StringLike': { [LEADING_KEYS]: grant.keyPrefixes.map((prefix) => `${prefix}*`) },
+    Null: { [LEADING_KEYS]: 'false' },
+  };
+}
+
+/** Whether `leadingKeys` satisfy a keyed grant's condition (see `leadingKeysCondition`). */
+export function leadingKeysMatch(
+  grant: KeyedTableGrant,
+  leadingKeys: readonly string[] | undefined,
+): boolean {
+  return (
+    leadingKeys !== undefined &&
+    leadingKeys.length > 0 &&
+    leadingKeys.every((key) => grant.keyPrefixes.some((prefix) => key.startsWith(prefix)))
+  );
+}
+
+/** The bare actions of a table's grants (on every item) and its keyed grants, apart. */
+export function splitTableGrants(grants: readonly TableGrant[]): {
+  readonly actions: readonly TableAction[];
+  readonly keyed: readonly KeyedTableGrant[];
+} {
+  const actions: TableAction[] = [];
+  const keyed: KeyedTableGrant[] = [];
+  for (const grant of grants) {
+    if (typeof grant === 'string') actions.push(grant);
+    else keyed.push(grant);
+  }
+  return { actions, keyed };
+}
 
 /** `query-index` is a Query on the table's index ARNs only; `read` does not reach an index. */
 export const INDEX_ACTIONS: readonly string[] = ['dynamodb:Query'];
@@ -69,11 +117,17 @@ export type IamResource =
 export interface IamRequest {
   readonly action: string;
   readonly resource: IamResource;
+  /**
+   * On a table: the partition key values of the items the request names (`dynamodb:LeadingKeys`),
+   * every key of a batch; absent when it names none (a Scan) or none could be read from its input.
+   */
+  readonly leadingKeys?: readonly string[];
 }
 
 /**
  * Whether a role built from `grants` allows `request`, statement by statement as the CDK writes
- * them: table actions on the table ARN, `query-index` on the table's declared index ARNs, object
+ * them: table actions on the table ARN (a keyed grant's only when every leading key of the request
+ * starts with one of its prefixes), `query-index` on the table's declared index ARNs, object
  * actions on `<prefix>*`, ListBucket on the bucket with `StringLike s3:prefix <prefix>*` (no
  * condition for the empty prefix), queue actions on the queue ARN. Nothing else is allowed.
  */
@@ -85,8 +139,11 @@ export function grantsAllow(
   const { action, resource } = request;
   switch (resource.kind) {
     case 'table':
-      return (grants.tables[resource.table] ?? []).some(
-        (granted) => granted !== 'query-index' && TABLE_ACTIONS[granted].includes(action),
+      return (grants.tables[resource.table] ?? []).some((granted) =>
+        typeof granted === 'string'
+          ? granted !== 'query-index' && TABLE_ACTIONS[granted].includes(action)
+          : granted.actions.some((keyed) => TABLE_ACTIONS[keyed].includes(action)) &&
+            leadingKeysMatch(granted, request.leadingKeys),
       );
     case 'index':
       return (
@@ -123,10 +180,7 @@ export function grantsAllow(
  */
 
 /** A table's variable, for a function granted any action on it. */
-export function tableEnvVar(
-  decl: TableDecl,
-  actions: readonly TableAction[] | undefined,
-): string | undefined {
+export function tableEnvVar(decl: TableDecl, actions: readonly TableGrant[] | undefined): string | undefined {
   return (actions?.length ?? 0) > 0 ? decl.envVar : undefined;
 }
 

@@ -1,35 +1,62 @@
 /**
- * The key shapes of the `registry` table, one typed prefix per record kind, declared once. A base
- * module (no imports) so the topology can name keys in its stream filters and grants; the records
- * themselves are typed in domain/records.ts, which re-exports this.
+ * The key shapes of the `registry` table, declared once. A base module (it imports nothing) so the
+ * topology can name keys in its grants and stream filters; the records themselves are typed in
+ * domain/records.ts, which re-exports these.
  */
+
+/**
+ * The typed prefix of each kind of `registry` item, declared once: the keys below, the pool controls
+ * (`shared/ops/controls.ts`), the tick lock (`shared/scheduler/tick-lock.ts`) and the grants'
+ * `dynamodb:LeadingKeys` conditions (`shared/topology.ts`) are all built from it, so a grant on one
+ * kind can never drift from the keys of that kind. No prefix starts another (a test checks).
+ */
+export const registryPrefix = {
+  apiKey: 'key#',
+  operatorKey: 'opkey#',
+  tenant: 'tenant#',
+  session: 'session#',
+  samplingSession: 'ss#',
+  seqCounter: 'seq#',
+  /** Every idempotency record: training steps, create_model, samples, sampling sessions, unload. */
+  idempotency: 'idem#',
+  checkpointName: 'ckpt#',
+  sampleClaim: 'claim#',
+  /** The scheduler's per-pool tick lock. */
+  tickLock: 'tick#',
+  /** Operator controls, per pool. */
+  cutRequest: 'cut#',
+  drain: 'drain#',
+} as const;
+
+const p = registryPrefix;
+
 /** `registry` table keys: one typed prefix per record kind. */
 export const registryKey = {
-  apiKey: (keyHash: string) => `key#${keyHash}`,
+  apiKey: (keyHash: string) => `${p.apiKey}${keyHash}`,
   /** Operator keys live apart from tenant keys: no lookup of one kind can ever find the other. */
-  operatorKey: (keyHash: string) => `opkey#${keyHash}`,
-  tenant: (tenant: string) => `tenant#${tenant}`,
-  session: (sessionId: string) => `session#${sessionId}`,
-  samplingSession: (samplingSessionId: string) => `ss#${samplingSessionId}`,
+  operatorKey: (keyHash: string) => `${p.operatorKey}${keyHash}`,
+  tenant: (tenant: string) => `${p.tenant}${tenant}`,
+  session: (sessionId: string) => `${p.session}${sessionId}`,
+  samplingSession: (samplingSessionId: string) => `${p.samplingSession}${samplingSessionId}`,
   /** Per-model seq counter and last client seq_id, kept off the model row (E1). */
-  seqCounter: (modelId: string) => `seq#${modelId}`,
+  seqCounter: (modelId: string) => `${p.seqCounter}${modelId}`,
   /** Idempotency of training requests: `(model_id, seq_id)`. */
-  trainingIdem: (modelId: string, seqId: number) => `idem#train#${modelId}#${seqId}`,
+  trainingIdem: (modelId: string, seqId: number) => `${p.idempotency}train#${modelId}#${seqId}`,
   /** Idempotency of create_model: `(session, model_seq_id)`. */
-  createModelIdem: (sessionId: string, modelSeqId: number) => `idem#create#${sessionId}#${modelSeqId}`,
+  createModelIdem: (sessionId: string, modelSeqId: number) =>
+    `${p.idempotency}create#${sessionId}#${modelSeqId}`,
   /** Idempotency of samples: `(sampling session, seq_id)`. */
-  sampleIdem: (samplingSessionId: string, seqId: number) => `idem#sample#${samplingSessionId}#${seqId}`,
+  sampleIdem: (samplingSessionId: string, seqId: number) =>
+    `${p.idempotency}sample#${samplingSessionId}#${seqId}`,
   /** Idempotency of create_sampling_session: `(session, sampling_session_seq_id)`. */
-  samplingSessionIdem: (sessionId: string, seqId: number) => `idem#ss#${sessionId}#${seqId}`,
-  unloadIdem: (modelId: string) => `idem#unload#${modelId}`,
+  samplingSessionIdem: (sessionId: string, seqId: number) => `${p.idempotency}ss#${sessionId}#${seqId}`,
+  unloadIdem: (modelId: string) => `${p.idempotency}unload#${modelId}`,
   /** Write-once checkpoint names (E4). `kind` is `weights` or `sampler`. */
   checkpointName: (modelId: string, kind: 'weights' | 'sampler', name: string) =>
-    `ckpt#${modelId}#${kind}#${name}`,
+    `${p.checkpointName}${modelId}#${kind}#${name}`,
   /** Per-request sample claim (R4: samples are claimed per request, not per model). */
-  sampleClaim: (requestId: string) => `claim#${requestId}`,
-  /** The scheduler's tick lock, one per pool. */
-  tickLock: (pool: string) => `tick#${pool}`,
-  /** Operator controls (ops/controls.ts): "cut running workers now" and "dispatch nothing new". */
-  cut: (pool: string) => `cut#${pool}`,
-  drain: (pool: string) => `drain#${pool}`,
+  sampleClaim: (requestId: string) => `${p.sampleClaim}${requestId}`,
+  tickLock: (pool: string) => `${p.tickLock}${pool}`,
+  cutRequest: (pool: string) => `${p.cutRequest}${pool}`,
+  drain: (pool: string) => `${p.drain}${pool}`,
 } as const;

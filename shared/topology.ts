@@ -7,7 +7,7 @@
  * construct and no SDK client is imported here.
  */
 
-import { registryKey } from './registry-keys.js';
+import { registryPrefix as key, registryKey } from './registry-keys.js';
 
 export type AttributeType = 'S' | 'N' | 'B';
 
@@ -108,17 +108,47 @@ export type Trigger =
   | { readonly kind: 'schedule'; readonly rateMinutes: number };
 
 /**
- * `write` also covers a TransactWriteItems' puts, updates and deletes (IAM authorises its items one by
- * one); `transact` adds its condition checks (ConditionCheckItem), which no function sends today, so
- * none is granted it. `scan`: a Scan of the whole table (never its index); only a sweep needs it.
+ * One DynamoDB operation each, so a grant lists exactly what a function sends. A TransactWriteItems
+ * is authorised item by item (its puts, updates, deletes and condition checks as `put`, `update`,
+ * `delete`, `condition-check`), a TransactGetItems as `get`. `query` is a Query of the table itself
+ * and never reaches an index; `query-index`, a Query of one of its declared indexes; `scan`, a Scan
+ * of the whole table. Their IAM actions are in `shared/grants.ts`.
  */
-export type TableAction = 'read' | 'write' | 'query-index' | 'transact' | 'scan';
+export type TableAction =
+  | 'get'
+  | 'batch-get'
+  | 'query'
+  | 'put'
+  | 'update'
+  | 'delete'
+  | 'batch-write'
+  | 'condition-check'
+  | 'query-index'
+  | 'scan';
+
+/** Actions a key condition can limit: each names the partition keys of the items it touches. */
+export type KeyedTableAction = Exclude<TableAction, 'query-index' | 'scan'>;
+
+/**
+ * Actions on only the items whose partition key starts with one of `keyPrefixes`: one IAM statement
+ * conditioned on `dynamodb:LeadingKeys` (`ForAllValues:StringLike` on `<prefix>*`, every key of a
+ * batch must match). A Scan or an index Query names no partition key of the table, so neither can
+ * be limited this way.
+ */
+export interface KeyedTableGrant {
+  readonly keyPrefixes: readonly string[];
+  readonly actions: readonly KeyedTableAction[];
+}
+
+/** A bare action is on every item of the table; a `KeyedTableGrant` on the items of its prefixes. */
+export type TableGrant = TableAction | KeyedTableGrant;
+
 export type BucketAction = 'get' | 'put' | 'delete' | 'list';
 /** `depth`: read the queue's message counts (GetQueueAttributes) and nothing else. */
 export type QueueAction = 'send' | 'consume' | 'depth';
 
 export interface FunctionGrants {
-  readonly tables: Partial<Record<TableId, readonly TableAction[]>>;
+  readonly tables: Partial<Record<TableId, readonly TableGrant[]>>;
   /** Object actions per key prefix (see `shared/storage-keys.ts`); `list` applies to the bucket. */
   readonly bucket: readonly { readonly prefix: string; readonly actions: readonly BucketAction[] }[];
   readonly queues: Partial<Record<QueueId, readonly QueueAction[]>>;
@@ -172,6 +202,17 @@ const WORKER_TIMEOUT_SECONDS = 300;
 
 /** The pool this stack's scheduler serves (the `POOL` setting). */
 const POOL = 'default';
+
+/**
+ * The registry a tick touches, the scheduler's and the sweeper's safety tick alike: the tick lock
+ * (put, renew, release: shared/scheduler/tick-lock.ts), sample claims (read in batches, put, given
+ * back: samples.ts) and the pool's drain flag.
+ */
+const SCHEDULER_REGISTRY: readonly TableGrant[] = [
+  { keyPrefixes: [key.tickLock], actions: ['put', 'update', 'delete'] },
+  { keyPrefixes: [key.sampleClaim], actions: ['batch-get', 'put', 'delete'] },
+  { keyPrefixes: [key.drain], actions: ['get'] },
+];
 
 export const topology: Topology = {
   settings: {
@@ -255,11 +296,28 @@ export const topology: Topology = {
       memoryMb: 1024,
       timeoutSeconds: 29,
       grants: {
+        // Exactly what it sends: intake puts rows and records in one transaction (put, and the seq
+        // counter's update), reads them back by key, and never deletes or batch-writes anything.
         tables: {
           // query-index: the status page's data reads the live index as a tick does (operator keys only).
-          futures: ['read', 'write', 'query-index'],
-          models: ['read', 'write'],
-          registry: ['read', 'write'],
+          futures: ['get', 'put', 'query-index'],
+          // batch-get: the status page reads the models the live index names.
+          models: ['get', 'batch-get', 'put'],
+          registry: [
+            // Keys are looked up by their hash, never written: the operator CLI mints and revokes them.
+            // The pool controls are read for the status page; the CLI sets them.
+            {
+              keyPrefixes: [key.apiKey, key.operatorKey, key.drain, key.cutRequest],
+              actions: ['get'],
+            },
+            // Written once at intake (names reserved as pending, E4), read by a retry or a lookup.
+            {
+              keyPrefixes: [key.samplingSession, key.idempotency, key.checkpointName],
+              actions: ['get', 'put'],
+            },
+            // Also updated: a session's heartbeat, and the seq counter by every training submit.
+            { keyPrefixes: [key.session, key.seqCounter], actions: ['get', 'put', 'update'] },
+          ],
         },
         bucket: [
           // delete: only a payload whose intake transaction definitively failed (a 4xx must store
@@ -294,11 +352,12 @@ export const topology: Topology = {
       reservedConcurrency: 4,
       grants: {
         tables: {
-          futures: ['query-index', 'read'],
-          models: ['read', 'write'],
-          // write: the tick lock `tick#<pool>` (put, renew, release) and sample claims `claim#<request_id>`
-          // (put, and delete when a failed pass gives them back): shared/scheduler/tick-lock.ts, samples.ts.
-          registry: ['read', 'write'],
+          // It plans from the live index and reads the named sample rows in batches; it never writes
+          // a future (R5).
+          futures: ['query-index', 'batch-get'],
+          // Claims and releases models by conditional updates on rows it reads in batches.
+          models: ['batch-get', 'update'],
+          registry: SCHEDULER_REGISTRY,
         },
         bucket: [
           { prefix: 'payloads/', actions: ['get'] },
@@ -368,10 +427,21 @@ export const topology: Topology = {
       timeoutSeconds: WORKER_TIMEOUT_SECONDS,
       grants: {
         tables: {
-          futures: ['read', 'write'],
-          models: ['read', 'write'],
-          registry: ['read', 'write'],
-          prefixes: ['read', 'write'],
+          // Its commit ends futures and models by conditional updates (in one transaction, E5).
+          futures: ['get', 'batch-get', 'update'],
+          models: ['get', 'update'],
+          // A GPU host runs third-party backend code: on the registry it reaches only the records a
+          // work item owns, never a key, a session, a counter or a control (ExternalWorkerPolicy too).
+          registry: [
+            // Sample claims it renews and gives back or deletes at commit (R4); checkpoint names it
+            // commits or releases (E4).
+            { keyPrefixes: [key.sampleClaim, key.checkpointName], actions: ['get', 'update', 'delete'] },
+            // The sampling session a save_weights_for_sampler creates, in its commit.
+            { keyPrefixes: [key.samplingSession], actions: ['put'] },
+            // It polls its pool's cut request while it runs (P1).
+            { keyPrefixes: [key.cutRequest], actions: ['get'] },
+          ],
+          prefixes: ['get', 'batch-get', 'put', 'batch-write'],
         },
         bucket: [
           { prefix: 'work/', actions: ['get'] },
@@ -401,11 +471,11 @@ export const topology: Topology = {
       reservedConcurrency: 1,
       grants: {
         tables: {
-          futures: ['query-index', 'read', 'write'],
+          // Its safety tick is the scheduler's; blob collection reads rows in batches and writes none.
+          futures: ['query-index', 'batch-get'],
           // scan: expired leases are found by a filtered Scan of the models table (shared/sweeper/replan.ts).
-          models: ['read', 'write', 'scan'],
-          registry: ['read', 'write'],
-          prefixes: ['read', 'write'],
+          models: ['batch-get', 'update', 'scan'],
+          registry: SCHEDULER_REGISTRY,
         },
         bucket: [{ prefix: '', actions: ['get', 'put', 'delete', 'list'] }],
         queues: { work: ['send'] },

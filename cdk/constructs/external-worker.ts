@@ -6,7 +6,7 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { STACK_ENV_OUTPUTS } from '../../shared/stack-outputs.js';
 import { physicalName, type QueueId, type TableId, type Topology } from '../../shared/topology.js';
-import { INDEX_ACTIONS, OBJECT_ACTIONS, QUEUE_ACTIONS, TABLE_ACTIONS } from './grants.js';
+import { OBJECT_ACTIONS, QUEUE_ACTIONS, tableStatements } from './grants.js';
 import { entriesOf } from './records.js';
 
 /** Stack outputs about workers (logical ids at the stack's top level, so `--outputs-file` keys are stable). */
@@ -48,20 +48,8 @@ export class ExternalWorkerAccess extends Construct {
     for (const [tableId, actions] of entriesOf(grants.tables)) {
       const table = props.tables[tableId];
       const decl = topology.tables[tableId];
-      const tableActions = [
-        ...new Set(actions.flatMap((action) => (action === 'query-index' ? [] : TABLE_ACTIONS[action]))),
-      ];
-      if (tableActions.length > 0) {
-        statements.push(new iam.PolicyStatement({ actions: tableActions, resources: [table.tableArn] }));
-      }
-      if (actions.includes('query-index')) {
-        statements.push(
-          new iam.PolicyStatement({
-            actions: [...INDEX_ACTIONS],
-            resources: decl.indexes.map((index) => `${table.tableArn}/index/${index.name}`),
-          }),
-        );
-      }
+      // The role's own statements, key conditions included: a host gets no more than the Lambda.
+      statements.push(...tableStatements(table, decl, actions));
       environment[decl.envVar] = table.tableName;
     }
     for (const { prefix, actions } of grants.bucket) {

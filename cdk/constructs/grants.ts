@@ -7,9 +7,11 @@ import {
   bucketEnvVar,
   INDEX_ACTIONS,
   LIST_ACTIONS,
+  leadingKeysCondition,
   OBJECT_ACTIONS,
   QUEUE_ACTIONS,
   queueEnvVar,
+  splitTableGrants,
   TABLE_ACTIONS,
   tableEnvVar,
 } from '../../shared/grants.js';
@@ -18,8 +20,8 @@ import type {
   FunctionGrants,
   QueueAction,
   QueueDecl,
-  TableAction,
   TableDecl,
+  TableGrant,
 } from '../../shared/topology.js';
 
 // The meaning of each topology action lives in shared/, where the local runtime's enforcement reads it too.
@@ -36,28 +38,56 @@ export function bindTable(
   fn: lambda.Function,
   table: dynamodb.Table,
   decl: TableDecl,
-  actions: readonly TableAction[],
+  grants: readonly TableGrant[],
 ): void {
-  const envVar = tableEnvVar(decl, actions);
+  const envVar = tableEnvVar(decl, grants);
   if (envVar === undefined) return;
+  for (const statement of tableStatements(table, decl, grants)) fn.addToRolePolicy(statement);
+  fn.addEnvironment(envVar, table.tableName);
+}
+
+/**
+ * The statements of a table's grants, for a function's role and the external worker's managed
+ * policy alike: the bare actions on the table ARN, each keyed grant on the table ARN under its
+ * `dynamodb:LeadingKeys` condition, `query-index` on the declared index ARNs.
+ */
+export function tableStatements(
+  table: dynamodb.ITable,
+  decl: TableDecl,
+  grants: readonly TableGrant[],
+): iam.PolicyStatement[] {
+  const { actions, keyed } = splitTableGrants(grants);
+  const statements: iam.PolicyStatement[] = [];
   const tableActions = unique(
     actions.flatMap((action) => (action === 'query-index' ? [] : TABLE_ACTIONS[action])),
   );
   if (tableActions.length > 0) {
-    fn.addToRolePolicy(new iam.PolicyStatement({ actions: tableActions, resources: [table.tableArn] }));
+    statements.push(new iam.PolicyStatement({ actions: tableActions, resources: [table.tableArn] }));
+  }
+  for (const grant of keyed) {
+    if (grant.keyPrefixes.length === 0 || grant.actions.length === 0) {
+      throw new Error(`Table ${decl.name} has a keyed grant without key prefixes or actions`);
+    }
+    statements.push(
+      new iam.PolicyStatement({
+        actions: unique(grant.actions.flatMap((action) => TABLE_ACTIONS[action])),
+        resources: [table.tableArn],
+        conditions: leadingKeysCondition(grant),
+      }),
+    );
   }
   if (actions.includes('query-index')) {
     if (decl.indexes.length === 0) {
       throw new Error(`Table ${decl.name} has no index, but a function is granted query-index on it`);
     }
-    fn.addToRolePolicy(
+    statements.push(
       new iam.PolicyStatement({
         actions: [...INDEX_ACTIONS],
         resources: decl.indexes.map((index) => `${table.tableArn}/index/${index.name}`),
       }),
     );
   }
-  fn.addEnvironment(envVar, table.tableName);
+  return statements;
 }
 
 export function bindBucket(

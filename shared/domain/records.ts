@@ -118,7 +118,7 @@ export interface LoraConfig {
   readonly train_attn?: boolean;
 }
 
-export { registryKey } from '../registry-keys.js';
+export { registryKey, registryPrefix } from '../registry-keys.js';
 
 export type CheckpointKind = 'weights' | 'sampler';
 

@@ -11,7 +11,7 @@ import { registryKey } from '../registry-keys.js';
  *   work in flight finishes and commits. Deleting it (`drain --off`) resumes dispatch.
  */
 
-export const controlKey = { cut: registryKey.cut, drain: registryKey.drain } as const;
+export const controlKey = { cut: registryKey.cutRequest, drain: registryKey.drain } as const;
 
 /** Pool names appear in registry keys and the `live` index key (`<pool>#<shard>`). */
 export const POOL_PATTERN = /^[A-Za-z0-9_.-]{1,64}$/;

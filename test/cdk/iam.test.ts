@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { registryPrefix } from '../../shared/domain/records.js';
 import {
   grantsAllow,
   type IamRequest,
@@ -26,11 +27,24 @@ const { stack, template } = synth();
  * `cdk/constructs/grants.ts`: a change to what a grant means must show up as a failing test.
  */
 const TABLE_SPEC = {
-  read: ['dynamodb:GetItem', 'dynamodb:BatchGetItem', 'dynamodb:Query'],
-  write: ['dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:BatchWriteItem'],
-  transact: ['dynamodb:ConditionCheckItem'],
+  get: ['dynamodb:GetItem'],
+  'batch-get': ['dynamodb:BatchGetItem'],
+  query: ['dynamodb:Query'],
+  put: ['dynamodb:PutItem'],
+  update: ['dynamodb:UpdateItem'],
+  delete: ['dynamodb:DeleteItem'],
+  'batch-write': ['dynamodb:BatchWriteItem'],
+  'condition-check': ['dynamodb:ConditionCheckItem'],
   scan: ['dynamodb:Scan'],
 } as const;
+
+/** The condition a keyed grant's statement must carry, written out as the template renders it. */
+function leadingKeysCondition(prefixes: readonly string[]): string {
+  return JSON.stringify({
+    'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': prefixes.map((prefix) => `${prefix}*`) },
+    Null: { 'dynamodb:LeadingKeys': 'false' },
+  });
+}
 const OBJECT_SPEC = {
   get: ['s3:GetObject'],
   put: ['s3:PutObject', 's3:AbortMultipartUpload'],
@@ -112,14 +126,21 @@ function permissions(functionId: FunctionId): Set<string> {
 function grantPermissions(functionId: FunctionId): Set<string> {
   const { grants } = topology.functions[functionId];
   const expected = new Set<string>();
-  for (const [tableId, actions] of Object.entries(grants.tables)) {
-    for (const action of actions ?? []) {
-      if (action === 'query-index') {
+  for (const [tableId, tableGrants] of Object.entries(grants.tables)) {
+    for (const grant of tableGrants ?? []) {
+      if (grant === 'query-index') {
         for (const index of topology.tables[tableId as keyof typeof topology.tables].indexes) {
           expected.add(`dynamodb:Query table:${tableId}.Arn/index/${index.name}`);
         }
+      } else if (typeof grant === 'string') {
+        for (const iamAction of TABLE_SPEC[grant]) expected.add(`${iamAction} table:${tableId}.Arn`);
       } else {
-        for (const iamAction of TABLE_SPEC[action]) expected.add(`${iamAction} table:${tableId}.Arn`);
+        const condition = leadingKeysCondition(grant.keyPrefixes);
+        for (const action of grant.actions) {
+          for (const iamAction of TABLE_SPEC[action]) {
+            expected.add(`${iamAction} table:${tableId}.Arn if ${condition}`);
+          }
+        }
       }
     }
   }
@@ -166,10 +187,28 @@ function expectedPermissions(functionId: FunctionId): Set<string> {
 }
 
 /** Whether a role's permissions (as `permissions` renders them) allow one request. */
-function roleAllows(role: ReadonlySet<string>, { action, resource }: IamRequest): boolean {
+function roleAllows(role: ReadonlySet<string>, { action, resource, leadingKeys }: IamRequest): boolean {
   switch (resource.kind) {
     case 'table':
-      return role.has(`${action} table:${resource.table}.Arn`);
+      return [...role].some((permission) => {
+        if (permission === `${action} table:${resource.table}.Arn`) return true;
+        const head = `${action} table:${resource.table}.Arn if `;
+        if (!permission.startsWith(head)) return false;
+        // ForAllValues:StringLike over the request's leading keys, which Null: false requires present.
+        const condition = JSON.parse(permission.slice(head.length)) as {
+          'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': string[] };
+          Null: { 'dynamodb:LeadingKeys': string };
+        };
+        expect(condition.Null['dynamodb:LeadingKeys']).toBe('false');
+        const patterns = condition['ForAllValues:StringLike']['dynamodb:LeadingKeys'];
+        return (
+          leadingKeys !== undefined &&
+          leadingKeys.length > 0 &&
+          leadingKeys.every((key) =>
+            patterns.some((pattern) => pattern.endsWith('*') && key.startsWith(pattern.slice(0, -1))),
+          )
+        );
+      });
     case 'index':
       return role.has(`${action} table:${resource.table}.Arn/index/${resource.index}`);
     case 'object':
@@ -224,7 +263,21 @@ function candidateRequests(): IamRequest[] {
     ...[...prefixes, 'elsewhere/'].map((prefix): IamResource => ({ kind: 'bucket', prefix: `${prefix}k` })),
     ...QUEUE_IDS.map((queue): IamResource => ({ kind: 'queue', queue })),
   ];
-  return [...actions].flatMap((action) => resources.map((resource) => ({ action, resource })));
+  // On a table, each kind of registry key alone, two kinds in one batch, an unknown kind, none at all.
+  const kinds = Object.values(registryPrefix);
+  const keySets: (readonly string[] | undefined)[] = [
+    undefined,
+    ...kinds.map((prefix) => [`${prefix}x`]),
+    ...kinds.flatMap((a) => kinds.map((b) => [`${a}x`, `${b}y`])),
+    ['other#x'],
+  ];
+  return [...actions].flatMap((action) =>
+    resources.flatMap((resource): IamRequest[] =>
+      resource.kind === 'table'
+        ? keySets.map((leadingKeys) => ({ action, resource, ...(leadingKeys ? { leadingKeys } : {}) }))
+        : [{ action, resource }],
+    ),
+  );
 }
 
 function sorted(values: Iterable<string>): string[] {
@@ -268,8 +321,10 @@ describe('IAM', () => {
     for (const action of ['PutItem', 'UpdateItem', 'DeleteItem', 'BatchWriteItem', 'ConditionCheckItem']) {
       expect(onFutures.filter((p) => p.startsWith(`dynamodb:${action} `))).toEqual([]);
     }
-    expect(onFutures).toContain('dynamodb:Query table:futures.Arn/index/live');
-    expect(onFutures).toContain('dynamodb:GetItem table:futures.Arn');
+    expect(onFutures).toEqual([
+      'dynamodb:BatchGetItem table:futures.Arn',
+      'dynamodb:Query table:futures.Arn/index/live',
+    ]);
   });
 
   it.each(FUNCTION_IDS)('lets the local runtime allow %s exactly what its role allows', (functionId) => {
@@ -285,11 +340,83 @@ describe('IAM', () => {
     expect(disagreements).toEqual([]);
   });
 
-  it('lets the scheduler write the registry (tick lock, sample claims) and only the sweeper scan', () => {
-    const scheduler = sorted(permissions('scheduler'));
-    for (const action of ['PutItem', 'UpdateItem', 'DeleteItem']) {
-      expect(scheduler).toContain(`dynamodb:${action} table:registry.Arn`);
+  it('conditions every registry statement on dynamodb:LeadingKeys: no role reaches the whole registry', () => {
+    for (const functionId of FUNCTION_IDS) {
+      const onRegistry = sorted(permissions(functionId)).filter((p) => p.includes('table:registry.Arn'));
+      expect(onRegistry.length).toBeGreaterThan(0);
+      for (const permission of onRegistry) {
+        expect(permission).toMatch(
+          /^dynamodb:\w+ table:registry\.Arn if \{"ForAllValues:StringLike":\{"dynamodb:LeadingKeys":\[.+\]\},"Null":\{"dynamodb:LeadingKeys":"false"\}\}$/,
+        );
+      }
     }
+  });
+
+  it('keeps the worker to the registry records a work item owns: no key, session, counter or control write', () => {
+    const worker = sorted(permissions('worker')).filter((p) => p.includes('table:registry.Arn'));
+    expect(worker).toEqual(
+      sorted([
+        ...['GetItem', 'UpdateItem', 'DeleteItem'].map(
+          (action) => `dynamodb:${action} table:registry.Arn if ${leadingKeysCondition(['claim#', 'ckpt#'])}`,
+        ),
+        `dynamodb:PutItem table:registry.Arn if ${leadingKeysCondition(['ss#'])}`,
+        `dynamodb:GetItem table:registry.Arn if ${leadingKeysCondition(['cut#'])}`,
+      ]),
+    );
+  });
+
+  it.each(['scheduler', 'sweeper'] as const)(
+    'keeps the %s to its tick lock, sample claims and drain flag in the registry',
+    (functionId) => {
+      const onRegistry = sorted(permissions(functionId)).filter((p) => p.includes('table:registry.Arn'));
+      expect(onRegistry).toEqual(
+        sorted([
+          ...['PutItem', 'UpdateItem', 'DeleteItem'].map(
+            (action) => `dynamodb:${action} table:registry.Arn if ${leadingKeysCondition(['tick#'])}`,
+          ),
+          ...['BatchGetItem', 'PutItem', 'DeleteItem'].map(
+            (action) => `dynamodb:${action} table:registry.Arn if ${leadingKeysCondition(['claim#'])}`,
+          ),
+          `dynamodb:GetItem table:registry.Arn if ${leadingKeysCondition(['drain#'])}`,
+        ]),
+      );
+    },
+  );
+
+  it('lets no function write API keys, operator keys or pool controls (the operator CLI does)', () => {
+    for (const functionId of FUNCTION_IDS) {
+      for (const permission of permissions(functionId)) {
+        if (!/^dynamodb:(PutItem|UpdateItem|DeleteItem|BatchWriteItem) table:registry/.test(permission))
+          continue;
+        expect(permission).not.toMatch(/"(key|opkey|drain|cut)#\*"/);
+      }
+    }
+  });
+
+  it('gives the api exactly the DynamoDB actions it sends: no delete, no batch write, updates on two kinds', () => {
+    const dynamo = sorted(permissions('api')).filter((p) => p.startsWith('dynamodb:'));
+    expect(
+      dynamo.filter((p) => /^dynamodb:(DeleteItem|BatchWriteItem|Scan|ConditionCheckItem) /.test(p)),
+    ).toEqual([]);
+    // The seq counter (every training submit) and the session heartbeat; never a future or a model.
+    expect(dynamo.filter((p) => p.startsWith('dynamodb:UpdateItem '))).toEqual([
+      `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['session#', 'seq#'])}`,
+    ]);
+    expect(dynamo.filter((p) => !p.includes('table:registry'))).toEqual([
+      'dynamodb:BatchGetItem table:models.Arn',
+      'dynamodb:GetItem table:futures.Arn',
+      'dynamodb:GetItem table:models.Arn',
+      'dynamodb:PutItem table:futures.Arn',
+      'dynamodb:PutItem table:models.Arn',
+      'dynamodb:Query table:futures.Arn/index/live',
+    ]);
+    // Keys and controls it only reads.
+    expect(dynamo).toContain(
+      `dynamodb:GetItem table:registry.Arn if ${leadingKeysCondition(['key#', 'opkey#', 'drain#', 'cut#'])}`,
+    );
+  });
+
+  it('lets only the sweeper scan', () => {
     for (const functionId of FUNCTION_IDS) {
       const scans = sorted(permissions(functionId)).filter((p) => p.startsWith('dynamodb:Scan '));
       expect(scans).toEqual(functionId === 'sweeper' ? ['dynamodb:Scan table:models.Arn'] : []);

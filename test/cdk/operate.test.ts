@@ -26,7 +26,7 @@ const external = synth({ referenceWorker: false });
 const POOL = topology.settings.POOL!;
 
 type Resource = { Properties: Record<string, unknown> };
-type Statement = { Effect: string; Action: string | string[]; Resource: unknown };
+type Statement = { Effect: string; Action: string | string[]; Resource: unknown; Condition?: unknown };
 
 function queueId(template: Template, id: QueueId): string {
   return logicalIdWhere(
@@ -67,15 +67,16 @@ function output(template: Template, name: string): string {
   return text(found.Value);
 }
 
-/** `action resource` pairs of the data-plane statements of a list of policy statements. */
+/** `action resource [if condition]` of the data-plane statements of a list of policy statements. */
 function pairs(statements: readonly Statement[]): string[] {
   const found = new Set<string>();
   for (const statement of statements) {
     expect(statement.Effect).toBe('Allow');
+    const condition = statement.Condition === undefined ? '' : ` if ${JSON.stringify(statement.Condition)}`;
     for (const action of ([] as string[]).concat(statement.Action)) {
       if (!/^(dynamodb|s3|sqs):/.test(action)) continue;
       for (const resource of ([] as unknown[]).concat(statement.Resource))
-        found.add(`${action} ${text(resource)}`);
+        found.add(`${action} ${text(resource)}${condition}`);
     }
   }
   return [...found].sort();
@@ -313,6 +314,41 @@ describe('the worker switch (context referenceWorker)', () => {
     expect(pairs(managedPolicyStatements(external.template))).toEqual(fromTopology);
     expect(output(external.template, WORKER_OUTPUTS.policy)).toMatch(/^<Ref /);
   });
+
+  it.each([
+    ['on', withWorker],
+    ['off', external],
+  ])(
+    'keeps a GPU host to the registry records a work item owns, by key prefix (switch %s)',
+    (_, { template }) => {
+      const registry = logicalIdWhere(
+        template,
+        'AWS::DynamoDB::Table',
+        'TableName',
+        physicalName(TEST_PREFIX, 'registry'),
+      );
+      const onRegistry = managedPolicyStatements(template).filter((statement) =>
+        ([] as unknown[]).concat(statement.Resource).some((r) => text(r) === `<GetAtt ${registry}.Arn>`),
+      );
+      const byPatterns = onRegistry.map((statement) => {
+        const condition = statement.Condition as Record<string, Record<string, unknown>> | undefined;
+        // No statement on the registry without a key condition, and the key must be present.
+        expect(condition?.Null).toEqual({ 'dynamodb:LeadingKeys': 'false' });
+        return {
+          keys: condition?.['ForAllValues:StringLike']?.['dynamodb:LeadingKeys'],
+          actions: ([] as string[]).concat(statement.Action).sort(),
+        };
+      });
+      expect(byPatterns).toEqual([
+        {
+          keys: ['claim#*', 'ckpt#*'],
+          actions: ['dynamodb:DeleteItem', 'dynamodb:GetItem', 'dynamodb:UpdateItem'],
+        },
+        { keys: ['ss#*'], actions: ['dynamodb:PutItem'] },
+        { keys: ['cut#*'], actions: ['dynamodb:GetItem'] },
+      ]);
+    },
+  );
 });
 
 describe('limits that keep the system operable', () => {

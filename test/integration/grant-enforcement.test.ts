@@ -1,12 +1,23 @@
+import { randomBytes } from 'node:crypto';
 import { GetObjectCommand, HeadObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
-import { GetCommand, PutCommand, QueryCommand, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
+import {
+  GetCommand,
+  PutCommand,
+  QueryCommand,
+  ScanCommand,
+  TransactWriteCommand,
+} from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { awsClients } from '../../shared/aws/clients.js';
 import { config } from '../../shared/config.js';
+import { registryKey } from '../../shared/domain/records.js';
 import { mintRequestId } from '../../shared/ids.js';
+import { createApiKey, createOperatorKey, revokeApiKey } from '../../shared/repositories/api-keys.js';
 import { type PayloadReads, readPayloads } from '../../shared/scheduler/payloads.js';
+import { claimSample, releaseSample } from '../../shared/scheduler/samples.js';
 import { type FunctionId, LIVE_INDEX } from '../../shared/topology.js';
+import { renewSampleClaim } from '../../shared/worker/lease.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { type ProbeRuntime, startProbeRuntime } from '../support/probe-runtime.js';
 
@@ -36,6 +47,9 @@ describe('local runtime: grant enforcement', () => {
     await probes?.stop();
   });
 
+  const readRegistry = async (pk: string) =>
+    (await cloud.clients.doc.send(new GetCommand({ TableName: cloud.names.tables.registry, Key: { pk } })))
+      .Item;
   const readPrefixRow = async (pk: string) =>
     (await cloud.clients.doc.send(new GetCommand({ TableName: cloud.names.tables.prefixes, Key: { pk } })))
       .Item;
@@ -64,7 +78,7 @@ describe('local runtime: grant enforcement', () => {
       awsClients().doc.send(
         new PutCommand({ TableName: config().table('prefixes'), Item: { pk: 'probe#sweeper' } }),
       );
-    expect(await runAs('sweeper', put)).toBe('allowed');
+    expect(await runAs('worker', put)).toBe('allowed');
     expect(await readPrefixRow('probe#sweeper')).toEqual({ pk: 'probe#sweeper' });
   });
 
@@ -76,8 +90,8 @@ describe('local runtime: grant enforcement', () => {
     expect(await runAs('scheduler', put)).toBe('allowed');
   });
 
-  it('checks a transaction item by item: puts need `write`, a condition check needs `transact`', async () => {
-    const put = { Put: { TableName: config().table('registry'), Item: { pk: 'probe#transacted' } } };
+  it('checks a transaction item by item: each its own action on its own key', async () => {
+    const put = { Put: { TableName: config().table('registry'), Item: { pk: 'idem#probe-transacted' } } };
     const guard = {
       ConditionCheck: {
         TableName: config().table('registry'),
@@ -90,17 +104,20 @@ describe('local runtime: grant enforcement', () => {
     const read = async () =>
       (
         await cloud.clients.doc.send(
-          new GetCommand({ TableName: cloud.names.tables.registry, Key: { pk: 'probe#transacted' } }),
+          new GetCommand({ TableName: cloud.names.tables.registry, Key: { pk: 'idem#probe-transacted' } }),
         )
       ).Item;
-    // The api writes the registry but, like every function, may not condition-check it.
+    // The api puts idempotency records but, like every function, may not condition-check anything.
     const denied = await runAs('api', transact([guard, put]));
     expect(denied).toMatchObject({ name: 'AccessDeniedException' });
     expect((denied as Exclude<Outcome, 'allowed'>).message).toContain('dynamodb:ConditionCheckItem');
     expect(await read()).toBeUndefined();
     expect(await runAs('api', transact([put]))).toBe('allowed');
-    expect(await read()).toEqual({ pk: 'probe#transacted' });
-    // A function without `write` on a table may not put there inside a transaction either: the
+    expect(await read()).toEqual({ pk: 'idem#probe-transacted' });
+    // Nor may it put a key of a kind it is not granted, inside a transaction or not.
+    const forged = { Put: { TableName: config().table('registry'), Item: { pk: 'probe#transacted' } } };
+    expect(await runAs('api', transact([forged]))).toMatchObject({ name: 'AccessDeniedException' });
+    // A function without `put` on a table may not put there inside a transaction either: the
     // scheduler's grant on futures is read-only (R5).
     const putFuture = {
       Put: { TableName: config().table('futures'), Item: { request_id: 'probe#transacted' } },
@@ -119,14 +136,85 @@ describe('local runtime: grant enforcement', () => {
           ExpressionAttributeValues: { ':id': 'none' },
         }),
       );
-    // The worker reads futures but never plans from the index.
-    expect(await runAs('worker', query())).toBe('allowed');
+    // The scheduler plans from the index and never queries the table itself; the worker neither.
+    expect(await runAs('scheduler', query())).toMatchObject({ name: 'AccessDeniedException' });
     const denied = await runAs('worker', query(LIVE_INDEX));
     expect(denied).toMatchObject({ name: 'AccessDeniedException' });
     expect((denied as Exclude<Outcome, 'allowed'>).message).toContain(
       `table/${cloud.names.tables.futures}/index/${LIVE_INDEX}`,
     );
     expect(await runAs('scheduler', query(LIVE_INDEX))).toBe('allowed');
+  });
+
+  it('keeps a worker off the records it does not own: a key or operator key mint is denied, its claim writes are not', async () => {
+    const keyRecords = async () =>
+      (
+        await cloud.clients.doc.send(
+          new ScanCommand({
+            TableName: cloud.names.tables.registry,
+            FilterExpression: 'begins_with(pk, :key) OR begins_with(pk, :opkey)',
+            ExpressionAttributeValues: { ':key': 'key#', ':opkey': 'opkey#' },
+          }),
+        )
+      ).Items ?? [];
+    const before = await keyRecords();
+    // What a compromised GPU host would try: mint a tenant key, an operator key, or write one directly.
+    const mintTenant = await runAs('worker', () => createApiKey('victim', awsClients()));
+    expect(mintTenant).toMatchObject({ name: 'AccessDeniedException' });
+    expect((mintTenant as Exclude<Outcome, 'allowed'>).message).toContain('dynamodb:PutItem');
+    expect(await runAs('worker', () => createOperatorKey('intruder', awsClients()))).toMatchObject({
+      name: 'AccessDeniedException',
+    });
+    const direct = () =>
+      awsClients().doc.send(
+        new TransactWriteCommand({
+          TransactItems: [
+            { Put: { TableName: config().table('registry'), Item: { pk: 'opkey#forged', operator: 'x' } } },
+          ],
+        }),
+      );
+    expect(await probes.runAsProcess('worker', direct)).toMatchObject({ name: 'AccessDeniedException' });
+    expect(
+      await runAs('worker', () => revokeApiKey(`tml-${randomBytes(24).toString('base64url')}`, awsClients())),
+    ).toMatchObject({
+      name: 'AccessDeniedException',
+    });
+    expect(await keyRecords()).toEqual(before);
+    // The api looks keys up but may not mint them either: the operator CLI does.
+    expect(await runAs('api', () => createApiKey('victim', awsClients()))).toMatchObject({
+      name: 'AccessDeniedException',
+    });
+
+    // The worker's own records: it renews a sample claim and gives it back, as a running sample does.
+    const requestId = mintRequestId(Date.now());
+    const now = Date.now();
+    const claimed = () =>
+      claimSample(
+        awsClients().doc,
+        config().table('registry'),
+        { request_id: requestId, claim_token: 'tok', work_item_id: 'w@1', lease_until: now + 60_000 },
+        now,
+      );
+    expect(await runAs('worker', claimed)).toMatchObject({ name: 'AccessDeniedException' });
+    expect(await runAs('scheduler', claimed)).toBe('allowed');
+    let renewed: boolean | undefined;
+    const renew = async () => {
+      renewed = await renewSampleClaim(awsClients().doc, requestId, 'tok', now + 120_000);
+    };
+    expect(await runAs('worker', renew)).toBe('allowed');
+    expect(renewed).toBe(true);
+    const claim = await readRegistry(registryKey.sampleClaim(requestId));
+    expect(claim).toMatchObject({ lease_until: now + 120_000 });
+    let released: boolean | undefined;
+    const release = async () => {
+      released = await releaseSample(awsClients().doc, config().table('registry'), {
+        request_id: requestId,
+        condition: { claim_token: 'tok' },
+      });
+    };
+    expect(await probes.runAsProcess('worker', release)).toHaveProperty('value');
+    expect(released).toBe(true);
+    expect(await readRegistry(registryKey.sampleClaim(requestId))).toBeUndefined();
   });
 
   it('limits objects to the granted key prefixes and answers a missing object as IAM does', async () => {

@@ -16,7 +16,8 @@ describe('grantedEnvVars', () => {
     // The scheduler never touches the prefixes table, so it never learns its name.
     expect(of('scheduler')).toEqual([...TABLES, 'DATA_BUCKET', 'WORK_QUEUE_URL']);
     expect(of('worker')).toEqual([...TABLES, 'PREFIXES_TABLE', 'DATA_BUCKET', 'WORK_QUEUE_URL']);
-    expect(of('sweeper')).toEqual([...TABLES, 'PREFIXES_TABLE', 'DATA_BUCKET', 'WORK_QUEUE_URL']);
+    // Nor does the sweeper: prefix rows expire by TTL.
+    expect(of('sweeper')).toEqual([...TABLES, 'DATA_BUCKET', 'WORK_QUEUE_URL']);
   });
 
   it('counts any action, but not an empty grant, and nothing for a queue that declares no variable', () => {

@@ -1,6 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { iamRequestsFor, type ResourceIndex, resourceIndex } from '../../local/iam-requests.js';
+import { registryKey, registryPrefix } from '../../shared/domain/records.js';
 import { grantsAllow, type IamRequest } from '../../shared/grants.js';
+import { controlKey } from '../../shared/ops/controls.js';
+import { tickLockKey } from '../../shared/scheduler/tick-lock.js';
 import { type FunctionGrants, type FunctionId, LIVE_INDEX, topology } from '../../shared/topology.js';
 import { localEnvFixture } from './local-env-fixture.js';
 
@@ -83,6 +86,80 @@ describe('the IAM requests of an SDK call', () => {
     ).toEqual(['dynamodb:GetItem futures']);
   });
 
+  it('reads the leading keys (partition key values) each DynamoDB call names, as IAM does', () => {
+    const keys = (operation: string, input: Record<string, unknown>) =>
+      iamRequestsFor('dynamodb', operation, input, index).map((request) => request.leadingKeys);
+    expect(keys('GetItem', { TableName: 'p-registry', Key: { pk: 'key#a' } })).toEqual([['key#a']]);
+    expect(keys('PutItem', { TableName: 'p-registry', Item: { pk: 'ss#a', tenant: 't' } })).toEqual([
+      ['ss#a'],
+    ]);
+    expect(keys('UpdateItem', { TableName: 'p-models', Key: { model_id: 'm1' } })).toEqual([['m1']]);
+    expect(keys('DeleteItem', { TableName: 'p-registry', Key: { pk: { S: 'claim#r' } } })).toEqual([
+      ['claim#r'],
+    ]);
+    // A Query's from the equality on the partition key, through the expression's names and values.
+    expect(
+      keys('Query', {
+        TableName: 'p-registry',
+        KeyConditionExpression: '(#k = :k)',
+        ExpressionAttributeNames: { '#k': 'pk' },
+        ExpressionAttributeValues: { ':k': 'ckpt#m' },
+      }),
+    ).toEqual([['ckpt#m']]);
+    expect(
+      keys('Query', {
+        TableName: 'p-futures',
+        KeyConditionExpression: 'request_id = :id',
+        ExpressionAttributeValues: { ':id': { S: 'r1' } },
+      }),
+    ).toEqual([['r1']]);
+    // Every key of a batch, per table; a batch write's puts and deletes alike.
+    expect(
+      keys('BatchGetItem', {
+        RequestItems: {
+          'p-registry': { Keys: [{ pk: 'claim#a' }, { pk: 'claim#b' }] },
+          'p-models': { Keys: [{ model_id: 'm1' }] },
+        },
+      }),
+    ).toEqual([['claim#a', 'claim#b'], ['m1']]);
+    expect(
+      keys('BatchWriteItem', {
+        RequestItems: {
+          'p-prefixes': [{ PutRequest: { Item: { pk: 'p1' } } }, { DeleteRequest: { Key: { pk: 'p2' } } }],
+        },
+      }),
+    ).toEqual([['p1', 'p2']]);
+    // Each transaction item its own.
+    expect(
+      keys('TransactWriteItems', {
+        TransactItems: [
+          { Put: { TableName: 'p-registry', Item: { pk: 'idem#x' } } },
+          { Update: { TableName: 'p-registry', Key: { pk: 'seq#m' } } },
+          { ConditionCheck: { TableName: 'p-registry', Key: { pk: 'session#s' } } },
+        ],
+      }),
+    ).toEqual([['idem#x'], ['seq#m'], ['session#s']]);
+    expect(
+      keys('TransactGetItems', {
+        TransactItems: [{ Get: { TableName: 'p-registry', Key: { pk: 'ss#a' } } }],
+      }),
+    ).toEqual([['ss#a']]);
+    // None for a Scan, an index Query, or a key that cannot be read.
+    expect(keys('Scan', { TableName: 'p-registry' })).toEqual([undefined]);
+    expect(
+      keys('Query', {
+        TableName: 'p-futures',
+        IndexName: LIVE_INDEX,
+        KeyConditionExpression: 'live = :s',
+        ExpressionAttributeValues: { ':s': 'default#0' },
+      }),
+    ).toEqual([undefined]);
+    expect(keys('GetItem', { TableName: 'p-registry', Key: { other: 'x' } })).toEqual([undefined]);
+    expect(
+      keys('BatchGetItem', { RequestItems: { 'p-registry': { Keys: [{ pk: 'claim#a' }, { nope: 1 }] } } }),
+    ).toEqual([undefined]);
+  });
+
   it('names any other operation or table as itself, which nothing grants', () => {
     expect(needs('dynamodb', 'DescribeTable', { TableName: 'p-models' })).toEqual([
       'dynamodb:DescribeTable models',
@@ -155,7 +232,11 @@ describe('the IAM requests of an SDK call', () => {
 
 describe('grantsAllow', () => {
   const grants: FunctionGrants = {
-    tables: { futures: ['read', 'query-index'], models: ['write'], registry: ['transact'] },
+    tables: {
+      futures: ['get', 'query', 'query-index'],
+      models: ['put', 'update'],
+      registry: ['condition-check'],
+    },
     bucket: [
       { prefix: 'payloads/', actions: ['get', 'list'] },
       { prefix: 'work/', actions: ['put'] },
@@ -166,6 +247,12 @@ describe('grantsAllow', () => {
 
   it('allows a table action only through a topology action that lists it', () => {
     expect(allows({ action: 'dynamodb:Query', resource: { kind: 'table', table: 'futures' } })).toBe(true);
+    expect(allows({ action: 'dynamodb:BatchGetItem', resource: { kind: 'table', table: 'futures' } })).toBe(
+      false,
+    );
+    expect(allows({ action: 'dynamodb:DeleteItem', resource: { kind: 'table', table: 'models' } })).toBe(
+      false,
+    );
     expect(allows({ action: 'dynamodb:PutItem', resource: { kind: 'table', table: 'futures' } })).toBe(false);
     expect(allows({ action: 'dynamodb:PutItem', resource: { kind: 'table', table: 'models' } })).toBe(true);
     expect(allows({ action: 'dynamodb:GetItem', resource: { kind: 'table', table: 'models' } })).toBe(false);
@@ -185,7 +272,7 @@ describe('grantsAllow', () => {
     });
     expect(allows(onIndex(LIVE_INDEX))).toBe(true);
     expect(allows(onIndex('other'))).toBe(false);
-    const readOnly: FunctionGrants = { ...grants, tables: { futures: ['read'] } };
+    const readOnly: FunctionGrants = { ...grants, tables: { futures: ['get', 'query'] } };
     expect(grantsAllow(readOnly, onIndex(LIVE_INDEX), topology.tables)).toBe(false);
   });
 
@@ -216,6 +303,59 @@ describe('grantsAllow', () => {
     );
   });
 
+  it('allows a keyed grant only when every leading key starts with one of its prefixes, statement by statement', () => {
+    const keyed: FunctionGrants = {
+      tables: {
+        registry: [
+          { keyPrefixes: ['claim#', 'ckpt#'], actions: ['get', 'batch-get', 'delete'] },
+          { keyPrefixes: ['ss#'], actions: ['put', 'batch-get'] },
+        ],
+        models: ['get'],
+      },
+      bucket: [],
+      queues: {},
+    };
+    const on = (action: string, leadingKeys?: readonly string[]): boolean =>
+      grantsAllow(
+        keyed,
+        {
+          action: `dynamodb:${action}`,
+          resource: { kind: 'table', table: 'registry' },
+          ...(leadingKeys ? { leadingKeys } : {}),
+        },
+        topology.tables,
+      );
+    expect(on('GetItem', ['claim#r1'])).toBe(true);
+    expect(on('GetItem', ['ckpt#m#weights#n'])).toBe(true);
+    expect(on('DeleteItem', ['claim#r1'])).toBe(true);
+    // The prefix must start the key: a key that merely contains it is another kind.
+    expect(on('GetItem', ['key#claim#r1'])).toBe(false);
+    expect(on('GetItem', ['key#h'])).toBe(false);
+    // The action must be the keyed grant's own, for that grant's prefixes.
+    expect(on('PutItem', ['claim#r1'])).toBe(false);
+    expect(on('PutItem', ['ss#s1'])).toBe(true);
+    expect(on('DeleteItem', ['ss#s1'])).toBe(false);
+    // ForAllValues: every key of a batch must match, and all within one statement.
+    expect(on('BatchGetItem', ['claim#a', 'ckpt#b'])).toBe(true);
+    expect(on('BatchGetItem', ['claim#a', 'key#h'])).toBe(false);
+    expect(on('BatchGetItem', ['claim#a', 'ss#b'])).toBe(false);
+    // Null: false: a request that names no key (or an empty set) matches no keyed grant.
+    expect(on('GetItem')).toBe(false);
+    expect(on('GetItem', [])).toBe(false);
+    // A bare action is on every item, whatever its key.
+    expect(
+      grantsAllow(
+        keyed,
+        {
+          action: 'dynamodb:GetItem',
+          resource: { kind: 'table', table: 'models' },
+          leadingKeys: ['anything'],
+        },
+        topology.tables,
+      ),
+    ).toBe(true);
+  });
+
   it('never allows an undeclared resource', () => {
     expect(allows({ action: 'dynamodb:Query', resource: { kind: 'undeclared', name: 'p-futures' } })).toBe(
       false,
@@ -235,10 +375,61 @@ describe('the topology grants what the handlers call', () => {
     );
 
   it('lets the scheduler take its tick lock and claims in the registry, and read missing payloads as missing', () => {
+    const onKey = (pk: string) => ({ TableName: 'p-registry', Key: { pk }, Item: { pk } });
     for (const operation of ['PutItem', 'UpdateItem', 'DeleteItem']) {
-      expect(allowed('scheduler', 'dynamodb', operation, { TableName: 'p-registry' })).toBe(true);
+      expect(allowed('scheduler', 'dynamodb', operation, onKey(registryKey.tickLock('default')))).toBe(true);
     }
+    for (const operation of ['PutItem', 'DeleteItem']) {
+      expect(allowed('scheduler', 'dynamodb', operation, onKey(registryKey.sampleClaim('r1')))).toBe(true);
+    }
+    const claims = { RequestItems: { 'p-registry': { Keys: [{ pk: 'claim#r1' }, { pk: 'claim#r2' }] } } };
+    expect(allowed('scheduler', 'dynamodb', 'BatchGetItem', claims)).toBe(true);
     expect(allowed('scheduler', 's3', 'ListObjectsV2', { Bucket: 'p-data' })).toBe(true);
+  });
+
+  it('lets no function mint or revoke a key, or set a pool control: only the operator CLI does', () => {
+    const keys = [
+      registryKey.apiKey('h'),
+      registryKey.operatorKey('h'),
+      registryKey.drain('default'),
+      registryKey.cutRequest('default'),
+    ];
+    for (const functionId of ['api', 'scheduler', 'worker', 'sweeper'] as const) {
+      for (const pk of keys) {
+        for (const operation of ['PutItem', 'UpdateItem', 'DeleteItem']) {
+          const input = { TableName: 'p-registry', Key: { pk }, Item: { pk } };
+          expect(allowed(functionId, 'dynamodb', operation, input), `${functionId} ${operation} ${pk}`).toBe(
+            false,
+          );
+        }
+        const batch = { RequestItems: { 'p-registry': [{ PutRequest: { Item: { pk } } }] } };
+        expect(allowed(functionId, 'dynamodb', 'BatchWriteItem', batch)).toBe(false);
+      }
+    }
+    // The api looks keys up; the worker may not even read them.
+    const lookup = { TableName: 'p-registry', Key: { pk: registryKey.apiKey('h') } };
+    expect(allowed('api', 'dynamodb', 'GetItem', lookup)).toBe(true);
+    expect(allowed('worker', 'dynamodb', 'GetItem', lookup)).toBe(false);
+  });
+
+  it('lets the worker write the records its commit owns, inside a transaction too', () => {
+    const commit = {
+      TransactItems: [
+        { Update: { TableName: 'p-futures', Key: { request_id: 'r1' } } },
+        { Update: { TableName: 'p-registry', Key: { pk: registryKey.checkpointName('m', 'sampler', 'n') } } },
+        { Put: { TableName: 'p-registry', Item: { pk: registryKey.samplingSession('s1') } } },
+        { Delete: { TableName: 'p-registry', Key: { pk: registryKey.sampleClaim('r2') } } },
+      ],
+    };
+    expect(allowed('worker', 'dynamodb', 'TransactWriteItems', commit)).toBe(true);
+    // One forged item in the same transaction denies it all.
+    const forged = {
+      TransactItems: [
+        ...commit.TransactItems,
+        { Put: { TableName: 'p-registry', Item: { pk: registryKey.apiKey('h'), tenant: 'victim' } } },
+      ],
+    };
+    expect(allowed('worker', 'dynamodb', 'TransactWriteItems', forged)).toBe(false);
   });
 
   it('lets the sweeper scan the models table for expired leases, and nobody else scan anything', () => {
@@ -247,5 +438,43 @@ describe('the topology grants what the handlers call', () => {
       expect(allowed(functionId, 'dynamodb', 'Scan', { TableName: 'p-models' })).toBe(false);
     }
     expect(allowed('sweeper', 'dynamodb', 'Scan', { TableName: 'p-futures' })).toBe(false);
+  });
+});
+
+describe('registry key prefixes, which the keyed grants name', () => {
+  const prefixes = Object.entries(registryPrefix);
+
+  it('are distinct kinds: no prefix starts another, and none holds a StringLike wildcard', () => {
+    for (const [kind, prefix] of prefixes) {
+      expect(prefix).toMatch(/^[a-z]+#$/);
+      for (const [other, otherPrefix] of prefixes) {
+        if (other !== kind)
+          expect(otherPrefix.startsWith(prefix), `${other} starts with ${kind}`).toBe(false);
+      }
+    }
+  });
+
+  it('start every key built for their kind, and no other kind', () => {
+    const built: [keyof typeof registryPrefix, string][] = [
+      ['apiKey', registryKey.apiKey('h')],
+      ['operatorKey', registryKey.operatorKey('h')],
+      ['session', registryKey.session('s')],
+      ['samplingSession', registryKey.samplingSession('ss')],
+      ['seqCounter', registryKey.seqCounter('m')],
+      ['idempotency', registryKey.trainingIdem('m', 1)],
+      ['idempotency', registryKey.createModelIdem('s', 1)],
+      ['idempotency', registryKey.sampleIdem('ss', 1)],
+      ['idempotency', registryKey.samplingSessionIdem('s', 1)],
+      ['idempotency', registryKey.unloadIdem('m')],
+      ['checkpointName', registryKey.checkpointName('m', 'weights', 'n')],
+      ['sampleClaim', registryKey.sampleClaim('r')],
+      ['tickLock', tickLockKey('default')],
+      ['cutRequest', controlKey.cut('default')],
+      ['drain', controlKey.drain('default')],
+    ];
+    for (const [kind, key] of built) {
+      const matching = prefixes.filter(([, prefix]) => key.startsWith(prefix)).map(([name]) => name);
+      expect(matching, key).toEqual([kind]);
+    }
   });
 });

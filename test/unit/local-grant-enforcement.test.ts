@@ -1,4 +1,4 @@
-import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { DynamoDBClient, PutItemCommand } from '@aws-sdk/client-dynamodb';
 import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient, PutCommand } from '@aws-sdk/lib-dynamodb';
@@ -84,11 +84,37 @@ describe('grant enforcement middleware', () => {
   it('lets a granted call, and any call outside a function scope, reach the transport', async () => {
     const { doc } = countingClients();
     const put = () => doc.send(new PutCommand({ TableName: 'p-prefixes', Item: { pk: 'x' } }));
-    await expect(runAsFunction({ functionId: 'sweeper', access }, put)).rejects.toThrow(Sent);
+    await expect(runAsFunction({ functionId: 'worker', access }, put)).rejects.toThrow(Sent);
     await expect(put()).rejects.toThrow(Sent);
     // A scope without a policy (enforcement off) checks nothing either.
     await expect(runAsFunction({ functionId: 'api' }, put)).rejects.toThrow(Sent);
     expect(sent).toBe(3);
+  });
+
+  it('checks the key a document-client call names against the keyed grants, before anything is sent', async () => {
+    const { doc, dynamo } = countingClients();
+    const putKey = (pk: string) => () =>
+      doc.send(new PutCommand({ TableName: 'p-registry', Item: { pk, tenant: 'victim', created_at: 1 } }));
+    const minted = await runAsFunction({ functionId: 'worker', access }, putKey('key#forged')).catch(
+      (error: unknown) => error,
+    );
+    expect(minted).toMatchObject({ name: 'AccessDeniedException' });
+    expect((minted as Error).message).toContain('dynamodb:PutItem on resource: arn:aws:dynamodb:');
+    await expect(
+      runAsFunction({ functionId: 'worker', access }, putKey('opkey#forged')),
+    ).rejects.toMatchObject({ name: 'AccessDeniedException' });
+    expect(sent).toBe(0);
+    // The same put of a record the worker owns goes out; so does a low-level client's, keyed `{ S }`.
+    await expect(runAsFunction({ functionId: 'worker', access }, putKey('ss#s1'))).rejects.toThrow(Sent);
+    const lowLevel = () =>
+      dynamo.send(new PutItemCommand({ TableName: 'p-registry', Item: { pk: { S: 'ss#s2' } } }));
+    await expect(runAsFunction({ functionId: 'worker', access }, lowLevel)).rejects.toThrow(Sent);
+    const lowLevelKey = () =>
+      dynamo.send(new PutItemCommand({ TableName: 'p-registry', Item: { pk: { S: 'key#forged' } } }));
+    await expect(runAsFunction({ functionId: 'worker', access }, lowLevelKey)).rejects.toMatchObject({
+      name: 'AccessDeniedException',
+    });
+    expect(sent).toBe(2);
   });
 
   it('answers S3 with AccessDenied and SQS with AccessDeniedException', async () => {
