@@ -141,6 +141,10 @@ export const registryKey = {
   checkpointName: (modelId: string, kind: CheckpointKind, name: string) => `ckpt#${modelId}#${kind}#${name}`,
   /** Per-request sample claim (R4: samples are claimed per request, not per model). */
   sampleClaim: (requestId: string) => `claim#${requestId}`,
+  /** Prefix of a rate counter: one item per window follows (shared/repositories/quotas.ts). */
+  rate: (scope: string, subject: string) => `rate#${scope}#${subject}`,
+  /** A tenant's open long polls (shared/repositories/quotas.ts). */
+  polls: (tenant: string) => `polls#${tenant}`,
 } as const;
 
 export type CheckpointKind = 'weights' | 'sampler';
