@@ -99,8 +99,12 @@ export interface DeployLimits {
 export const DEPLOY_LIMIT_DEFAULTS: Record<keyof DeployLimits, [contextKey: string, fallback: number]> = {
   apiRatePerSecond: ['apiRatePerSecond', 500],
   apiBurst: ['apiBurst', 1000],
-  apiReservedConcurrency: ['apiReservedConcurrency', 500],
-  workerReservedConcurrency: ['workerReservedConcurrency', 8],
+  // The declaration's values (shared/topology.ts), which a context value overrides.
+  apiReservedConcurrency: ['apiReservedConcurrency', topology.functions.api.reservedConcurrency ?? 500],
+  workerReservedConcurrency: [
+    'workerReservedConcurrency',
+    topology.functions.worker.reservedConcurrency ?? 8,
+  ],
 };
 
 /** Context keys of the api function's quotas, beside their variables (see `TUNABLE_DEFAULTS`). */

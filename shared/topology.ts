@@ -247,6 +247,10 @@ export const topology: Topology = {
       description: 'Tinker-compatible HTTP API: intake of futures, sessions, retrieve_future; status page',
       memoryMb: 1024,
       timeoutSeconds: 29,
+      // Caps the api too: long polls hold an invocation up to 25 s, and without a cap a flood of them
+      // takes the account's whole concurrency from the worker and the scheduler. Deploy-time
+      // `-c apiReservedConcurrency=N` (shared/config.ts DEPLOY_LIMIT_DEFAULTS).
+      reservedConcurrency: 500,
       grants: {
         tables: {
           // query-index: the status page's data reads the live index as a tick does (operator keys only).
@@ -269,11 +273,13 @@ export const topology: Topology = {
           kind: 'http',
           basePath: '/',
           // The status page (shared/status-page, shared/api/status-routes.ts). Its data route reads
-          // every shard of the live index, so it gets a throttle of its own: one viewer polls every 2 s.
+          // every shard of the live index, so it has a budget of its own (OPERATOR_READS_PER_SECOND),
+          // counted by the function once the operator key is valid: an API Gateway route throttle would
+          // count unauthenticated requests too and let them use the operators' budget up.
           routes: [
             { method: 'GET', path: '/status' },
             { method: 'GET', path: '/status/{asset}' },
-            { method: 'GET', path: '/status/data', throttle: { ratePerSecond: 5, burst: 10 } },
+            { method: 'GET', path: '/status/data' },
           ],
         },
       ],
@@ -345,6 +351,10 @@ export const topology: Topology = {
       description: 'Executes work items on the reference CPU backend and commits per model',
       memoryMb: 2048,
       timeoutSeconds: WORKER_TIMEOUT_SECONDS,
+      // Reserved so the api cannot starve it; at least its queue trigger's maxConcurrency, or SQS
+      // deliveries would be throttled and count towards the DLQ (the stack checks).
+      // `-c workerReservedConcurrency=N` at deploy time.
+      reservedConcurrency: 8,
       grants: {
         tables: {
           futures: ['read', 'write'],
