@@ -159,6 +159,8 @@ export const LIVE_INDEX = 'live';
 /** Attributes the `live` index projects besides its keys. Planning needs these and only these. */
 export const LIVE_PROJECTION = [
   'model_id',
+  // Fairness across tenants (shared/scheduling/planner.ts): a sample's tenant is on no row a tick reads.
+  'tenant',
   'seq',
   'request_type',
   'checkpoint_id',
