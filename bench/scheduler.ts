@@ -45,6 +45,7 @@ import { type BenchResult, type CaseResult, type Counts, machine, runCase } from
 import { attachMeter, createMeter, type Meter } from './metering.js';
 import { startCloudChild, stopCloudChild } from './support/cloud-child.js';
 import { initSdkWire, SDK_4X512, sdkBodies } from './support/sdk-wire.js';
+import { dispatchOrder, fairnessScene } from './support/tenant-fairness.js';
 
 /**
  * `npm run bench -- scheduler [--quick]`: one scheduler tick over N pending forward_backward requests
@@ -819,13 +820,46 @@ async function sdkCase(
   return annotateSdk(result);
 }
 
+/**
+ * `tenant-fairness-*` (pure, no cloud): one tenant's backlog of N pending training requests (a
+ * forward_backward of 262,144 tokens and an optim_step per model, all submitted first) and another
+ * tenant's lone forward_backward, submitted last, planned as one tick plans (again while a cap cut
+ * the plan short), with the default caps (16 such passes per work item). Ours: the planner as it is;
+ * baseline `tenant_blind`: the same scene with the tenants erased, which is the order before
+ * fairness (oldest pending request first). Where the lone request goes: its work item, its place in
+ * the tick's dispatch order, and the requests and tokens a worker runs before reaching it.
+ */
+async function fairnessCase(name: string, backlog: number, repeats: number): Promise<CaseResult> {
+  const side = (tenantBlind: boolean) => async (): Promise<Counts> => {
+    const scene = fairnessScene({ backlog, tokensPerRequest: 262_144, tenantBlind });
+    const cpu = process.cpuUsage();
+    const lone = dispatchOrder(scene);
+    const used = process.cpuUsage(cpu);
+    return {
+      lone_work_item: lone.workItem,
+      lone_position: lone.position,
+      requests_before_lone: lone.requestsBefore,
+      tokens_before_lone: lone.tokensBefore,
+      work_items: lone.workItems,
+      cpu_ms: (used.user + used.system) / 1000,
+    };
+  };
+  return runCase({
+    name,
+    params: { backlog, tokens_per_pass: 262_144 },
+    ours: side(false),
+    baselines: { tenant_blind: side(true) },
+    repeats,
+  });
+}
+
 export async function run({ quick }: { quick: boolean }): Promise<BenchResult> {
   process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED = 'true';
   logger.setLogLevel('WARN');
   const { endpoints, child } = await startCloudChild();
   try {
     await initSdkWire();
-    // BENCH_CASES=name,name runs a subset (for investigating one case); the default runs all five.
+    // BENCH_CASES=name,name runs a subset (for investigating one case); the default runs all of them.
     const only = process.env.BENCH_CASES?.split(',');
     const wanted = (name: string) => only === undefined || only.includes(name);
     const cases: CaseResult[] = [];
@@ -843,6 +877,10 @@ export async function run({ quick }: { quick: boolean }): Promise<BenchResult> {
     }
     if (wanted('sdk-dispatchable-512')) {
       cases.push(await sdkCase(endpoints, 'sdk-dispatchable-512', 512, false, quick ? 3 : 5));
+    }
+    if (wanted('tenant-fairness')) {
+      cases.push(await fairnessCase('tenant-fairness-46', 46, quick ? 3 : 9));
+      cases.push(await fairnessCase('tenant-fairness-460', 460, quick ? 3 : 9));
     }
     console.error(`note: ${GSI_NOTE}`);
     return { name: 'scheduler', machine: machine(), quick, cases };

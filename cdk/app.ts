@@ -1,4 +1,5 @@
 import { App, RemovalPolicy } from 'aws-cdk-lib';
+import { readDeployContext } from '../shared/config.js';
 import { addNagChecks } from './nag.js';
 import { TinkerServerlessStack } from './stack.js';
 
@@ -8,6 +9,9 @@ import { TinkerServerlessStack } from './stack.js';
  * - `referenceWorker` (default true): deploy the reference CPU worker Lambda
  * - `removalPolicy`: `retain` (default) or `destroy`, for the tables, bucket and log groups
  * - `tokenizerId` (default unset): get_info's tokenizer_id, an id the clients can load (see the stack)
+ * - the limits (README "Limits"): `apiRatePerSecond`, `apiBurst`, `apiReservedConcurrency`,
+ *   `workerReservedConcurrency`, and the api's quotas `submitsPerSecond`, `longPollsPerTenant`,
+ *   `operatorReadsPerSecond` (defaults in shared/config.ts)
  * The stack is environment-agnostic, so synth needs no account, region or lookup. Synthesis runs
  * cdk-nag's AwsSolutions checks and stops on any finding not acknowledged in `nag.ts`.
  */
@@ -24,7 +28,11 @@ if (removalPolicyName !== 'retain' && removalPolicyName !== 'destroy') {
   throw new Error(`Context removalPolicy must be retain or destroy, got "${removalPolicyName}"`);
 }
 
+const { limits, apiQuotaEnv } = readDeployContext((key) => app.node.tryGetContext(key));
+
 const stack = new TinkerServerlessStack(app, 'TinkerServerless', {
+  limits,
+  apiQuotaEnv,
   stackName: context('stackName') ?? 'tinker-serverless',
   namePrefix: context('namePrefix'),
   referenceWorker: context('referenceWorker') !== 'false',

@@ -4,10 +4,11 @@ import { Aws, CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-l
 import type { NodejsFunction } from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import type { Construct } from 'constructs';
-import { TOKENIZER_ID_VAR } from '../shared/config.js';
+import { type DeployLimits, readDeployContext, TOKENIZER_ID_VAR } from '../shared/config.js';
 import { STACK_ENV_OUTPUTS } from '../shared/stack-outputs.js';
 import {
   topology as declaredTopology,
+  type FunctionDecl,
   type FunctionId,
   physicalName,
   type Topology,
@@ -49,6 +50,38 @@ export interface TinkerServerlessStackProps extends StackProps {
    * all have. Unset, get_info omits it and the SDK guesses an id from the base model's name.
    */
   readonly tokenizerId?: string;
+  /**
+   * The stage throttle and the api and worker reserved concurrency (defaults: shared/config.ts
+   * `DEPLOY_LIMIT_DEFAULTS`, read from context by cdk/app.ts).
+   */
+  readonly limits?: DeployLimits;
+  /** Quota variables for the api function (`readDeployContext`); unset ones keep their defaults. */
+  readonly apiQuotaEnv?: Readonly<Record<string, string>>;
+}
+
+/** Which deploy-time limit reserves each function's concurrency; the others keep their declaration's. */
+const RESERVED_BY_LIMIT: Partial<Record<FunctionId, keyof DeployLimits>> = {
+  api: 'apiReservedConcurrency',
+  worker: 'workerReservedConcurrency',
+};
+
+function reservedConcurrencyOf(
+  functionId: FunctionId,
+  decl: FunctionDecl,
+  limits: DeployLimits,
+): number | undefined {
+  const limit = RESERVED_BY_LIMIT[functionId];
+  const reserved = limit === undefined ? decl.reservedConcurrency : limits[limit];
+  for (const trigger of decl.triggers) {
+    // Fewer reserved instances than the queue's pollers would throttle deliveries, which SQS counts
+    // as receives towards the dead-letter queue.
+    if (trigger.kind === 'queue' && reserved !== undefined && reserved < trigger.maxConcurrency) {
+      throw new Error(
+        `${functionId} reserves ${reserved} concurrent executions, below its queue trigger's maxConcurrency ${trigger.maxConcurrency}`,
+      );
+    }
+  }
+  return reserved;
 }
 
 /** The whole system, built from the topology declaration and nothing else. */
@@ -68,6 +101,7 @@ export class TinkerServerlessStack extends Stack {
       throw new Error(`Name prefix "${namePrefix}" must be lowercase letters, digits and hyphens`);
     }
     const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
+    const limits = props.limits ?? readDeployContext(() => undefined).limits;
 
     this.tables = new TopologyTables(this, 'Tables', { tables: topology.tables, namePrefix, removalPolicy });
     this.bucket = new DataBucket(this, 'Data', { decl: topology.bucket, namePrefix, removalPolicy });
@@ -75,9 +109,10 @@ export class TinkerServerlessStack extends Stack {
 
     for (const [functionId, decl] of entriesOf(topology.functions)) {
       if (functionId === REFERENCE_WORKER && props.referenceWorker === false) continue;
+      const reservedConcurrency = reservedConcurrencyOf(functionId, decl, limits);
       const construct = new TopologyFunction(this, pascalCase(functionId), {
         functionId,
-        decl,
+        decl: reservedConcurrency === undefined ? decl : { ...decl, reservedConcurrency },
         settings: topology.settings,
         projectRoot: PROJECT_ROOT,
         logRetention: props.logRetention ?? logs.RetentionDays.ONE_MONTH,
@@ -98,8 +133,11 @@ export class TinkerServerlessStack extends Stack {
         switch (trigger.kind) {
           case 'http':
             if (props.tokenizerId !== undefined) fn.addEnvironment(TOKENIZER_ID_VAR, props.tokenizerId);
+            for (const [name, value] of Object.entries(props.apiQuotaEnv ?? {}))
+              fn.addEnvironment(name, value);
             this.http ??= new HttpEntry(this, 'Http', {
               apiName: physicalName(namePrefix, 'api'),
+              throttle: { ratePerSecond: limits.apiRatePerSecond, burst: limits.apiBurst },
               logRetention: props.logRetention ?? logs.RetentionDays.ONE_MONTH,
               removalPolicy,
             });

@@ -53,6 +53,12 @@ export interface Tunables {
   readonly maxWorkItemTokens: number;
   readonly prefixGroupRows: number;
   readonly prefixGroupTokens: number;
+  /** Requests that store something (submits, sessions) per tenant per second; 429 above. */
+  readonly submitsPerSecond: number;
+  /** Long polls one tenant may hold open at once (each holds an api invocation); 429 above. */
+  readonly longPollsPerTenant: number;
+  /** Authenticated reads of the status page's data per second, shared by all operators; 429 above. */
+  readonly operatorReadsPerSecond: number;
 }
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -69,7 +75,79 @@ const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number
   maxWorkItemTokens: ['MAX_WORK_ITEM_TOKENS', 4_194_304],
   prefixGroupRows: ['PREFIX_GROUP_ROWS', 256],
   prefixGroupTokens: ['PREFIX_GROUP_TOKENS', 4_194_304],
+  submitsPerSecond: ['SUBMITS_PER_SECOND', 200],
+  longPollsPerTenant: ['LONG_POLLS_PER_TENANT', 64],
+  operatorReadsPerSecond: ['OPERATOR_READS_PER_SECOND', 5],
 };
+
+/**
+ * What only the stack can enforce, set at deploy time with `-c <context key>=<value>` (cdk/app.ts):
+ * API Gateway's stage throttle and the reserved concurrency of the api and worker functions. The
+ * per-tenant quotas above are the api function's variables; the stack passes them from the context
+ * keys in `QUOTA_CONTEXT_KEYS`, so a deployer sets every limit in one way.
+ */
+export interface DeployLimits {
+  /** Stage default: steady requests per second over all routes and clients (API Gateway). */
+  readonly apiRatePerSecond: number;
+  readonly apiBurst: number;
+  /** Reserved (and so capped) concurrency of the api function: long polls cannot take the rest. */
+  readonly apiReservedConcurrency: number;
+  /** Of the reference worker; at least its queue trigger's maxConcurrency (cdk/stack.ts checks). */
+  readonly workerReservedConcurrency: number;
+}
+
+export const DEPLOY_LIMIT_DEFAULTS: Record<keyof DeployLimits, [contextKey: string, fallback: number]> = {
+  apiRatePerSecond: ['apiRatePerSecond', 500],
+  apiBurst: ['apiBurst', 1000],
+  // The declaration's values (shared/topology.ts), which a context value overrides.
+  apiReservedConcurrency: ['apiReservedConcurrency', topology.functions.api.reservedConcurrency ?? 500],
+  workerReservedConcurrency: [
+    'workerReservedConcurrency',
+    topology.functions.worker.reservedConcurrency ?? 8,
+  ],
+};
+
+/** Context keys of the api function's quotas, beside their variables (see `TUNABLE_DEFAULTS`). */
+export const QUOTA_CONTEXT_KEYS = {
+  submitsPerSecond: 'submitsPerSecond',
+  longPollsPerTenant: 'longPollsPerTenant',
+  operatorReadsPerSecond: 'operatorReadsPerSecond',
+} as const satisfies Partial<Record<keyof Tunables, string>>;
+
+function contextInteger(context: (key: string) => unknown, key: string, fallback: number): number {
+  const raw = context(key);
+  if (raw === undefined || raw === null || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value <= 0) {
+    throw new ConfigError(`Context value ${key} must be a positive integer, got "${String(raw)}"`, {
+      context: { variable: key },
+    });
+  }
+  return value;
+}
+
+/** What the stack reads from its CDK context: its own limits and the api function's quota variables. */
+export interface DeployContext {
+  readonly limits: DeployLimits;
+  /** Variables for the api function: only the quotas the context sets (the rest keep their defaults). */
+  readonly apiQuotaEnv: Readonly<Record<string, string>>;
+}
+
+export function readDeployContext(context: (key: string) => unknown): DeployContext {
+  const limits = Object.fromEntries(
+    Object.entries(DEPLOY_LIMIT_DEFAULTS).map(([key, [contextKey, fallback]]) => [
+      key,
+      contextInteger(context, contextKey, fallback),
+    ]),
+  ) as unknown as DeployLimits;
+  const apiQuotaEnv: Record<string, string> = {};
+  for (const [key, contextKey] of Object.entries(QUOTA_CONTEXT_KEYS)) {
+    const [envVar, fallback] = TUNABLE_DEFAULTS[key as keyof typeof QUOTA_CONTEXT_KEYS];
+    const value = contextInteger(context, contextKey, fallback);
+    if (value !== fallback) apiQuotaEnv[envVar] = String(value);
+  }
+  return { limits, apiQuotaEnv };
+}
 
 function required(env: Env, name: string): string {
   const value = env[name];

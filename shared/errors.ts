@@ -71,6 +71,21 @@ export class RetryLaterError extends TinkerError {
   readonly status = 408;
 }
 
+/**
+ * A per-tenant (or the operators') quota is used up for now (README "Limits"): answered 429 with
+ * Retry-After, which the Tinker SDK honours and otherwise backs off on. Nothing was stored.
+ */
+export class QuotaExceededError extends TinkerError {
+  readonly status = 429;
+  override readonly category = 'user' as const;
+  /** How long until the quota has room again (at least 1 ms). */
+  readonly retryAfterMs: number;
+  constructor(message: string, retryAfterMs: number, options: { context?: ErrorContext } = {}) {
+    super(message, options);
+    this.retryAfterMs = Math.max(1, Math.ceil(retryAfterMs));
+  }
+}
+
 /** A bad input found while executing a step: fails that step only (E6). */
 export class StepUserError extends TinkerError {
   readonly status = 400;

@@ -26,6 +26,9 @@ export const registryPrefix = {
   /** Operator controls, per pool. */
   cutRequest: 'cut#',
   drain: 'drain#',
+  /** Quota counters: per-tenant submit windows and open long polls (repositories/quotas.ts). */
+  rate: 'rate#',
+  polls: 'polls#',
 } as const;
 
 const p = registryPrefix;
@@ -59,4 +62,8 @@ export const registryKey = {
   tickLock: (pool: string) => `${p.tickLock}${pool}`,
   cutRequest: (pool: string) => `${p.cutRequest}${pool}`,
   drain: (pool: string) => `${p.drain}${pool}`,
+  /** Prefix of a rate counter: one item per window follows (shared/repositories/quotas.ts). */
+  rate: (scope: string, subject: string) => `${p.rate}${scope}#${subject}`,
+  /** A tenant's open long polls (shared/repositories/quotas.ts). */
+  polls: (tenant: string) => `${p.polls}${tenant}`,
 } as const;

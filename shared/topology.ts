@@ -191,6 +191,8 @@ export const LIVE_INDEX = 'live';
 /** Attributes the `live` index projects besides its keys. Planning needs these and only these. */
 export const LIVE_PROJECTION = [
   'model_id',
+  // Fairness across tenants (shared/scheduling/planner.ts): a sample's tenant is on no row a tick reads.
+  'tenant',
   'seq',
   'request_type',
   'checkpoint_id',
@@ -295,6 +297,10 @@ export const topology: Topology = {
       description: 'Tinker-compatible HTTP API: intake of futures, sessions, retrieve_future; status page',
       memoryMb: 1024,
       timeoutSeconds: 29,
+      // Caps the api too: long polls hold an invocation up to 25 s, and without a cap a flood of them
+      // takes the account's whole concurrency from the worker and the scheduler. Deploy-time
+      // `-c apiReservedConcurrency=N` (shared/config.ts DEPLOY_LIMIT_DEFAULTS).
+      reservedConcurrency: 500,
       grants: {
         // Exactly what it sends: intake puts rows and records in one transaction (put, and the seq
         // counter's update), reads them back by key, and never deletes or batch-writes anything.
@@ -317,6 +323,9 @@ export const topology: Topology = {
             },
             // Also updated: a session's heartbeat, and the seq counter by every training submit.
             { keyPrefixes: [key.session, key.seqCounter], actions: ['get', 'put', 'update'] },
+            // Quota counters (repositories/quotas.ts): a conditional update per window or poll, and
+            // the put that reaps a tenant's expired poll leases.
+            { keyPrefixes: [key.rate, key.polls], actions: ['put', 'update'] },
           ],
         },
         bucket: [
@@ -334,11 +343,13 @@ export const topology: Topology = {
           kind: 'http',
           basePath: '/',
           // The status page (shared/status-page, shared/api/status-routes.ts). Its data route reads
-          // every shard of the live index, so it gets a throttle of its own: one viewer polls every 2 s.
+          // every shard of the live index, so it has a budget of its own (OPERATOR_READS_PER_SECOND),
+          // counted by the function once the operator key is valid: an API Gateway route throttle would
+          // count unauthenticated requests too and let them use the operators' budget up.
           routes: [
             { method: 'GET', path: '/status' },
             { method: 'GET', path: '/status/{asset}' },
-            { method: 'GET', path: '/status/data', throttle: { ratePerSecond: 5, burst: 10 } },
+            { method: 'GET', path: '/status/data' },
           ],
         },
       ],
@@ -425,6 +436,10 @@ export const topology: Topology = {
       description: 'Executes work items on the reference CPU backend and commits per model',
       memoryMb: 2048,
       timeoutSeconds: WORKER_TIMEOUT_SECONDS,
+      // Reserved so the api cannot starve it; at least its queue trigger's maxConcurrency, or SQS
+      // deliveries would be throttled and count towards the DLQ (the stack checks).
+      // `-c workerReservedConcurrency=N` at deploy time.
+      reservedConcurrency: 8,
       grants: {
         tables: {
           // Its commit ends futures and models by conditional updates (in one transaction, E5).

@@ -37,6 +37,8 @@ export interface HttpEntryProps {
   readonly logRetention?: logs.RetentionDays;
   /** Of the access log group (default RETAIN). */
   readonly removalPolicy?: RemovalPolicy;
+  /** The stage's default throttle: every route and client together, unless a route has its own. */
+  readonly throttle: { readonly ratePerSecond: number; readonly burst: number };
 }
 
 /** The HTTP API in front of the functions that declare an `http` trigger, with access logs. */
@@ -61,6 +63,7 @@ export class HttpEntry extends Construct {
     this.stage = this.api.addStage('DefaultStage', {
       stageName: '$default',
       autoDeploy: true,
+      throttle: { rateLimit: props.throttle.ratePerSecond, burstLimit: props.throttle.burst },
       accessLogSettings: {
         destination: new apigw.LogGroupLogDestination(this.accessLogs),
         format: ACCESS_LOG_FORMAT,

@@ -32,7 +32,7 @@ export async function handler(
   }
   return {
     statusCode: response.status,
-    headers: { 'content-type': 'application/json' },
+    headers: { ...response.headers, 'content-type': 'application/json' },
     body: JSON.stringify(response.body),
   };
 }

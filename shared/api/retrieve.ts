@@ -6,6 +6,7 @@ import { type FutureHead, readFuture, readFutureHead, readFutureResult } from '.
 import { encodeForwardBackwardOutput, encodeSampleResponse } from '../wire/results.js';
 import { BinaryAnswer, PROTOBUF_CONTENT_TYPE } from './bodies.js';
 import type { OperationContext } from './operations.js';
+import { inPollSlot } from './quotas.js';
 import { parseRequest } from './request-checks.js';
 import { retrieveFutureRequest } from './schemas.js';
 
@@ -45,17 +46,18 @@ export async function retrieveFuture(
   if (!isRequestId(requestId)) throw notFound(requestId);
   // The first read is strong (the client may ask the moment its submit returned) and reads only the
   // row's head: "not yours" and "unknown" then cost the same, whatever the row holds.
-  let head: FutureHead | undefined = await readFutureHead(requestId, ctx.clients.doc, true);
+  const head: FutureHead | undefined = await readFutureHead(requestId, ctx.clients.doc, true);
   if (head === undefined || head.tenant !== ctx.tenant) throw notFound(requestId);
-  let delay = FIRST_POLL_MS;
-  while (head.status === 'pending') {
-    const left = ctx.deadline - Date.now();
-    if (left <= 0)
-      return { type: 'try_again', request_id: requestId, queue_state: 'active' } satisfies TryAgain;
-    await sleep(Math.min(delay, left));
-    delay = Math.min(delay * 2, MAX_POLL_MS);
-    // Later reads may be eventually consistent: a stale one only delays the answer.
-    head = (await readFutureHead(requestId, ctx.clients.doc)) ?? head;
+  if (head.status === 'pending' && ctx.deadline > Date.now()) {
+    // Only a poll that waits holds an invocation: it takes one of the tenant's slots (quotas.ts).
+    const ended = await inPollSlot(
+      ctx.clients.doc,
+      { tenant: ctx.tenant, tunables: ctx.tunables, deadline: ctx.deadline },
+      () => waitWhilePending(requestId, ctx, sleep),
+    );
+    if (!ended) return { type: 'try_again', request_id: requestId, queue_state: 'active' } satisfies TryAgain;
+  } else if (head.status === 'pending') {
+    return { type: 'try_again', request_id: requestId, queue_state: 'active' } satisfies TryAgain;
   }
   // Terminal rows never change again, so the whole row is read once, strongly, for its outcome.
   const row: FutureRow | undefined = await readFuture(requestId, ctx.clients.doc, true);
@@ -68,6 +70,24 @@ export async function retrieveFuture(
   }
   const result = await readFutureResult(row, ctx.clients);
   return ctx.acceptsProtobuf === true ? (asProtobuf(row, result) ?? result) : result;
+}
+
+/** Polls the row's head with a doubling backoff: true once it is terminal, false at the deadline. */
+async function waitWhilePending(
+  requestId: string,
+  ctx: OperationContext & { readonly deadline: number },
+  sleep: (ms: number) => Promise<void>,
+): Promise<boolean> {
+  let delay = FIRST_POLL_MS;
+  for (;;) {
+    const left = ctx.deadline - Date.now();
+    if (left <= 0) return false;
+    await sleep(Math.min(delay, left));
+    delay = Math.min(delay * 2, MAX_POLL_MS);
+    // Later reads may be eventually consistent: a stale one only delays the answer.
+    const head = await readFutureHead(requestId, ctx.clients.doc);
+    if (head !== undefined && head.status !== 'pending') return true;
+  }
 }
 
 /** The result's protobuf form for the request types the SDK takes as protobuf; undefined for the rest. */

@@ -1,7 +1,14 @@
 import { type AwsClients, awsClients } from '../aws/clients.js';
 import { TRANSIENT_AWS_ERROR_NAMES } from '../aws/transient-errors.js';
 import { config } from '../config.js';
-import { AuthError, invalidField, isAwsError, TinkerError, type ValidationError } from '../errors.js';
+import {
+  AuthError,
+  invalidField,
+  isAwsError,
+  QuotaExceededError,
+  TinkerError,
+  type ValidationError,
+} from '../errors.js';
 import { logger } from '../logger.js';
 import { keyKind, operatorForKey, tenantForApiKey } from '../repositories/api-keys.js';
 import { NO_FAVICON, statusPageSubpath } from '../status-page/page.js';
@@ -9,6 +16,7 @@ import { decompressZstdBounded } from '../wire/zstd.js';
 import { acceptsProtobuf, BinaryAnswer, PROTOBUF_CONTENT_TYPE, ProtobufBody } from './bodies.js';
 import { boundMessage } from './describe.js';
 import * as ops from './operations.js';
+import { checkSubmitQuota } from './quotas.js';
 import { checkBodyBytes, parseJsonBody } from './request-checks.js';
 import { retrieveFuture } from './retrieve.js';
 import { compileRoutes } from './route-matcher.js';
@@ -26,10 +34,11 @@ export interface ApiRequest {
   readonly remainingMs?: number;
 }
 
-/** A JSON answer: `body` is serialized by the transport. */
+/** A JSON answer: `body` is serialized by the transport, beside any `headers` (Retry-After). */
 export interface ApiResponse {
   readonly status: number;
   readonly body: unknown;
+  readonly headers?: Readonly<Record<string, string>>;
 }
 
 /**
@@ -64,6 +73,8 @@ interface Route {
   readonly run: Handler;
   /** Accepts `application/x-protobuf` bodies (optionally `Content-Encoding: zstd`) beside JSON. */
   readonly protobuf?: boolean;
+  /** Stores something: counts against the tenant's SUBMITS_PER_SECOND (shared/api/quotas.ts). */
+  readonly submit?: boolean;
 }
 
 const POST = ['POST'] as const;
@@ -73,19 +84,19 @@ const ROUTES: Readonly<Record<string, Route>> = {
   'client/config': { methods: POST, run: ops.clientConfig },
   'client/dynamic_config': { methods: ['GET', 'POST'], run: () => ops.clientDynamicConfig() },
   get_server_capabilities: { methods: ['GET', 'POST'], run: () => ops.serverCapabilities() },
-  create_session: { methods: POST, run: ops.createSession },
+  create_session: { methods: POST, run: ops.createSession, submit: true },
   session_heartbeat: { methods: POST, run: ops.sessionHeartbeat },
   telemetry: { methods: POST, run: (_ctx, body) => ops.telemetry(body) },
-  create_model: { methods: POST, run: ops.createModel },
-  forward_backward: { methods: POST, run: ops.forwardBackward, protobuf: true },
-  forward: { methods: POST, run: ops.forward },
-  optim_step: { methods: POST, run: ops.optimStep },
-  save_weights: { methods: POST, run: ops.saveWeights },
-  save_weights_for_sampler: { methods: POST, run: ops.saveWeightsForSampler },
-  load_weights: { methods: POST, run: ops.loadWeights },
-  create_sampling_session: { methods: POST, run: ops.createSamplingSession },
-  asample: { methods: POST, run: ops.asample },
-  unload_model: { methods: POST, run: ops.unloadModel },
+  create_model: { methods: POST, run: ops.createModel, submit: true },
+  forward_backward: { methods: POST, run: ops.forwardBackward, protobuf: true, submit: true },
+  forward: { methods: POST, run: ops.forward, submit: true },
+  optim_step: { methods: POST, run: ops.optimStep, submit: true },
+  save_weights: { methods: POST, run: ops.saveWeights, submit: true },
+  save_weights_for_sampler: { methods: POST, run: ops.saveWeightsForSampler, submit: true },
+  load_weights: { methods: POST, run: ops.loadWeights, submit: true },
+  create_sampling_session: { methods: POST, run: ops.createSamplingSession, submit: true },
+  asample: { methods: POST, run: ops.asample, submit: true },
+  unload_model: { methods: POST, run: ops.unloadModel, submit: true },
   retrieve_future: { methods: POST, run: (ctx, body) => retrieveFuture(ctx, body) },
   get_info: { methods: POST, run: ops.getInfo },
   weights_info: { methods: POST, run: ops.weightsInfo },
@@ -110,6 +121,16 @@ function answer(status: number, error: string, field?: string): ApiResponse {
 
 /** Typed errors become their status and `{error, field?}`; anything else is logged and answered 5xx. */
 export function errorResponse(error: unknown): ApiResponse {
+  if (error instanceof QuotaExceededError) {
+    // Both forms the Tinker SDK reads: retry-after-ms first, then Retry-After in seconds.
+    return {
+      ...answer(429, boundMessage(error.message)),
+      headers: {
+        'retry-after': String(Math.ceil(error.retryAfterMs / 1000)),
+        'retry-after-ms': String(error.retryAfterMs),
+      },
+    };
+  }
   if (error instanceof TinkerError) {
     // `message` is a reserved key of the Powertools logger (it would be dropped): the text goes in `detail`.
     if (error.status >= 500) logger.error('request failed', { error: error.name, detail: error.message });
@@ -217,8 +238,10 @@ export async function handleApiRequest(
     if (apiKey === undefined || apiKey === '') throw new AuthError('missing X-API-Key header');
     const tenant = await tenantForApiKey(apiKey, clients.doc);
     if (tenant === undefined) return await refuseTenantRoute(apiKey, clients);
-    const body = readBody(request, route, tunables);
     const now = deps.now?.() ?? Date.now();
+    // Before the body is read: a refused submit costs one write and stores nothing.
+    if (route.submit === true) await checkSubmitQuota(clients.doc, tenant, tunables, now);
+    const body = readBody(request, route, tunables);
     const pollMs = Math.min(
       tunables.longPollSeconds * 1000,
       request.remainingMs === undefined ? Number.POSITIVE_INFINITY : request.remainingMs - DEADLINE_MARGIN_MS,

@@ -1,4 +1,5 @@
 import type { AwsClients } from '../aws/clients.js';
+import { config } from '../config.js';
 import { logger } from '../logger.js';
 import { readPoolStatus } from '../ops/status-reader.js';
 import {
@@ -8,6 +9,7 @@ import {
   type StatusPageResponse,
 } from '../status-page/page.js';
 import { checkOperatorKey } from './operator-auth.js';
+import { checkOperatorReadQuota } from './quotas.js';
 
 /**
  * The status page behind the API: `GET /status` (the page, no data, no key needed), its assets, and
@@ -35,6 +37,8 @@ export function handleStatusRoute(context: StatusRouteContext): Promise<StatusPa
     guard: async () => {
       const check = await checkOperatorKey(context.apiKey, clients.doc);
       if (check.ok) {
+        // Counted only once the key is valid: unauthenticated requests never use the operators' budget.
+        await checkOperatorReadQuota(clients.doc, config().tunables, context.now?.() ?? Date.now());
         logger.debug('status data read', { operator: check.operator });
         return undefined;
       }

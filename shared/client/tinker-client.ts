@@ -8,10 +8,10 @@ import { TinkerError } from '../errors.js';
 /**
  * A small typed client for this API (the subset of the Tinker REST API it serves), for tests, the
  * demo and benchmarks. Request types are the schemas' inputs, so defaults may be left out. It does not
- * retry submits; `waitFor` polls retrieve_future like the SDK (again on try_again, 408 and 5xx).
+ * retry submits; `waitFor` polls retrieve_future like the SDK (again on try_again, 408, 429 and 5xx).
  */
 
-/** Pause before polling again after a 408 or 5xx, so a failing server is not hammered. */
+/** Pause before polling again after a 408, 429 or 5xx, so a failing server is not hammered. */
 const RETRY_PAUSE_MS = 200;
 
 export type In<S extends z.ZodType> = z.input<S>;
@@ -211,7 +211,8 @@ export class TinkerClient {
     const deadline = Date.now() + (options.timeoutMs ?? 300_000);
     while (Date.now() < deadline) {
       const answer = await this.raw('POST', '/api/v1/retrieve_future', { request_id: requestId });
-      if (answer.status === 408 || answer.status >= 500) {
+      // 429: this tenant holds its LONG_POLLS_PER_TENANT polls (README "Limits"); the SDK retries it too.
+      if (answer.status === 408 || answer.status === 429 || answer.status >= 500) {
         await new Promise((resolve) => setTimeout(resolve, RETRY_PAUSE_MS));
         continue;
       }

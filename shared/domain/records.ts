@@ -79,6 +79,8 @@ export interface SamplePrefixRef {
 export interface LiveRow {
   readonly request_id: string;
   readonly model_id: string;
+  /** Projected so the planner shares a work item fairly across tenants (samples name no model row). */
+  readonly tenant?: string;
   readonly seq?: number;
   readonly request_type: RequestType;
   readonly checkpoint_id?: string;

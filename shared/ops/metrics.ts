@@ -1,7 +1,7 @@
 import { config } from '../config.js';
 
 /**
- * Custom CloudWatch metrics, named in one place: the scheduler and sweeper emit them (as Embedded
+ * Custom CloudWatch metrics, named in one place: the scheduler, sweeper and api emit them (as Embedded
  * Metric Format lines on stdout, which Lambda ships to CloudWatch Logs and CloudWatch turns into
  * metrics), and the stack's alarms and dashboard (`cdk/constructs/alarms.ts`, `dashboard.ts`) watch
  * them. Every datum carries the pool as its only dimension, so alarms are per pool.
@@ -22,6 +22,12 @@ export const opsMetrics = {
   leasesExpired: { name: 'LeasesExpired', unit: 'Count' },
   /** Scheduler, each tick (0 when nothing is pending): age of the oldest pending request in the pool. */
   oldestPendingAgeSeconds: { name: 'OldestPendingAgeSeconds', unit: 'Seconds' },
+  /** API, per refusal: a submit over its tenant's SUBMITS_PER_SECOND (answered 429). */
+  throttledSubmits: { name: 'ThrottledSubmits', unit: 'Count' },
+  /** API, per refusal: a long poll over its tenant's LONG_POLLS_PER_TENANT (answered 429). */
+  throttledLongPolls: { name: 'ThrottledLongPolls', unit: 'Count' },
+  /** API, per refusal: an operator's status read over OPERATOR_READS_PER_SECOND (answered 429). */
+  throttledOperatorReads: { name: 'ThrottledOperatorReads', unit: 'Count' },
 } as const satisfies Record<string, OpsMetric>;
 
 /** One EMF document: the `_aws` metadata names the metric, the root holds its value and dimension. */

@@ -63,7 +63,7 @@ async function queryShard(doc: DynamoDBDocumentClient, table: string, key: strin
 
 /** Keeps exactly the projected fields; an entry without its ids is not a row the planner can use. */
 function toLiveRow(item: Record<string, unknown>): LiveRow | undefined {
-  const { request_id, model_id, seq, request_type, checkpoint_id, status, tokens } = item;
+  const { request_id, model_id, tenant, seq, request_type, checkpoint_id, status, tokens } = item;
   if (typeof request_id !== 'string' || typeof model_id !== 'string') return undefined;
   if (typeof request_type !== 'string' || typeof status !== 'string') return undefined;
   return {
@@ -71,6 +71,7 @@ function toLiveRow(item: Record<string, unknown>): LiveRow | undefined {
     model_id,
     request_type: request_type as RequestType,
     status: status as FutureStatus,
+    ...(typeof tenant === 'string' ? { tenant } : {}),
     ...(typeof seq === 'number' ? { seq } : {}),
     ...(typeof checkpoint_id === 'string' ? { checkpoint_id } : {}),
     ...(typeof tokens === 'number' ? { tokens } : {}),

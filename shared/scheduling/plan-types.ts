@@ -109,7 +109,7 @@ export interface PlanCounters {
 
 export interface Plan {
   readonly planned_at: number;
-  /** In dispatch order (oldest pending request first). */
+  /** In dispatch order: as the round-robin over tenants first took them (see `plan`). */
   readonly models: readonly PlannedModel[];
   /** In request_id order. */
   readonly samples: readonly PlannedSample[];

@@ -15,17 +15,40 @@ import type {
 import { compareIds, indexSnapshot } from './snapshot-index.js';
 
 type Candidate =
-  | { readonly key: string; readonly kind: 'model'; readonly modelId: string; readonly proposal: RunProposal }
-  | { readonly key: string; readonly kind: 'sample'; readonly row: LiveRow };
+  | {
+      readonly key: string;
+      readonly kind: 'model';
+      readonly modelId: string;
+      readonly tenant: string;
+      readonly proposal: RunProposal;
+    }
+  | { readonly key: string; readonly kind: 'sample'; readonly tenant: string; readonly row: LiveRow };
 
 type RunProposal = Extract<ModelProposal, { kind: 'run' }>;
+
+/** A tenant's candidates, oldest first, and how far the round-robin has taken them. */
+interface TenantQueue {
+  readonly candidates: Candidate[];
+  /** Index of the candidate being taken. */
+  next: number;
+  /** Steps of that candidate (a model) taken so far. */
+  taken: number;
+}
 
 /**
  * One tick's decision (R1-R5), pure. Every model's share is a contiguous run of seqs after its
  * planned_through (R5), cut by the tick rule (R2) and the caps; models in flight are skipped (R3);
- * samples follow R4. Models and samples are taken oldest pending request first, so a long backlog
- * cannot starve other models; once a work-item cap is hit, everything younger waits for the next
- * tick (so a large request at the front is never overtaken forever). O(n log n) in the scan's size.
+ * samples follow R4.
+ *
+ * Fair across tenants, then across models: the work item is filled round-robin, one request (a
+ * model's next step, or a sample) per tenant per round, tenants in the order of their oldest
+ * pending request, and each tenant's requests oldest pending first (its models by their oldest
+ * request, a model's steps in seq order). So a tenant's oldest request is preceded by at most one
+ * request of each other tenant, whatever their backlogs: with T tenants waiting it is among the
+ * plan's first T requests, and dispatched by this plan unless those T - 1 requests fill the work
+ * item. Once a request does not fit, everything else waits for the next plan, so a large request
+ * is never overtaken forever (its tenant's turn comes first once it is the oldest pending).
+ * O(n log n) in the scan's size.
  */
 export function plan(snapshot: Snapshot, limits: PlanLimits, now: number): Plan {
   assertLimits(limits);
@@ -35,64 +58,106 @@ export function plan(snapshot: Snapshot, limits: PlanLimits, now: number): Plan 
   const candidates: Candidate[] = [];
 
   for (const [modelId, rows] of indexed.byModel) {
-    const proposal = proposeRun(snapshot.models.get(modelId), rows, limits, now, counters);
+    const model = snapshot.models.get(modelId);
+    const proposal = proposeRun(model, rows, limits, now, counters);
     if (proposal.kind === 'deferred') deferred.push({ model_id: modelId, reason: proposal.reason });
-    else candidates.push({ key: rows.oldest, kind: 'model', modelId, proposal });
+    // proposeRun proposes runs only for models present in the snapshot.
+    else candidates.push({ key: rows.oldest, kind: 'model', modelId, tenant: model!.tenant, proposal });
   }
-  for (const row of indexed.samples) candidates.push({ key: row.request_id, kind: 'sample', row });
-  candidates.sort((a, b) => compareIds(a.key, b.key));
+  for (const row of indexed.samples) {
+    candidates.push({ key: row.request_id, kind: 'sample', tenant: tenantOf(row, snapshot), row });
+  }
+  const tenants = tenantQueues(candidates);
 
   const budget = new WorkItemBudget(limits);
-  const models: PlannedModel[] = [];
+  /** Steps taken per model, in the order models were first taken (the plan's dispatch order). */
+  const stepsOf = new Map<string, { readonly candidate: Candidate & { kind: 'model' }; taken: number }>();
   const samples: PlannedSample[] = [];
   /** R4: the one checkpoint per model this work item samples from. */
   const checkpointOf = new Map<string, string>();
   let capReached = false;
 
-  for (const candidate of candidates) {
-    if (candidate.kind === 'model') {
-      if (capReached) {
-        deferred.push({ model_id: candidate.modelId, reason: 'work_item_full' });
+  /** Takes the tenant's next request: false when the tenant has none left or the work item is full. */
+  const takeOne = (queue: TenantQueue): boolean => {
+    for (;;) {
+      const candidate = queue.candidates[queue.next];
+      if (candidate === undefined) return false;
+      if (candidate.kind === 'model') {
+        const step = candidate.proposal.steps[queue.taken];
+        if (step === undefined) {
+          queue.next++;
+          queue.taken = 0;
+          continue;
+        }
+        if (!budget.fits(step.tokens)) {
+          capReached = true;
+          return false;
+        }
+        budget.add(step.tokens);
+        queue.taken++;
+        const entry = stepsOf.get(candidate.modelId);
+        if (entry === undefined) stepsOf.set(candidate.modelId, { candidate, taken: 1 });
+        else entry.taken++;
+        return true;
+      }
+      const { row } = candidate;
+      queue.next++;
+      const chosen = checkpointOf.get(row.model_id);
+      if (row.checkpoint_id !== undefined && chosen !== undefined && chosen !== row.checkpoint_id) {
+        // Waits for a work item sampling its checkpoint; the tenant's turn goes on.
+        counters.samples_deferred_checkpoint++;
         continue;
       }
-      const { steps, stop } = candidate.proposal;
-      let taken = 0;
-      while (taken < steps.length && budget.fits(steps[taken]!.tokens)) budget.add(steps[taken++]!.tokens);
-      if (taken < steps.length) capReached = true;
-      if (taken === 0) {
-        deferred.push({ model_id: candidate.modelId, reason: 'work_item_full' });
-        continue;
+      const tokens = tokensOf(row);
+      if (!budget.fits(tokens)) {
+        capReached = true;
+        queue.next--;
+        return false;
       }
-      const planned = plannedModel(snapshot, candidate.modelId, steps.slice(0, taken));
-      models.push({ ...planned, stopped_by: taken < steps.length ? budget.exhaustedBy() : stop });
-      continue;
+      budget.add(tokens);
+      if (row.checkpoint_id !== undefined) checkpointOf.set(row.model_id, row.checkpoint_id);
+      samples.push({
+        request_id: row.request_id,
+        model_id: row.model_id,
+        ...(row.checkpoint_id === undefined ? {} : { checkpoint_id: row.checkpoint_id }),
+        tokens,
+      });
+      return true;
     }
+  };
 
-    const { row } = candidate;
-    if (capReached) {
-      counters.samples_deferred_cap++;
-      continue;
+  let active = tenants;
+  while (active.length > 0 && !capReached) {
+    const still: TenantQueue[] = [];
+    for (const queue of active) {
+      if (!takeOne(queue)) {
+        if (capReached) break;
+        continue;
+      }
+      still.push(queue);
     }
-    const chosen = checkpointOf.get(row.model_id);
-    if (row.checkpoint_id !== undefined && chosen !== undefined && chosen !== row.checkpoint_id) {
-      counters.samples_deferred_checkpoint++;
-      continue;
-    }
-    const tokens = tokensOf(row);
-    if (!budget.fits(tokens)) {
-      capReached = true;
-      counters.samples_deferred_cap++;
-      continue;
-    }
-    budget.add(tokens);
-    if (row.checkpoint_id !== undefined) checkpointOf.set(row.model_id, row.checkpoint_id);
-    samples.push({
-      request_id: row.request_id,
-      model_id: row.model_id,
-      ...(row.checkpoint_id === undefined ? {} : { checkpoint_id: row.checkpoint_id }),
-      tokens,
-    });
+    active = still;
   }
+
+  const models: PlannedModel[] = [];
+  for (const { candidate, taken } of stepsOf.values()) {
+    const { steps, stop } = candidate.proposal;
+    const planned = plannedModel(snapshot, candidate.modelId, steps.slice(0, taken));
+    models.push({ ...planned, stopped_by: taken < steps.length ? budget.exhaustedBy() : stop });
+  }
+  // What the work item had no room for waits for the next plan.
+  for (const queue of tenants) {
+    for (const candidate of queue.candidates) {
+      if (candidate.kind === 'model' && !stepsOf.has(candidate.modelId)) {
+        deferred.push({ model_id: candidate.modelId, reason: 'work_item_full' });
+      }
+    }
+    if (!capReached) continue;
+    for (let i = queue.next; i < queue.candidates.length; i++) {
+      if (queue.candidates[i]!.kind === 'sample') counters.samples_deferred_cap++;
+    }
+  }
+  samples.sort((a, b) => compareIds(a.request_id, b.request_id));
 
   for (const planned of models) {
     counters.steps_planned += planned.steps.length;
@@ -102,6 +167,31 @@ export function plan(snapshot: Snapshot, limits: PlanLimits, now: number): Plan 
   counters.requests = budget.requests;
   counters.tokens = budget.tokens;
   return { planned_at: now, models, samples, deferred, cap_reached: capReached, counters };
+}
+
+/**
+ * The tenant a sample is fair-shared under: the row's own (the `live` index projects it), else its
+ * model row's when the snapshot holds one. A row from before the projection had it shares the
+ * anonymous tenant '' with its like, which only makes them share one turn per round.
+ */
+function tenantOf(row: LiveRow, snapshot: Snapshot): string {
+  return row.tenant ?? snapshot.models.get(row.model_id)?.tenant ?? '';
+}
+
+/** Candidates grouped by tenant, oldest first within each; tenants by their oldest candidate. */
+function tenantQueues(candidates: Candidate[]): TenantQueue[] {
+  candidates.sort((a, b) => compareIds(a.key, b.key));
+  const byTenant = new Map<string, TenantQueue>();
+  for (const candidate of candidates) {
+    let queue = byTenant.get(candidate.tenant);
+    if (queue === undefined) {
+      queue = { candidates: [], next: 0, taken: 0 };
+      byTenant.set(candidate.tenant, queue);
+    }
+    queue.candidates.push(candidate);
+  }
+  // Insertion order is the order of each tenant's oldest candidate.
+  return [...byTenant.values()];
 }
 
 function plannedModel(

@@ -132,8 +132,8 @@ export async function handleStatusPageRequest(
     case '/app.css':
       return respond(200, 'text/css; charset=utf-8', options.assets.css);
     case '/data':
-      // GET only: a HEAD would run the whole multi-shard read for no body, and on AWS it would not
-      // match the data route's own throttle (that route is `GET /status/data`).
+      // GET only: a HEAD would run the whole multi-shard read for no body (and use the operators'
+      // read budget, OPERATOR_READS_PER_SECOND, for nothing).
       if (method !== 'GET') {
         return respond(405, 'text/plain; charset=utf-8', 'method not allowed\n', 'no-cache', {
           allow: 'GET',

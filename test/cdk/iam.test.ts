@@ -393,13 +393,15 @@ describe('IAM', () => {
     }
   });
 
-  it('gives the api exactly the DynamoDB actions it sends: no delete, no batch write, updates on two kinds', () => {
+  it('gives the api exactly the DynamoDB actions it sends: no delete, no batch write, updates on three kinds', () => {
     const dynamo = sorted(permissions('api')).filter((p) => p.startsWith('dynamodb:'));
     expect(
       dynamo.filter((p) => /^dynamodb:(DeleteItem|BatchWriteItem|Scan|ConditionCheckItem) /.test(p)),
     ).toEqual([]);
-    // The seq counter (every training submit) and the session heartbeat; never a future or a model.
+    // The seq counter (every training submit), the session heartbeat and the quota counters; never a
+    // future or a model.
     expect(dynamo.filter((p) => p.startsWith('dynamodb:UpdateItem '))).toEqual([
+      `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['rate#', 'polls#'])}`,
       `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['session#', 'seq#'])}`,
     ]);
     expect(dynamo.filter((p) => !p.includes('table:registry'))).toEqual([

@@ -100,6 +100,7 @@ describe('scheduler adapters under partial answers', () => {
     const allowed = new Set([
       'request_id',
       'model_id',
+      'tenant',
       'seq',
       'request_type',
       'checkpoint_id',
@@ -111,6 +112,8 @@ describe('scheduler adapters under partial answers', () => {
       model_id: m,
       status: 'pending',
     });
+    // The tenant is projected for fair dispatch across tenants (shared/scheduling/planner.ts).
+    expect(scan.rows.every((row) => typeof row.tenant === 'string')).toBe(true);
   });
 
   it('claims a sample once; an expired claim is replaced and no longer counts as claimed', async () => {

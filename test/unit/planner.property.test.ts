@@ -69,6 +69,8 @@ const tickScenario = fc.record({
   limits: limitsArb,
   shuffleSeed: fc.integer(),
   duplicateRows: fc.nat(3),
+  /** Models belong to tenants round-robin; samples carry their tenant as the index projects it. */
+  tenants: fc.integer({ min: 1, max: 3 }),
 });
 
 type TickScenario = typeof tickScenario extends fc.Arbitrary<infer T> ? T : never;
@@ -82,11 +84,13 @@ function buildTick(scenario: TickScenario): { live: LiveRow[]; models: ModelRow[
   const models: ModelRow[] = [];
   scenario.models.forEach((spec, index) => {
     const modelId = `m${index}`;
+    const tenant = `t${index % scenario.tenants}`;
     const planned = spec.applied + spec.inFlight;
     const inflight = spec.inFlight > 0 || spec.inflightFlag;
     if (!spec.rowMissing) {
       models.push(
         modelRow(modelId, {
+          tenant,
           epoch: index + 3,
           applied_through: spec.applied,
           planned_through: planned + (spec.inconsistent && !inflight ? 1 : 0),
@@ -109,6 +113,7 @@ function buildTick(scenario: TickScenario): { live: LiveRow[]; models: ModelRow[
       live.push({
         request_id: id,
         model_id: modelId,
+        tenant,
         seq,
         request_type: 'forward',
         status: shown as 'pending' | 'completed' | 'failed',
@@ -121,6 +126,7 @@ function buildTick(scenario: TickScenario): { live: LiveRow[]; models: ModelRow[
       live.push({
         request_id: id,
         model_id: modelId,
+        tenant,
         seq,
         request_type: entry.type,
         status: 'pending',
@@ -130,6 +136,7 @@ function buildTick(scenario: TickScenario): { live: LiveRow[]; models: ModelRow[
         live.push({
           request_id: idAt(time + 1, `${modelId}-dup`),
           model_id: modelId,
+          tenant,
           seq,
           request_type: 'forward',
           status: 'pending',
@@ -145,6 +152,7 @@ function buildTick(scenario: TickScenario): { live: LiveRow[]; models: ModelRow[
     live.push({
       request_id: id,
       model_id: model,
+      tenant: `t${(spec.model === 5 ? index : spec.model) % scenario.tenants}`,
       request_type: 'sample',
       status: spec.terminal ? 'completed' : 'pending',
       ...(checkpoint === undefined ? {} : { checkpoint_id: checkpoint }),

@@ -1,4 +1,6 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { dispatchOrder, fairnessScene } from '../../bench/support/tenant-fairness.js';
 import type { LiveRow } from '../../shared/domain/records.js';
 import { ConfigError } from '../../shared/errors.js';
 import { DEFAULT_PLAN_LIMITS, type PlanLimits, planLimitsFrom } from '../../shared/scheduling/limits.js';
@@ -17,8 +19,18 @@ import {
   snapshotOf,
   UNCAPPED,
 } from './scheduling-fixtures.js';
+import { checkPlanInvariants } from './scheduling-invariants.js';
 
 const NOW = 1_000_000;
+
+const trainingTypeOrSample = fc.constantFrom(
+  'forward_backward',
+  'forward',
+  'optim_step',
+  'save_weights',
+  'load_weights',
+  'sample',
+) as fc.Arbitrary<'forward_backward' | 'forward' | 'optim_step' | 'save_weights' | 'load_weights' | 'sample'>;
 
 function stepsOf(result: ReturnType<typeof plan>, modelId: string) {
   return result.models.find((model) => model.model_id === modelId)?.steps ?? [];
@@ -497,5 +509,154 @@ describe('tickPrefixLength (R2)', () => {
     expect(tickPrefixLength(['forward_backward', 'optim_step', 'save_weights', 'forward'])).toBe(3);
     expect(tickPrefixLength(['load_weights', 'optim_step', 'save_weights_for_sampler', 'forward'])).toBe(3);
     expect(tickPrefixLength(['create_model', 'forward_backward', 'optim_step', 'forward_backward'])).toBe(3);
+  });
+});
+
+describe('fairness across tenants (hardening finding 1)', () => {
+  // The bound: a tenant's oldest pending request is preceded in a plan by at most one request of
+  // each other tenant, so with T tenants waiting it is dispatched by the first plan whenever the
+  // work item has room for T requests of their sizes.
+  const tokensPerRequest = 262_144;
+  const limits = DEFAULT_PLAN_LIMITS; // 256 requests, 4,194,304 tokens: 16 such passes per item
+
+  it("another tenant's 46-request backlog no longer delays a lone request past the first work item", () => {
+    const fair = dispatchOrder(fairnessScene({ backlog: 46, tokensPerRequest }), limits);
+    // Taken second (round 1: busy-0's pass, then it); listed after busy-0's whole run (pass, optim).
+    expect(fair).toMatchObject({
+      workItem: 1,
+      position: 3,
+      requestsBefore: 2,
+      tokensBefore: tokensPerRequest,
+    });
+    // The same scene with the tenants erased is the order before fairness: oldest pending first.
+    const blind = dispatchOrder(fairnessScene({ backlog: 46, tokensPerRequest, tenantBlind: true }), limits);
+    expect(blind).toMatchObject({ workItem: 2, position: 47, requestsBefore: 46 });
+  });
+
+  it('round-robin: one request per tenant per round, each tenant oldest first', () => {
+    const live = rowsOf([
+      { model: 'a1', type: 'forward_backward' },
+      { model: 'a1', type: 'forward_backward' },
+      { model: 'a2', type: 'forward_backward' },
+      { model: 'b1', type: 'forward_backward' },
+      { model: 'c1', type: 'sample' },
+    ]).map((row) => ({ ...row, tenant: row.model_id.slice(0, 1) }));
+    const models = [
+      modelRow('a1', { tenant: 'a' }),
+      modelRow('a2', { tenant: 'a' }),
+      modelRow('b1', { tenant: 'b' }),
+    ];
+    const capped = { ...UNCAPPED, maxWorkItemRequests: 3 };
+    const result = plan(snapshotOf(live, models), capped, NOW);
+    // Round 1: a1's first step, b1, c's sample; a1's second step and a2 wait.
+    expect(typesOf(result, 'a1')).toEqual(['forward_backward#1']);
+    expect(typesOf(result, 'b1')).toEqual(['forward_backward#1']);
+    expect(result.samples.map((sample) => sample.request_id)).toEqual([rid(5)]);
+    expect(stepsOf(result, 'a2')).toEqual([]);
+    expect(deferralOf(result, 'a2')).toBe('work_item_full');
+    expect(result.cap_reached).toBe(true);
+    // With room, every tenant's whole runs go, a's models in their oldest-first order.
+    const all = plan(snapshotOf(live, models), UNCAPPED, NOW);
+    expect(all.models.map((model) => model.model_id)).toEqual(['a1', 'b1', 'a2']);
+    expect(typesOf(all, 'a1')).toEqual(['forward_backward#1', 'forward_backward#2']);
+  });
+
+  it("a sample's tenant comes from its row, else from its model's row", () => {
+    const live = [
+      ...rowsOf(Array.from({ length: 4 }, () => ({ model: 'busy', type: 'forward_backward' as const }))),
+      {
+        request_id: rid(90),
+        model_id: 'base:tiny',
+        tenant: 'quiet',
+        request_type: 'sample' as const,
+        status: 'pending' as const,
+      },
+      { request_id: rid(91), model_id: 'owned', request_type: 'sample' as const, status: 'pending' as const },
+    ];
+    const models = [modelRow('busy', { tenant: 'loud' }), modelRow('owned', { tenant: 'third' })];
+    const result = plan(snapshotOf(live, models), { ...UNCAPPED, maxWorkItemRequests: 3 }, NOW);
+    expect(stepsOf(result, 'busy')).toHaveLength(1);
+    expect(result.samples.map((sample) => sample.request_id)).toEqual([rid(90), rid(91)]);
+  });
+
+  it('property: whatever the other tenants hold, a lone request is dispatched by the first plan', () => {
+    const backlogArb = fc.array(
+      fc.record({
+        models: fc.integer({ min: 1, max: 6 }),
+        queue: fc.array(fc.record({ type: trainingTypeOrSample, tokens: fc.nat(1000) }), { maxLength: 60 }),
+      }),
+      { minLength: 1, maxLength: 5 },
+    );
+    fc.assert(
+      fc.property(
+        backlogArb,
+        fc.nat(1000),
+        fc.boolean(),
+        fc.integer({ min: 0, max: 300 }),
+        (tenants, loneTokens, loneIsSample, extraRoom) => {
+          const live: LiveRow[] = [];
+          const models = [];
+          let id = 0;
+          tenants.forEach((spec, t) => {
+            const seqOf = new Map<string, number>();
+            for (let m = 0; m < spec.models; m++) models.push(modelRow(`t${t}-m${m}`, { tenant: `t${t}` }));
+            spec.queue.forEach((entry, i) => {
+              const modelId = `t${t}-m${i % spec.models}`;
+              const base = {
+                request_id: rid(++id),
+                model_id: modelId,
+                tenant: `t${t}`,
+                status: 'pending' as const,
+              };
+              if (entry.type === 'sample') {
+                live.push({
+                  ...base,
+                  request_type: 'sample',
+                  tokens: entry.tokens,
+                  checkpoint_id: `c${i % 3}`,
+                });
+                return;
+              }
+              const seq = (seqOf.get(modelId) ?? 0) + 1;
+              seqOf.set(modelId, seq);
+              live.push({ ...base, request_type: entry.type, seq, tokens: entry.tokens });
+            });
+          });
+          models.push(modelRow('lone', { tenant: 'lone' }));
+          const lone = rid(++id);
+          live.push(
+            loneIsSample
+              ? {
+                  request_id: lone,
+                  model_id: 'lone',
+                  tenant: 'lone',
+                  request_type: 'sample',
+                  status: 'pending',
+                  tokens: loneTokens,
+                }
+              : {
+                  request_id: lone,
+                  model_id: 'lone',
+                  tenant: 'lone',
+                  request_type: 'forward_backward',
+                  seq: 1,
+                  status: 'pending',
+                  tokens: loneTokens,
+                },
+          );
+          const waiting = tenants.length + 1;
+          // Room for one request of each tenant, of the largest size drawn (1,000 tokens).
+          const roomy: PlanLimits = {
+            ...DEFAULT_PLAN_LIMITS,
+            maxWorkItemRequests: waiting + extraRoom,
+            maxWorkItemTokens: waiting * 1000,
+          };
+          const snapshot = snapshotOf(live, models);
+          const result = plan(snapshot, roomy, NOW);
+          checkPlanInvariants(snapshot, roomy, result);
+          expect(dispatchedIds(result)).toContain(lone);
+        },
+      ),
+    );
   });
 });

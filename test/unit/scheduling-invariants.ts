@@ -150,16 +150,32 @@ function checkMaximality(
   const oldest = oldestKeys(snapshot, pending);
   const planned = new Map(plan.models.map((m) => [m.model_id, m]));
 
-  // Fairness: everything planned is older than every model that waits for room.
-  const full = plan.deferred.filter((d) => d.reason === 'work_item_full').map((d) => oldest.get(d.model_id)!);
-  const plannedKeys = [
-    ...plan.models.map((m) => oldest.get(m.model_id)!),
-    ...plan.samples.map((s) => s.request_id),
-  ];
-  if (full.length > 0) {
+  // Fairness, across tenants then within each: a tenant with a model waiting for room got every
+  // round's request, so no tenant got more than one request more than it; and within that tenant,
+  // everything planned is older than the model that waits.
+  const tenantOfModel = (modelId: string) => snapshot.models.get(modelId)?.tenant ?? '';
+  const tenantOfSample = (requestId: string) => {
+    const row = pending.get(requestId);
+    return row?.tenant ?? tenantOfModel(row?.model_id ?? '');
+  };
+  const requestsOf = new Map<string, number>();
+  const plannedKeysOf = new Map<string, string[]>();
+  const note = (tenant: string, key: string, requests: number) => {
+    requestsOf.set(tenant, (requestsOf.get(tenant) ?? 0) + requests);
+    plannedKeysOf.set(tenant, [...(plannedKeysOf.get(tenant) ?? []), key]);
+  };
+  for (const model of plan.models)
+    note(tenantOfModel(model.model_id), oldest.get(model.model_id)!, model.steps.length);
+  for (const sample of plan.samples) note(tenantOfSample(sample.request_id), sample.request_id, 1);
+  const mostRequests = Math.max(0, ...requestsOf.values());
+  for (const waiting of plan.deferred.filter((d) => d.reason === 'work_item_full')) {
     expect(plan.cap_reached).toBe(true);
-    const youngestPlanned = plannedKeys.reduce((a, b) => (a > b ? a : b), '');
-    for (const key of full) expect(key > youngestPlanned).toBe(true);
+    const tenant = tenantOfModel(waiting.model_id);
+    expect(mostRequests, 'round-robin: at most one request more than a waiting tenant').toBeLessThanOrEqual(
+      (requestsOf.get(tenant) ?? 0) + 1,
+    );
+    const key = oldest.get(waiting.model_id)!;
+    for (const planned of plannedKeysOf.get(tenant) ?? []) expect(key > planned).toBe(true);
   }
 
   for (const [modelId, model] of planned) {

@@ -1,0 +1,117 @@
+import { randomBytes } from 'node:crypto';
+import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { config, type Tunables } from '../config.js';
+import { FullWindows, windowAt } from '../domain/quota-rules.js';
+import { QuotaExceededError } from '../errors.js';
+import { logger } from '../logger.js';
+import { emitMetric, type OpsMetric, opsMetrics } from '../ops/metrics.js';
+import { acquirePollLease, countRequest, releasePollLease } from '../repositories/quotas.js';
+
+/**
+ * The API's quotas (README "Limits"), checked after authentication and before anything is stored,
+ * so a refused request stores nothing and an unauthenticated one never counts against anyone:
+ * - submits: requests that store something, SUBMITS_PER_SECOND per tenant;
+ * - long polls: retrieve_future calls that must wait, LONG_POLLS_PER_TENANT open at once per tenant;
+ * - operator reads: the status page's data, OPERATOR_READS_PER_SECOND for all operators together.
+ * Each refusal is a 429 with Retry-After and one datum of its metric.
+ */
+
+/** Windows this container saw full (per process: a Lambda container serves one request at a time). */
+const fullWindows = new FullWindows();
+
+/** A poll's lease outlives its deadline by this much, so only a poll that is gone can lose it. */
+const POLL_LEASE_MARGIN_MS = 5_000;
+
+function refused(metric: OpsMetric, message: string, retryAfterMs: number, subject: string): never {
+  logger.warn('quota refused', { metric: metric.name, subject });
+  // The pool is every function's setting; only read when the datum is written.
+  if (config().emitMetrics) emitMetric(metric, 1, config().pool);
+  throw new QuotaExceededError(message, retryAfterMs);
+}
+
+async function countOrRefuse(
+  doc: DynamoDBDocumentClient,
+  input: { readonly scope: string; readonly subject: string; readonly limit: number; readonly now: number },
+  metric: OpsMetric,
+  message: string,
+): Promise<void> {
+  const memo = `${input.scope}#${input.subject}`;
+  const retryIn = (end: number) => Math.max(1, end - input.now);
+  if (fullWindows.isFull(memo, input.now)) {
+    refused(metric, message, retryIn(windowAt(input.now).end), input.subject);
+  }
+  const count = await countRequest(doc, input);
+  if (count.allowed) return;
+  fullWindows.markFull(memo, count.windowEnd, input.now);
+  refused(metric, message, retryIn(count.windowEnd), input.subject);
+}
+
+export function checkSubmitQuota(
+  doc: DynamoDBDocumentClient,
+  tenant: string,
+  tunables: Pick<Tunables, 'submitsPerSecond'>,
+  now: number,
+): Promise<void> {
+  const limit = tunables.submitsPerSecond;
+  return countOrRefuse(
+    doc,
+    { scope: 'submit', subject: tenant, limit, now },
+    opsMetrics.throttledSubmits,
+    `too many requests: this tenant may submit ${limit} per second (SUBMITS_PER_SECOND); retry after the Retry-After header's seconds`,
+  );
+}
+
+export function checkOperatorReadQuota(
+  doc: DynamoDBDocumentClient,
+  tunables: Pick<Tunables, 'operatorReadsPerSecond'>,
+  now: number,
+): Promise<void> {
+  const limit = tunables.operatorReadsPerSecond;
+  // One budget for every operator: the data read spans every shard of the live index.
+  return countOrRefuse(
+    doc,
+    { scope: 'operator-read', subject: 'all', limit, now },
+    opsMetrics.throttledOperatorReads,
+    `too many status reads: operators may read the queue status ${limit} times per second together (OPERATOR_READS_PER_SECOND)`,
+  );
+}
+
+/**
+ * Runs a long poll that ends by `deadline` in one of the tenant's LONG_POLLS_PER_TENANT slots, or
+ * refuses it with 429. The slot is given back when `poll` settles; one that a crash never gives
+ * back expires `POLL_LEASE_MARGIN_MS` after the deadline.
+ */
+export async function inPollSlot<T>(
+  doc: DynamoDBDocumentClient,
+  input: {
+    readonly tenant: string;
+    readonly tunables: Pick<Tunables, 'longPollsPerTenant'>;
+    readonly deadline: number;
+  },
+  poll: () => Promise<T>,
+): Promise<T> {
+  const limit = input.tunables.longPollsPerTenant;
+  const lease = await acquirePollLease(doc, {
+    tenant: input.tenant,
+    token: randomBytes(9).toString('base64url'),
+    limit,
+    until: input.deadline + POLL_LEASE_MARGIN_MS,
+    now: Date.now(),
+  });
+  if (!lease.acquired) {
+    refused(
+      opsMetrics.throttledLongPolls,
+      `too many open retrieve_future polls: this tenant may hold ${limit} at once (LONG_POLLS_PER_TENANT); retry after the Retry-After header's seconds`,
+      lease.retryAfterMs,
+      input.tenant,
+    );
+  }
+  try {
+    return await poll();
+  } finally {
+    await releasePollLease(doc, { tenant: input.tenant, token: lease.token }).catch((error: unknown) => {
+      // The lease then expires on its own; the poll's answer stands.
+      logger.warn('poll lease release failed', { error: error instanceof Error ? error.name : typeof error });
+    });
+  }
+}

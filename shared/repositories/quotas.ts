@@ -1,0 +1,167 @@
+import { type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { unmarshall } from '@aws-sdk/util-dynamodb';
+import { config } from '../config.js';
+import { decidePoll, type PollHolders, windowAt } from '../domain/quota-rules.js';
+import { registryKey } from '../domain/records.js';
+import { isAwsError } from '../errors.js';
+
+/**
+ * The quota records in the registry table, read and written only here (README "Limits"):
+ * - `rate#<scope>#<subject>#<window start>`: a fixed-window counter `n`, one item per subject per
+ *   second, taken with one conditional UpdateItem (`n < limit`) and deleted by TTL;
+ * - `polls#<tenant>`: the tenant's open long polls as a map of lease token -> lease end, taken with a
+ *   conditional UpdateItem on the map's size and given back by removing the token. A lease that a
+ *   crashed poll never gave back is removed by the next acquire that finds the map full.
+ * Shared by every api container, so a limit holds however many instances run.
+ */
+
+/** Counter items outlive their window by this much before TTL deletes them (TTL is lazy anyway). */
+const RATE_TTL_SECONDS = 120;
+/** A poll record with no poll for this long is deleted by TTL (each acquire pushes it back). */
+const POLLS_TTL_SECONDS = 24 * 3600;
+
+export interface RateCount {
+  readonly allowed: boolean;
+  /** The window's end: a refused request may retry then. */
+  readonly windowEnd: number;
+}
+
+/**
+ * Counts one request of `subject` in the current window, unless the window already holds `limit`:
+ * one UpdateItem (1 WCU, refused or not). `scope` names the limit (`submit`, `operator-read`).
+ */
+export async function countRequest(
+  doc: DynamoDBDocumentClient,
+  input: { readonly scope: string; readonly subject: string; readonly limit: number; readonly now: number },
+): Promise<RateCount> {
+  const window = windowAt(input.now);
+  try {
+    await doc.send(
+      new UpdateCommand({
+        TableName: config().table('registry'),
+        Key: { pk: rateKey(input.scope, input.subject, window.start) },
+        UpdateExpression: 'ADD n :one SET #ttl = if_not_exists(#ttl, :ttl)',
+        ConditionExpression: 'attribute_not_exists(n) OR n < :limit',
+        ExpressionAttributeNames: { '#ttl': 'ttl' },
+        ExpressionAttributeValues: {
+          ':one': 1,
+          ':limit': input.limit,
+          ':ttl': Math.ceil(window.end / 1000) + RATE_TTL_SECONDS,
+        },
+      }),
+    );
+    return { allowed: true, windowEnd: window.end };
+  } catch (error) {
+    if (isAwsError(error, 'ConditionalCheckFailedException'))
+      return { allowed: false, windowEnd: window.end };
+    throw error;
+  }
+}
+
+export function rateKey(scope: string, subject: string, windowStart: number): string {
+  return `${registryKey.rate(scope, subject)}#${windowStart}`;
+}
+
+export type PollLease =
+  | { readonly acquired: true; readonly token: string }
+  | { readonly acquired: false; readonly retryAfterMs: number };
+
+/**
+ * Takes one of `limit` long-poll slots of `tenant` until `until` (ms since the epoch; the poll must
+ * give it back sooner, `releasePollLease`). Usually one UpdateItem; a PutItem creates the record on
+ * a tenant's first poll; a full record is read from the refused update (no extra read) and its
+ * expired leases removed in the one retry.
+ */
+export async function acquirePollLease(
+  doc: DynamoDBDocumentClient,
+  input: {
+    readonly tenant: string;
+    readonly token: string;
+    readonly limit: number;
+    readonly until: number;
+    readonly now: number;
+  },
+): Promise<PollLease> {
+  const table = config().table('registry');
+  const pk = registryKey.polls(input.tenant);
+  const ttl = Math.ceil(input.now / 1000) + POLLS_TTL_SECONDS;
+  const take = async (expired: readonly string[]): Promise<PollHolders | 'taken' | 'absent'> => {
+    const names: Record<string, string> = { '#h': 'holders', '#t': input.token, '#ttl': 'ttl' };
+    const values: Record<string, unknown> = { ':until': input.until, ':ttl': ttl, ':limit': input.limit };
+    const present = expired.map((token, i) => {
+      names[`#e${i}`] = token;
+      return `attribute_exists(#h.#e${i})`;
+    });
+    // With k expired leases removed in the same write, the map may hold up to limit - 1 + k before it.
+    values[':limit'] = input.limit + expired.length;
+    try {
+      await doc.send(
+        new UpdateCommand({
+          TableName: table,
+          Key: { pk },
+          UpdateExpression: `SET #h.#t = :until, #ttl = :ttl${
+            expired.length === 0 ? '' : ` REMOVE ${expired.map((_, i) => `#h.#e${i}`).join(', ')}`
+          }`,
+          ConditionExpression: ['attribute_exists(#h)', 'size(#h) < :limit', ...present].join(' AND '),
+          ExpressionAttributeNames: names,
+          ExpressionAttributeValues: values,
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+        }),
+      );
+      return 'taken';
+    } catch (error) {
+      if (!isAwsError(error, 'ConditionalCheckFailedException')) throw error;
+      const item = (error as { Item?: Parameters<typeof unmarshall>[0] }).Item;
+      const holders = item === undefined ? undefined : (unmarshall(item).holders as PollHolders | undefined);
+      return holders ?? 'absent';
+    }
+  };
+
+  for (let attempt = 0, expired: readonly string[] = []; attempt < 3; attempt++) {
+    const outcome = await take(expired);
+    if (outcome === 'taken') return { acquired: true, token: input.token };
+    if (outcome === 'absent') {
+      // The tenant's first poll (or TTL deleted the record): create it holding this lease.
+      try {
+        await doc.send(
+          new PutCommand({
+            TableName: table,
+            Item: { pk, holders: { [input.token]: input.until }, ttl },
+            ConditionExpression: 'attribute_not_exists(pk)',
+          }),
+        );
+        return { acquired: true, token: input.token };
+      } catch (error) {
+        if (!isAwsError(error, 'ConditionalCheckFailedException')) throw error;
+        expired = [];
+        continue;
+      }
+    }
+    const decision = decidePoll(outcome, input.limit, input.now);
+    if (decision.kind === 'full') return { acquired: false, retryAfterMs: decision.retryAfterMs };
+    expired = decision.kind === 'reap' ? decision.expired : [];
+  }
+  // Lost three races in a row to other polls of this tenant: the slots are contended, so full.
+  return { acquired: false, retryAfterMs: 1_000 };
+}
+
+/** Gives a poll's slot back: one UpdateItem, a no-op when the lease is already gone. */
+export async function releasePollLease(
+  doc: DynamoDBDocumentClient,
+  input: { readonly tenant: string; readonly token: string },
+): Promise<void> {
+  try {
+    await doc.send(
+      new UpdateCommand({
+        TableName: config().table('registry'),
+        Key: { pk: registryKey.polls(input.tenant) },
+        UpdateExpression: 'REMOVE #h.#t',
+        // Never create the record (an update of a missing item would).
+        ConditionExpression: 'attribute_exists(#h)',
+        ExpressionAttributeNames: { '#h': 'holders', '#t': input.token },
+      }),
+    );
+  } catch (error) {
+    if (!isAwsError(error, 'ConditionalCheckFailedException')) throw error;
+  }
+}
