@@ -12,6 +12,7 @@ import { IdempotencyConflictError, ValidationError } from '../errors.js';
 import type { SerializedPayload } from '../payload-store.js';
 import { readCheckpointName, staleReservation } from './checkpoints.js';
 import { findOriginalFuture, type IntakeClients, newFutureItems, putOnce, runIntake } from './intake.js';
+import { modelCreateItem } from './models.js';
 import { modelNotFound, requireSeqCounter } from './seq-counters.js';
 
 /** What a submit answers: the SDK's UntypedAPIFuture. */
@@ -82,13 +83,7 @@ export async function submitCreateModel(
         return {
           answer: { request_id: input.requestId, model_id: input.modelId },
           items: [
-            {
-              Put: {
-                TableName: config().table('models'),
-                Item: model,
-                ConditionExpression: 'attribute_not_exists(model_id)',
-              },
-            },
+            modelCreateItem(config().table('models'), model),
             putOnce(counter),
             ...newFutureItems({
               idempotencyKey: idemPk,

@@ -1,9 +1,9 @@
-import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { config } from '../../shared/config.js';
+import { renewModelLease, replanModel } from '../../shared/repositories/models.js';
 import { runTick } from '../../shared/scheduler/tick.js';
 import { replanFor } from '../../shared/scheduling/claim.js';
-import { applyReplan, replanExpiredLeases } from '../../shared/sweeper/replan.js';
+import { replanExpiredLeases } from '../../shared/sweeper/replan.js';
 import { sweep } from '../../shared/sweeper/sweep.js';
 import type { TestCloud } from '../support/cloud.js';
 import {
@@ -61,16 +61,16 @@ describe('sweeper: expired leases (E2, E7)', () => {
     const stale = replanFor(expired, later, 3)!;
 
     // The worker renews (IF inflight = its token) between the sweeper's read and its update.
-    await cloud.clients.doc.send(
-      new UpdateCommand({
-        TableName: config().table('models'),
-        Key: { model_id: m },
-        UpdateExpression: 'SET lease_until = :lease',
-        ConditionExpression: 'inflight = :token',
-        ExpressionAttributeValues: { ':lease': later + leaseMs, ':token': item!.models[0]!.inflight },
-      }),
-    );
-    expect(await applyReplan(cloud.clients.doc, config().table('models'), stale)).toBe(false);
+    expect(
+      await renewModelLease(
+        cloud.clients.doc,
+        config().table('models'),
+        m,
+        item!.models[0]!.inflight,
+        later + leaseMs,
+      ),
+    ).toBe(true);
+    expect(await replanModel(cloud.clients.doc, config().table('models'), stale, 'lease-ended')).toBe(false);
 
     // Once the renewed lease also ends, the re-plan lands, and the zombie's commit is fenced off (E4).
     expect(await replanAt(later + leaseMs + 1)).toMatchObject({ replanned: 1 });
@@ -84,7 +84,9 @@ describe('sweeper: expired leases (E2, E7)', () => {
     const beforeCommit = await readModelRow(cloud.clients, m);
     expect(await commitWorkItem(cloud.clients, again!)).toBe(true);
     const tooLate = replanFor(beforeCommit, beforeCommit.lease_until! + 1, 3)!;
-    expect(await applyReplan(cloud.clients.doc, config().table('models'), tooLate)).toBe(false);
+    expect(await replanModel(cloud.clients.doc, config().table('models'), tooLate, 'lease-ended')).toBe(
+      false,
+    );
     expect((await readFutureRow(cloud.clients, fb.requestId)).status).toBe('completed');
   });
 
