@@ -121,3 +121,29 @@ export function checkpointEffectItem(
     },
   };
 }
+
+/**
+ * A save's reservation of its name in the submit's transaction: a put where the name is free, or,
+ * over a stale reservation (see `staleReservation`), on that reservation's own request id, so a
+ * concurrent submit taking the same name makes this one plan again and find it used.
+ */
+export function checkpointReserveItem(
+  table: string,
+  reservation: CheckpointNameRecord,
+  staleRequestId?: string,
+): TransactItem {
+  if (staleRequestId === undefined) {
+    return {
+      Put: { TableName: table, Item: { ...reservation }, ConditionExpression: 'attribute_not_exists(pk)' },
+    };
+  }
+  return {
+    Put: {
+      TableName: table,
+      Item: { ...reservation },
+      ConditionExpression: 'request_id = :stale AND #status = :pending',
+      ExpressionAttributeNames: { '#status': 'status' },
+      ExpressionAttributeValues: { ':stale': staleRequestId, ':pending': 'pending' },
+    },
+  };
+}
