@@ -2,6 +2,7 @@ import { type DynamoDBDocumentClient, GetCommand, ScanCommand, UpdateCommand } f
 import { batchGetByKey } from '../aws/batch-get.js';
 import { awsClients } from '../aws/clients.js';
 import { writeIfCondition } from '../aws/conditional.js';
+import { getItem } from '../aws/get-item.js';
 import type { TransactItem } from '../aws/transact.js';
 import { config } from '../config.js';
 import type { ModelRow } from '../domain/records.js';
@@ -52,15 +53,12 @@ export async function requireModel(
 }
 
 /** One model row, read strongly. */
-export async function readModelRow(
+export function readModelRow(
   doc: DynamoDBDocumentClient,
   table: string,
   modelId: string,
 ): Promise<ModelRow | undefined> {
-  const answer = await doc.send(
-    new GetCommand({ TableName: table, Key: modelKey(modelId), ConsistentRead: true }),
-  );
-  return answer.Item as ModelRow | undefined;
+  return getItem<ModelRow>(doc, table, modelKey(modelId));
 }
 
 /** The model rows of `modelIds`, read strongly (R5): one BatchGetItem per 100 models. */

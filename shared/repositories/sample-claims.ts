@@ -1,12 +1,7 @@
-import {
-  DeleteCommand,
-  type DynamoDBDocumentClient,
-  GetCommand,
-  PutCommand,
-  UpdateCommand,
-} from '@aws-sdk/lib-dynamodb';
+import { DeleteCommand, type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { batchGetByKey } from '../aws/batch-get.js';
 import { writeIfCondition } from '../aws/conditional.js';
+import { getItem } from '../aws/get-item.js';
 import type { TransactItem } from '../aws/transact.js';
 import { registryKey, type SampleClaimRecord } from '../domain/records.js';
 import { sampleClaimTtl } from '../scheduling/claim.js';
@@ -20,15 +15,12 @@ import { sampleClaimTtl } from '../scheduling/claim.js';
 const claimKey = (requestId: string) => ({ pk: registryKey.sampleClaim(requestId) });
 
 /** One sample's claim, read strongly; expired or not. */
-export async function readSampleClaim(
+export function readSampleClaim(
   doc: DynamoDBDocumentClient,
   table: string,
   requestId: string,
 ): Promise<SampleClaimRecord | undefined> {
-  const answer = await doc.send(
-    new GetCommand({ TableName: table, Key: claimKey(requestId), ConsistentRead: true }),
-  );
-  return answer.Item as SampleClaimRecord | undefined;
+  return getItem<SampleClaimRecord>(doc, table, claimKey(requestId));
 }
 
 /**
