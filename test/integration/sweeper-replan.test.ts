@@ -90,6 +90,30 @@ describe('sweeper: expired leases (E2, E7)', () => {
     expect((await readFutureRow(cloud.clients, fb.requestId)).status).toBe('completed');
   });
 
+  it("one re-plan write: the sweeper's form refuses a live lease, the holder's form takes it back at once", async () => {
+    const m = await readyModel(cloud.clients);
+    await submitStep(cloud.clients, m, 'forward_backward');
+    await runTick();
+    const [item] = await drainWorkItems(cloud.clients);
+    const held = await readModelRow(cloud.clients, m);
+    const now = Date.now();
+    expect(held.lease_until!).toBeGreaterThan(now);
+    const replan = replanFor(held, now, config().tunables.maxAttempts)!;
+    const table = config().table('models');
+
+    // Same row, same re-plan: only the lease condition differs.
+    expect(await replanModel(cloud.clients.doc, table, replan, 'lease-ended')).toBe(false);
+    expect(await readModelRow(cloud.clients, m)).toEqual(held);
+    expect(await replanModel(cloud.clients.doc, table, replan, 'still-in-flight')).toBe(true);
+    const released = await readModelRow(cloud.clients, m);
+    expect(released).toMatchObject({ epoch: held.epoch + 1, planned_through: 1, attempts: 1 });
+    expect(released.inflight).toBeUndefined();
+    expect(released.lease_until).toBeUndefined();
+    // The token is now stale for both forms, and for the old work item's commit (E4).
+    expect(await replanModel(cloud.clients.doc, table, replan, 'still-in-flight')).toBe(false);
+    expect(await commitWorkItem(cloud.clients, item!)).toBe(false);
+  });
+
   it('after K attempts the first step alone fails with a server error, and the model carries on', async () => {
     const m = await readyModel(cloud.clients);
     const fb = await submitStep(cloud.clients, m, 'forward_backward');
