@@ -241,7 +241,22 @@ export function setConfigScope(scope: (() => Env | undefined) | undefined): void
   scopedEnv = scope;
 }
 
-/** The configuration, read once per container (locally: once per function scope's environment). */
+/**
+ * The configuration, read once per container (locally: once per function scope's environment).
+ *
+ * Who may call it. The scheduler (`scheduler/settings.ts`), the sweeper and the worker's runtime
+ * (`worker/runtime.ts`) call it once per invocation and pass table names and clients down
+ * (`repositories/tables.ts`); the model-row, sample-claim and commit writes below them take both as
+ * parameters. The global seams that remain, and why:
+ * - the API's repositories (intake, futures, sessions, API keys, registry reads) default their
+ *   table to `config().table(...)` and their client to `awsClients()`: every API operation is one
+ *   short call made from the handler, and their callers in `api/` change in parallel work;
+ * - `ops/` (controls, metrics, the status read) runs from the CLI and the status page, one call at
+ *   a time;
+ * - the bucket (`payload-store.ts`, `worker/blobs.ts`) and the tunables the worker and the prefix
+ *   store read at start.
+ * Each is one read of a cached object; moving them to parameters changes no behaviour.
+ */
 export function config(): Config {
   const env = scopedEnv?.();
   if (env !== undefined) {

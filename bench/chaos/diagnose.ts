@@ -1,6 +1,6 @@
 import { GetCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import type { AwsClients } from '../../shared/aws/clients.js';
-import type { LiveRow, ModelRow } from '../../shared/domain/records.js';
+import { type LiveRow, type ModelRow, registryKey } from '../../shared/domain/records.js';
 import { liveKey } from '../../shared/ids.js';
 import { tickLockKey } from '../../shared/scheduler/tick-lock.js';
 import { LIVE_INDEX } from '../../shared/topology.js';
@@ -57,7 +57,9 @@ export async function describePending(input: {
     const samples = list.length - training.length;
     if (training.length === 0) {
       const claims = await Promise.all(
-        list.map((row) => get<{ lease_until?: number }>(tables.registry, { pk: `claim#${row.request_id}` })),
+        list.map((row) =>
+          get<{ lease_until?: number }>(tables.registry, { pk: registryKey.sampleClaim(row.request_id) }),
+        ),
       );
       const held = claims.filter(
         (claim) => claim !== undefined && (claim.lease_until ?? 0) > input.now,

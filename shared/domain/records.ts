@@ -139,6 +139,18 @@ export interface CheckpointNameRecord {
   readonly blob_key?: string;
 }
 
+/** `registry` item `claim#<request_id>`: a sample is claimed per request, not per model (R4). */
+export interface SampleClaimRecord {
+  readonly pk: string;
+  readonly request_id: string;
+  /** The id of the work item that holds the claim. */
+  readonly claim_token: string;
+  readonly work_item_id: string;
+  /** Renewed by the worker while it samples; an ended lease lets the next tick claim it again. */
+  readonly lease_until: number;
+  readonly ttl: number;
+}
+
 /** Idempotency record: the original future and the digest of the payload that created it (R7). */
 export interface IdempotencyRecord {
   readonly pk: string;

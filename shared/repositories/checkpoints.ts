@@ -1,5 +1,6 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { awsClients } from '../aws/clients.js';
+import type { TransactItem } from '../aws/transact.js';
 import { type CheckpointKind, type CheckpointNameRecord, registryKey } from '../domain/records.js';
 import { formatCheckpointPath, parseCheckpointPath } from '../domain/tinker-path.js';
 import { NotFoundError, ValidationError } from '../errors.js';
@@ -76,4 +77,73 @@ export async function resolveCheckpoint(
 /** The one answer for a path naming no checkpoint of the caller's: unknown, another tenant's, or dead. */
 export function checkpointNotFound(path: string, field: string): NotFoundError {
   return new NotFoundError(`checkpoint ${path} not found`, { context: { field } });
+}
+
+/** What a save's commit does to the name record its intake reserved. */
+export type CheckpointEffect =
+  | { readonly action: 'commit'; readonly pk: string; readonly blob_key: string }
+  | { readonly action: 'release'; readonly pk: string };
+
+/**
+ * A save's name record in its commit, as a transaction item: `SET status = committed, blob_key` on
+ * `request_id = :mine` (write-once: only the request that reserved the name fills it); a failed save
+ * deletes its still-pending reservation on the same condition, so the name is free and never
+ * half-made.
+ */
+export function checkpointEffectItem(
+  table: string,
+  effect: CheckpointEffect,
+  requestId: string,
+): TransactItem {
+  if (effect.action === 'commit') {
+    return {
+      Update: {
+        TableName: table,
+        Key: { pk: effect.pk },
+        UpdateExpression: 'SET #status = :committed, blob_key = :blob',
+        ConditionExpression: 'request_id = :mine',
+        ExpressionAttributeNames: { '#status': 'status' },
+        ExpressionAttributeValues: {
+          ':committed': 'committed',
+          ':blob': effect.blob_key,
+          ':mine': requestId,
+        },
+      },
+    };
+  }
+  return {
+    Delete: {
+      TableName: table,
+      Key: { pk: effect.pk },
+      ConditionExpression: 'request_id = :mine AND #status = :pending',
+      ExpressionAttributeNames: { '#status': 'status' },
+      ExpressionAttributeValues: { ':mine': requestId, ':pending': 'pending' },
+    },
+  };
+}
+
+/**
+ * A save's reservation of its name in the submit's transaction: a put where the name is free, or,
+ * over a stale reservation (see `staleReservation`), on that reservation's own request id, so a
+ * concurrent submit taking the same name makes this one plan again and find it used.
+ */
+export function checkpointReserveItem(
+  table: string,
+  reservation: CheckpointNameRecord,
+  staleRequestId?: string,
+): TransactItem {
+  if (staleRequestId === undefined) {
+    return {
+      Put: { TableName: table, Item: { ...reservation }, ConditionExpression: 'attribute_not_exists(pk)' },
+    };
+  }
+  return {
+    Put: {
+      TableName: table,
+      Item: { ...reservation },
+      ConditionExpression: 'request_id = :stale AND #status = :pending',
+      ExpressionAttributeNames: { '#status': 'status' },
+      ExpressionAttributeValues: { ':stale': staleRequestId, ':pending': 'pending' },
+    },
+  };
 }

@@ -1,8 +1,16 @@
 import { GetObjectCommand } from '@aws-sdk/client-s3';
 import { type DynamoDBDocumentClient, GetCommand } from '@aws-sdk/lib-dynamodb';
+import { batchGetByKey } from '../aws/batch-get.js';
 import { type AwsClients, awsClients } from '../aws/clients.js';
+import type { TransactItem } from '../aws/transact.js';
 import { config } from '../config.js';
-import type { FutureRow, RequestType } from '../domain/records.js';
+import type {
+  FutureError,
+  FutureRow,
+  FutureStatus,
+  RequestType,
+  SamplePrefixRef,
+} from '../domain/records.js';
 import { InfrastructureError } from '../errors.js';
 import { liveKey, liveShard } from '../ids.js';
 
@@ -70,10 +78,11 @@ export async function readFuture(
   requestId: string,
   doc: DynamoDBDocumentClient = awsClients().doc,
   consistent = false,
+  table: string = config().table('futures'),
 ): Promise<FutureRow | undefined> {
   const answer = await doc.send(
     new GetCommand({
-      TableName: config().table('futures'),
+      TableName: table,
       Key: { request_id: requestId },
       ConsistentRead: consistent,
     }),
@@ -105,4 +114,94 @@ export async function readFutureResult(
       context: { request_id: row.request_id },
     });
   }
+}
+
+/** How a step ends: its result inline or in S3, or its error. */
+export type StoredOutcome =
+  | { readonly status: 'completed'; readonly result: unknown }
+  | { readonly status: 'completed'; readonly result_key: string }
+  | { readonly status: 'failed'; readonly error: FutureError };
+
+/**
+ * A future's end, as a commit's transaction item: `SET status, result | result_key | error,
+ * updated_at REMOVE live` on `status = pending` (first writer wins; the row leaves the index).
+ */
+export function futureEndItem(
+  table: string,
+  requestId: string,
+  outcome: StoredOutcome,
+  now: number,
+): TransactItem {
+  const { status, ...fields } = outcome;
+  const [field, value] = Object.entries(fields)[0] as [string, unknown];
+  return {
+    Update: {
+      TableName: table,
+      Key: { request_id: requestId },
+      UpdateExpression: 'SET #status = :status, #field = :value, updated_at = :now REMOVE live',
+      ConditionExpression: '#status = :pending',
+      ExpressionAttributeNames: { '#status': 'status', '#field': field },
+      ExpressionAttributeValues: { ':status': status, ':value': value, ':now': now, ':pending': 'pending' },
+    },
+  };
+}
+
+/**
+ * A cut sample's future back to pending, as a transaction item: it keeps every attribute the client
+ * sees (status, `live`, so the scheduler plans it again) and gets the prefix pointers it resumes
+ * from, or loses them when it has none left; `updated_at` changes, so the futures stream wakes the
+ * scheduler.
+ */
+export function futureCutItem(
+  table: string,
+  requestId: string,
+  prefixRef: SamplePrefixRef | undefined,
+  now: number,
+): TransactItem {
+  const values: Record<string, unknown> = { ':now': now, ':pending': 'pending' };
+  if (prefixRef !== undefined) values[':ref'] = prefixRef;
+  return {
+    Update: {
+      TableName: table,
+      Key: { request_id: requestId },
+      UpdateExpression:
+        prefixRef === undefined
+          ? 'SET updated_at = :now REMOVE prefix_ref'
+          : 'SET prefix_ref = :ref, updated_at = :now',
+      ConditionExpression: '#status = :pending',
+      ExpressionAttributeNames: { '#status': 'status' },
+      ExpressionAttributeValues: values,
+    },
+  };
+}
+
+/** What a dispatched sample needs from its row: the index projects no tenant. */
+export interface SampleRowFacts {
+  readonly tenant: string;
+  readonly status: FutureStatus;
+}
+
+/**
+ * Tenant and status of the samples this tick claimed, and only of those (like the payloads, R6).
+ * Strongly consistent, so a row a worker already ended (while the index still lists it) is not
+ * dispatched again, and the stream check (R5) never mistakes a just-written row for a missing one.
+ */
+export async function readSampleRows(
+  doc: DynamoDBDocumentClient,
+  futuresTable: string,
+  requestIds: Iterable<string>,
+): Promise<Map<string, SampleRowFacts>> {
+  const items = await batchGetByKey(doc, requestIds, {
+    table: futuresTable,
+    keyName: 'request_id',
+    consistent: true,
+    attributes: ['request_id', 'tenant', 'status'],
+  });
+  const facts = new Map<string, SampleRowFacts>();
+  for (const [id, item] of items) {
+    if (typeof item.tenant === 'string' && typeof item.status === 'string') {
+      facts.set(id, { tenant: item.tenant, status: item.status as FutureStatus });
+    }
+  }
+  return facts;
 }

@@ -1,9 +1,30 @@
-import { type DynamoDBDocumentClient, GetCommand } from '@aws-sdk/lib-dynamodb';
+import { type DynamoDBDocumentClient, GetCommand, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { batchGetByKey } from '../aws/batch-get.js';
 import { awsClients } from '../aws/clients.js';
+import { writeIfCondition } from '../aws/conditional.js';
+import { getItem } from '../aws/get-item.js';
+import type { TransactItem } from '../aws/transact.js';
 import { config } from '../config.js';
 import type { ModelRow } from '../domain/records.js';
+import type { ModelClaim, ModelRelease, ModelReplan } from '../scheduling/claim.js';
 import { modelNotFound } from './seq-counters.js';
+
+/**
+ * The one module that reads and writes the `models` table (key `model_id`): its creation (in the
+ * intake's transaction), the scheduler's claim and release, the worker's lease renewal and commit
+ * advance (as a transaction item), the re-plans of the sweeper and the worker, and every read.
+ * The transitions are docs/design.md#e1 to #e4 and #e7.
+ */
+
+/** The row's key. */
+export function modelKey(modelId: string): { readonly model_id: string } {
+  return { model_id: modelId };
+}
+
+/** create_model's row, put in the intake's transaction only if the model does not exist yet. */
+export function modelCreateItem(table: string, row: ModelRow): TransactItem {
+  return { Put: { TableName: table, Item: row, ConditionExpression: 'attribute_not_exists(model_id)' } };
+}
 
 /** What the API reads of a model row: who owns it and how it was created (fixed at create_model). */
 export type ModelSummary = Pick<ModelRow, 'model_id' | 'tenant' | 'base_model' | 'lora_config'>;
@@ -22,13 +43,22 @@ export async function requireModel(
   const answer = await doc.send(
     new GetCommand({
       TableName: config().table('models'),
-      Key: { model_id: modelId },
+      Key: modelKey(modelId),
       ProjectionExpression: 'model_id, tenant, base_model, lora_config',
     }),
   );
   const row = answer.Item as ModelSummary | undefined;
   if (row === undefined || row.tenant !== tenant) throw modelNotFound(modelId);
   return row;
+}
+
+/** One model row, read strongly. */
+export function readModelRow(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  modelId: string,
+): Promise<ModelRow | undefined> {
+  return getItem<ModelRow>(doc, table, modelKey(modelId));
 }
 
 /** The model rows of `modelIds`, read strongly (R5): one BatchGetItem per 100 models. */
@@ -39,4 +69,203 @@ export async function readModels(
 ): Promise<Map<string, ModelRow>> {
   const items = await batchGetByKey(doc, modelIds, { table, keyName: 'model_id', consistent: true });
   return items as unknown as Map<string, ModelRow>;
+}
+
+/**
+ * The claim of E2 as one conditional UpdateItem. `false` when the condition failed: another tick
+ * claimed the model, or the sweeper re-planned it, since the snapshot was read.
+ */
+export async function claimModel(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  claim: ModelClaim,
+): Promise<boolean> {
+  return writeIfCondition(() =>
+    doc.send(
+      new UpdateCommand({
+        TableName: table,
+        Key: modelKey(claim.model_id),
+        UpdateExpression:
+          'SET epoch = :epoch, inflight = :inflight, lease_until = :lease_until, planned_through = :planned_through',
+        ConditionExpression: 'epoch = :expected_epoch AND attribute_not_exists(inflight)',
+        ExpressionAttributeValues: {
+          ':epoch': claim.set.epoch,
+          ':inflight': claim.set.inflight,
+          ':lease_until': claim.set.lease_until,
+          ':planned_through': claim.set.planned_through,
+          ':expected_epoch': claim.condition.expected_epoch,
+        },
+      }),
+    ),
+  );
+}
+
+/**
+ * Gives back a claim the pass could not dispatch (`releaseFor`). `false` when the row no longer
+ * carries this claim (re-planned, committed, claimed again), or the claim never landed.
+ */
+export async function releaseModel(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  release: ModelRelease,
+): Promise<boolean> {
+  return writeIfCondition(() =>
+    doc.send(
+      new UpdateCommand({
+        TableName: table,
+        Key: modelKey(release.model_id),
+        UpdateExpression: `SET planned_through = :planned_through REMOVE ${release.remove.join(', ')}`,
+        ConditionExpression: 'epoch = :epoch AND inflight = :inflight',
+        ExpressionAttributeValues: {
+          ':planned_through': release.set.planned_through,
+          ':epoch': release.condition.epoch,
+          ':inflight': release.condition.inflight,
+        },
+      }),
+    ),
+  );
+}
+
+/** `SET lease_until IF inflight = :token`. `false` when someone re-planned the model (E7). */
+export async function renewModelLease(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  modelId: string,
+  inflight: string,
+  leaseUntil: number,
+): Promise<boolean> {
+  return writeIfCondition(() =>
+    doc.send(
+      new UpdateCommand({
+        TableName: table,
+        Key: modelKey(modelId),
+        UpdateExpression: 'SET lease_until = :until',
+        ConditionExpression: 'inflight = :token',
+        ExpressionAttributeValues: { ':until': leaseUntil, ':token': inflight },
+      }),
+    ),
+  );
+}
+
+/**
+ * Whose re-plan it is. The sweeper re-plans only a lease that has ended (`lease_ended_by`), so a
+ * worker that renewed after the sweeper's read keeps its model; a worker handing its own model
+ * back after an infrastructure error holds the lease, so only its token is checked.
+ */
+export type ReplanCondition = 'lease-ended' | 'still-in-flight';
+
+/**
+ * The re-plan of E2 (see `replanFor`) as one conditional UpdateItem: planned_through back to
+ * applied_through, a new epoch (which fences the old work item's commit, E4), attempts + 1, no
+ * longer in flight. `false` when the condition failed (committed, renewed or re-planned meanwhile).
+ */
+export async function replanModel(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  replan: ModelReplan,
+  condition: ReplanCondition,
+): Promise<boolean> {
+  const leaseEnded = condition === 'lease-ended';
+  return writeIfCondition(() =>
+    doc.send(
+      new UpdateCommand({
+        TableName: table,
+        Key: modelKey(replan.model_id),
+        UpdateExpression:
+          'SET planned_through = :planned_through, epoch = :epoch, attempts = :attempts REMOVE inflight, lease_until',
+        ConditionExpression: leaseEnded
+          ? 'epoch = :expected_epoch AND inflight = :inflight AND (attribute_not_exists(lease_until) OR lease_until <= :lease_ended_by)'
+          : 'epoch = :expected_epoch AND inflight = :inflight',
+        ExpressionAttributeValues: {
+          ':planned_through': replan.set.planned_through,
+          ':epoch': replan.set.epoch,
+          ':attempts': replan.set.attempts,
+          ':expected_epoch': replan.condition.expected_epoch,
+          ':inflight': replan.condition.inflight,
+          ...(leaseEnded ? { ':lease_ended_by': replan.condition.lease_ended_by } : {}),
+        },
+      }),
+    ),
+  );
+}
+
+/** What a model's commit moves its row to (E4). */
+export interface ModelAdvance {
+  readonly model_id: string;
+  readonly inflight: string;
+  readonly base_applied_through: number;
+  /** The last step's seq. */
+  readonly applied_through: number;
+  /** The new state's key, when this work item changed the state (else state_ref stays). */
+  readonly state_ref?: string;
+  /** An unload_model step completed. */
+  readonly unloaded: boolean;
+  readonly now: number;
+}
+
+/**
+ * The commit's model row action: `SET applied_through, last_completed_at, attempts = 0 [, state_ref]
+ * [, status] REMOVE inflight, lease_until` on `inflight = :token AND applied_through = :base`.
+ */
+export function modelAdvanceItem(table: string, advance: ModelAdvance): TransactItem {
+  const sets = ['applied_through = :applied', 'last_completed_at = :now', 'attempts = :zero'];
+  const values: Record<string, unknown> = {
+    ':applied': advance.applied_through,
+    ':now': advance.now,
+    ':zero': 0,
+    ':token': advance.inflight,
+    ':base': advance.base_applied_through,
+  };
+  if (advance.state_ref !== undefined) {
+    sets.push('state_ref = :state');
+    values[':state'] = advance.state_ref;
+  }
+  if (advance.unloaded) {
+    sets.push('#status = :unloaded');
+    values[':unloaded'] = 'unloaded';
+  }
+  return {
+    Update: {
+      TableName: table,
+      Key: modelKey(advance.model_id),
+      UpdateExpression: `SET ${sets.join(', ')} REMOVE inflight, lease_until`,
+      ConditionExpression: 'inflight = :token AND applied_through = :base',
+      ...(advance.unloaded ? { ExpressionAttributeNames: { '#status': 'status' } } : {}),
+      ExpressionAttributeValues: values,
+    },
+  };
+}
+
+/**
+ * Models in flight whose lease has ended, found by a Scan of the models table filtered on
+ * `inflight` and `lease_until`. Cost: a Scan is charged for every model row it reads (about half a
+ * read unit per 4 KB, eventually consistent), in flight or not, once per sweep; the filter only
+ * trims what comes back. Fine for thousands of models; at larger scale a sparse GSI keyed on an
+ * attribute set only while in flight (written by the claim, removed by the commit and the re-plan)
+ * would turn it into a Query over in-flight models only.
+ */
+export async function findExpiredLeases(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  now: number,
+): Promise<{ modelIds: string[]; scanned: number }> {
+  const modelIds: string[] = [];
+  let scanned = 0;
+  let start: Record<string, unknown> | undefined;
+  do {
+    const page = await doc.send(
+      new ScanCommand({
+        TableName: table,
+        ProjectionExpression: 'model_id',
+        FilterExpression:
+          'attribute_exists(inflight) AND (attribute_not_exists(lease_until) OR lease_until <= :now)',
+        ExpressionAttributeValues: { ':now': now },
+        ExclusiveStartKey: start,
+      }),
+    );
+    scanned += page.ScannedCount ?? 0;
+    for (const item of page.Items ?? []) if (typeof item.model_id === 'string') modelIds.push(item.model_id);
+    start = page.LastEvaluatedKey;
+  } while (start !== undefined);
+  return { modelIds, scanned };
 }

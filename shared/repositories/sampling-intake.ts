@@ -1,4 +1,5 @@
 import { awsClients } from '../aws/clients.js';
+import { config } from '../config.js';
 import {
   registryKey,
   type SamplingSessionIdemRecord,
@@ -13,6 +14,7 @@ import {
   putOnce,
   runIntake,
 } from './intake.js';
+import { samplingSessionCreateItem } from './sampling-sessions.js';
 import type { FutureAnswer } from './training-intake.js';
 
 export interface SampleIntake {
@@ -108,7 +110,7 @@ export async function createSamplingSession(
         };
         return {
           answer: { sampling_session_id: record.sampling_session_id },
-          items: [putOnce(record), putOnce(idem)],
+          items: [samplingSessionCreateItem(config().table('registry'), record), putOnce(idem)],
         };
       },
     },

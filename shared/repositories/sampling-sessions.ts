@@ -1,5 +1,6 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { awsClients } from '../aws/clients.js';
+import type { TransactItem } from '../aws/transact.js';
 import { registryKey, type SamplingSessionRecord } from '../domain/records.js';
 import { NotFoundError } from '../errors.js';
 import { readRegistryItem } from './registry.js';
@@ -21,4 +22,9 @@ export async function requireSamplingSession(
     });
   }
   return record;
+}
+
+/** An unnamed sampler save's session, created by its commit (a transaction item), never overwritten. */
+export function samplingSessionCreateItem(table: string, record: SamplingSessionRecord): TransactItem {
+  return { Put: { TableName: table, Item: { ...record }, ConditionExpression: 'attribute_not_exists(pk)' } };
 }

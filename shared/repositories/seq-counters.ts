@@ -1,5 +1,6 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { awsClients } from '../aws/clients.js';
+import type { TransactItem } from '../aws/transact.js';
 import { registryKey, type SeqCounterRecord } from '../domain/records.js';
 import { NotFoundError } from '../errors.js';
 import { readRegistryItem } from './registry.js';
@@ -20,4 +21,64 @@ export async function requireSeqCounter(
   const record = await readRegistryItem<SeqCounterRecord>(registryKey.seqCounter(modelId), doc);
   if (record === undefined || record.tenant !== tenant) throw modelNotFound(modelId);
   return record;
+}
+
+interface CounterStep {
+  readonly modelId: string;
+  readonly tenant: string;
+  /** The seq the submit takes. */
+  readonly seq: number;
+  readonly now: number;
+}
+
+/**
+ * A training submit takes the next seq (R1), as a transaction item: only from the counter it read,
+ * for a client seq_id above the last one, of its tenant's model, while the model is not unloaded.
+ */
+export function seqCounterAdvanceItem(
+  table: string,
+  counter: Pick<SeqCounterRecord, 'seq'>,
+  step: CounterStep & { readonly seqId: number },
+): TransactItem {
+  return {
+    Update: {
+      TableName: table,
+      Key: { pk: registryKey.seqCounter(step.modelId) },
+      UpdateExpression: 'SET #seq = :next, last_seq_id = :seq_id, updated_at = :now',
+      ConditionExpression:
+        '#seq = :prev AND last_seq_id < :seq_id AND tenant = :tenant AND attribute_not_exists(unloaded)',
+      ExpressionAttributeNames: { '#seq': 'seq' },
+      ExpressionAttributeValues: {
+        ':next': step.seq,
+        ':prev': counter.seq,
+        ':seq_id': step.seqId,
+        ':tenant': step.tenant,
+        ':now': step.now,
+      },
+    },
+  };
+}
+
+/** unload_model takes the last seq and marks the counter unloaded, once. */
+export function seqCounterUnloadItem(
+  table: string,
+  counter: Pick<SeqCounterRecord, 'seq'>,
+  step: CounterStep,
+): TransactItem {
+  return {
+    Update: {
+      TableName: table,
+      Key: { pk: registryKey.seqCounter(step.modelId) },
+      UpdateExpression: 'SET #seq = :next, unloaded = :true, updated_at = :now',
+      ConditionExpression: '#seq = :prev AND tenant = :tenant AND attribute_not_exists(unloaded)',
+      ExpressionAttributeNames: { '#seq': 'seq' },
+      ExpressionAttributeValues: {
+        ':next': step.seq,
+        ':prev': counter.seq,
+        ':tenant': step.tenant,
+        ':true': true,
+        ':now': step.now,
+      },
+    },
+  };
 }

@@ -10,9 +10,15 @@ import {
 } from '../domain/records.js';
 import { IdempotencyConflictError, ValidationError } from '../errors.js';
 import type { SerializedPayload } from '../payload-store.js';
-import { readCheckpointName, staleReservation } from './checkpoints.js';
+import { checkpointReserveItem, readCheckpointName, staleReservation } from './checkpoints.js';
 import { findOriginalFuture, type IntakeClients, newFutureItems, putOnce, runIntake } from './intake.js';
-import { modelNotFound, requireSeqCounter } from './seq-counters.js';
+import { modelCreateItem } from './models.js';
+import {
+  modelNotFound,
+  requireSeqCounter,
+  seqCounterAdvanceItem,
+  seqCounterUnloadItem,
+} from './seq-counters.js';
 
 /** What a submit answers: the SDK's UntypedAPIFuture. */
 export interface FutureAnswer {
@@ -82,13 +88,7 @@ export async function submitCreateModel(
         return {
           answer: { request_id: input.requestId, model_id: input.modelId },
           items: [
-            {
-              Put: {
-                TableName: config().table('models'),
-                Item: model,
-                ConditionExpression: 'attribute_not_exists(model_id)',
-              },
-            },
+            modelCreateItem(config().table('models'), model),
             putOnce(counter),
             ...newFutureItems({
               idempotencyKey: idemPk,
@@ -175,23 +175,13 @@ export async function submitTrainingStep(
             payload: input.payload,
             now: input.now,
           }),
-          {
-            Update: {
-              TableName: config().table('registry'),
-              Key: { pk: registryKey.seqCounter(input.modelId) },
-              UpdateExpression: 'SET #seq = :next, last_seq_id = :seq_id, updated_at = :now',
-              ConditionExpression:
-                '#seq = :prev AND last_seq_id < :seq_id AND tenant = :tenant AND attribute_not_exists(unloaded)',
-              ExpressionAttributeNames: { '#seq': 'seq' },
-              ExpressionAttributeValues: {
-                ':next': seq,
-                ':prev': counter.seq,
-                ':seq_id': input.seqId,
-                ':tenant': input.tenant,
-                ':now': input.now,
-              },
-            },
-          },
+          seqCounterAdvanceItem(config().table('registry'), counter, {
+            modelId: input.modelId,
+            tenant: input.tenant,
+            seq,
+            seqId: input.seqId,
+            now: input.now,
+          }),
         ];
         if (reservation) items.push(reservation);
         return { answer, items };
@@ -201,28 +191,16 @@ export async function submitTrainingStep(
   );
 }
 
-/**
- * The write that reserves a checkpoint name in the submit's transaction: a put where the name is
- * free, or over a stale reservation (see `staleReservation`), on that reservation's own request id, so
- * a concurrent submit taking the same name makes this one plan again and find it used.
- */
+/** The name's reservation (`checkpointReserveItem`), or a 400 when the name is taken. */
 async function reserveName(
   reservation: CheckpointNameRecord,
   modelId: string,
   doc: IntakeClients['doc'],
 ): Promise<TransactItem> {
   const existing = await readCheckpointName(reservation.pk, doc);
-  if (existing === undefined) return putOnce(reservation);
+  if (existing === undefined) return checkpointReserveItem(config().table('registry'), reservation);
   if (await staleReservation(existing, doc)) {
-    return {
-      Put: {
-        TableName: config().table('registry'),
-        Item: { ...reservation },
-        ConditionExpression: 'request_id = :stale AND #status = :pending',
-        ExpressionAttributeNames: { '#status': 'status' },
-        ExpressionAttributeValues: { ':stale': existing.request_id, ':pending': 'pending' },
-      },
-    };
+    return checkpointReserveItem(config().table('registry'), reservation, existing.request_id);
   }
   throw new ValidationError(
     `path: checkpoint name "${reservation.name}" is already used for model ${modelId} (names are write-once)`,
@@ -279,22 +257,12 @@ export async function submitUnload(
               payload: input.payload,
               now: input.now,
             }),
-            {
-              Update: {
-                TableName: config().table('registry'),
-                Key: { pk: registryKey.seqCounter(input.modelId) },
-                UpdateExpression: 'SET #seq = :next, unloaded = :true, updated_at = :now',
-                ConditionExpression: '#seq = :prev AND tenant = :tenant AND attribute_not_exists(unloaded)',
-                ExpressionAttributeNames: { '#seq': 'seq' },
-                ExpressionAttributeValues: {
-                  ':next': seq,
-                  ':prev': counter.seq,
-                  ':tenant': input.tenant,
-                  ':true': true,
-                  ':now': input.now,
-                },
-              },
-            },
+            seqCounterUnloadItem(config().table('registry'), counter, {
+              modelId: input.modelId,
+              tenant: input.tenant,
+              seq,
+              now: input.now,
+            }),
           ],
         };
       },

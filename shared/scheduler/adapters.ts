@@ -1,21 +1,14 @@
 import { type AwsClients, awsClients } from '../aws/clients.js';
-import type { LiveRow, ModelRow } from '../domain/records.js';
+import type { LiveRow, ModelRow, SampleClaimRecord } from '../domain/records.js';
 import { isPoolDraining } from '../ops/control-store.js';
+import { readSampleRows, type SampleRowFacts } from '../repositories/futures.js';
 import { scanLiveIndex } from '../repositories/live-index.js';
-import { readModels } from '../repositories/models.js';
+import { claimModel, readModels, releaseModel } from '../repositories/models.js';
+import { claimSample, readLiveSampleClaims, releaseSampleClaim } from '../repositories/sample-claims.js';
 import type { ModelClaim, ModelRelease, SampleRelease } from '../scheduling/claim.js';
 import type { WorkItem } from '../scheduling/work-item.js';
 import { sendManifest, writeWorkItem } from './dispatch.js';
-import { claimModel, releaseModel } from './models.js';
 import { type PayloadReads, readPayloads } from './payloads.js';
-import {
-  claimSample,
-  readLiveSampleClaims,
-  readSampleRows,
-  releaseSample,
-  type SampleClaimRecord,
-  type SampleRowFacts,
-} from './samples.js';
 import type { SchedulerSettings } from './settings.js';
 import { type TickLock, tickLock } from './tick-lock.js';
 
@@ -57,7 +50,8 @@ export function schedulerAdapters(
     claimModel: (claim) => claimModel(doc, tables.models, claim),
     claimSample: (claim, now) => claimSample(doc, tables.registry, claim, now),
     releaseModel: (release) => releaseModel(doc, tables.models, release),
-    releaseSample: (release) => releaseSample(doc, tables.registry, release),
+    releaseSample: (release) =>
+      releaseSampleClaim(doc, tables.registry, release.request_id, release.condition.claim_token),
     readSampleRows: (ids) => readSampleRows(doc, tables.futures, ids),
     readPayloads: (ids) => readPayloads(s3, settings.bucket, ids),
     writeWorkItem: (workItem) => writeWorkItem(s3, settings.bucket, workItem),

@@ -1,8 +1,7 @@
-import { type DynamoDBDocumentClient, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
-import { isAwsError } from '../errors.js';
+import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { logger } from '../logger.js';
-import { readModels } from '../repositories/models.js';
-import { leaseExpired, type ModelReplan, replanFor } from '../scheduling/claim.js';
+import { findExpiredLeases, readModels, replanModel } from '../repositories/models.js';
+import { leaseExpired, replanFor } from '../scheduling/claim.js';
 
 export interface ReplanCounters {
   /** Model rows the Scan read (and was charged for). */
@@ -13,75 +12,6 @@ export interface ReplanCounters {
   replans_lost: number;
   /** Re-plans that reached K attempts: the planner now fails the model's next step alone (E2). */
   attempts_exhausted: number;
-}
-
-/**
- * Models in flight whose lease has ended, found by a Scan of the models table filtered on
- * `inflight` and `lease_until`. Cost: a Scan is charged for every model row it reads (about half a
- * read unit per 4 KB, eventually consistent), in flight or not, once per sweep; the filter only
- * trims what comes back. Fine for thousands of models; at larger scale a sparse GSI keyed on an
- * attribute set only while in flight (written by the claim, removed by the commit and the re-plan)
- * would turn it into a Query over in-flight models only.
- */
-export async function findExpiredLeases(
-  doc: DynamoDBDocumentClient,
-  modelsTable: string,
-  now: number,
-): Promise<{ modelIds: string[]; scanned: number }> {
-  const modelIds: string[] = [];
-  let scanned = 0;
-  let start: Record<string, unknown> | undefined;
-  do {
-    const page = await doc.send(
-      new ScanCommand({
-        TableName: modelsTable,
-        ProjectionExpression: 'model_id',
-        FilterExpression:
-          'attribute_exists(inflight) AND (attribute_not_exists(lease_until) OR lease_until <= :now)',
-        ExpressionAttributeValues: { ':now': now },
-        ExclusiveStartKey: start,
-      }),
-    );
-    scanned += page.ScannedCount ?? 0;
-    for (const item of page.Items ?? []) if (typeof item.model_id === 'string') modelIds.push(item.model_id);
-    start = page.LastEvaluatedKey;
-  } while (start !== undefined);
-  return { modelIds, scanned };
-}
-
-/**
- * The re-plan of E2 as one conditional UpdateItem (see `replanFor`). `false` when the condition
- * failed: the worker committed, or renewed its lease, after the strongly consistent read.
- */
-export async function applyReplan(
-  doc: DynamoDBDocumentClient,
-  modelsTable: string,
-  replan: ModelReplan,
-): Promise<boolean> {
-  try {
-    await doc.send(
-      new UpdateCommand({
-        TableName: modelsTable,
-        Key: { model_id: replan.model_id },
-        UpdateExpression:
-          'SET planned_through = :planned_through, epoch = :epoch, attempts = :attempts REMOVE inflight, lease_until',
-        ConditionExpression:
-          'epoch = :expected_epoch AND inflight = :inflight AND (attribute_not_exists(lease_until) OR lease_until <= :lease_ended_by)',
-        ExpressionAttributeValues: {
-          ':planned_through': replan.set.planned_through,
-          ':epoch': replan.set.epoch,
-          ':attempts': replan.set.attempts,
-          ':expected_epoch': replan.condition.expected_epoch,
-          ':inflight': replan.condition.inflight,
-          ':lease_ended_by': replan.condition.lease_ended_by,
-        },
-      }),
-    );
-    return true;
-  } catch (error) {
-    if (isAwsError(error, 'ConditionalCheckFailedException')) return false;
-    throw error;
-  }
 }
 
 /**
@@ -111,7 +41,7 @@ export async function replanExpiredLeases(
     const replan = replanFor(model, now, maxAttempts);
     if (replan === undefined) continue;
     counters.leases_expired++;
-    if (await applyReplan(doc, modelsTable, replan)) {
+    if (await replanModel(doc, modelsTable, replan, 'lease-ended')) {
       counters.replanned++;
       if (replan.exhausted) counters.attempts_exhausted++;
       logger.info('model re-planned after its lease ended', {

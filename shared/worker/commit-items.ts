@@ -1,36 +1,30 @@
 import type { TransactItem } from '../aws/transact.js';
-import { config } from '../config.js';
-import {
-  type FutureError,
-  registryKey,
-  type SamplePrefixRef,
-  type SamplingSessionRecord,
-} from '../domain/records.js';
+import type { SamplePrefixRef, SamplingSessionRecord } from '../domain/records.js';
 import { sha256Hex } from '../ids.js';
+import { type CheckpointEffect, checkpointEffectItem } from '../repositories/checkpoints.js';
+import { futureCutItem, futureEndItem, type StoredOutcome } from '../repositories/futures.js';
+import { type ModelAdvance, modelAdvanceItem } from '../repositories/models.js';
+import { sampleClaimDeleteItem } from '../repositories/sample-claims.js';
+import { samplingSessionCreateItem } from '../repositories/sampling-sessions.js';
+import type { Tables } from '../repositories/tables.js';
+
+export type { CheckpointEffect } from '../repositories/checkpoints.js';
+export type { StoredOutcome } from '../repositories/futures.js';
 
 /**
  * The commit transactions (E4), as data. Pure: the executor in ./commit.ts runs and settles them.
+ * Each action is its record's repository's item; this module only composes them.
  *
  * A model's commit, in one TransactWriteItems (at most 100 actions; the planner's `commitActionsOf`
  * budgets them):
- * - the model row: `SET applied_through, last_completed_at, attempts = 0 [, state_ref] [, status]
- *   REMOVE inflight, lease_until` on `inflight = :token AND applied_through = :base`;
- * - each step's future: `SET status, result | result_key | error, updated_at REMOVE live` on
- *   `status = pending`;
- * - a save's checkpoint name record: `SET status = committed, blob_key` on `request_id = :mine`
- *   (write-once: only the request that reserved the name fills it); a failed save deletes its
- *   still-pending reservation on the same condition, so the name is free and never half-made;
- * - an unnamed sampler save's sampling session record: put on `attribute_not_exists(pk)`.
+ * - the model row's advance (`modelAdvanceItem`), on `inflight = :token AND applied_through = :base`;
+ * - each step's future's end (`futureEndItem`), on `status = pending`;
+ * - a save's checkpoint name record (`checkpointEffectItem`): filled, or its reservation freed;
+ * - an unnamed sampler save's sampling session record, put on `attribute_not_exists(pk)`.
  */
 
-export type StoredOutcome =
-  | { readonly status: 'completed'; readonly result: unknown }
-  | { readonly status: 'completed'; readonly result_key: string }
-  | { readonly status: 'failed'; readonly error: FutureError };
-
-export type CheckpointEffect =
-  | { readonly action: 'commit'; readonly pk: string; readonly blob_key: string }
-  | { readonly action: 'release'; readonly pk: string };
+/** The tables a commit writes. */
+export type CommitTables = Tables<'futures' | 'models' | 'registry'>;
 
 export interface StepCommit {
   readonly request_id: string;
@@ -39,17 +33,7 @@ export interface StepCommit {
   readonly sampling_session?: SamplingSessionRecord;
 }
 
-export interface ModelCommit {
-  readonly model_id: string;
-  readonly inflight: string;
-  readonly base_applied_through: number;
-  /** The last step's seq. */
-  readonly applied_through: number;
-  /** The new state's key, when this work item changed the state (else state_ref stays). */
-  readonly state_ref?: string;
-  /** An unload_model step completed. */
-  readonly unloaded: boolean;
-  readonly now: number;
+export interface ModelCommit extends ModelAdvance {
   readonly steps: readonly StepCommit[];
 }
 
@@ -77,104 +61,28 @@ export function commitToken(...parts: readonly (string | number)[]): string {
   return sha256Hex(['commit', ...parts].join('\u0000')).slice(0, MAX_TOKEN_CHARS);
 }
 
-export function futureTerminalUpdate(requestId: string, outcome: StoredOutcome, now: number): TransactItem {
-  const { status, ...fields } = outcome;
-  const [field, value] = Object.entries(fields)[0] as [string, unknown];
-  return {
-    Update: {
-      TableName: config().table('futures'),
-      Key: { request_id: requestId },
-      UpdateExpression: 'SET #status = :status, #field = :value, updated_at = :now REMOVE live',
-      ConditionExpression: '#status = :pending',
-      ExpressionAttributeNames: { '#status': 'status', '#field': field },
-      ExpressionAttributeValues: { ':status': status, ':value': value, ':now': now, ':pending': 'pending' },
-    },
-  };
-}
-
-function checkpointAction(effect: CheckpointEffect, requestId: string): TransactItem {
-  const TableName = config().table('registry');
-  if (effect.action === 'commit') {
-    return {
-      Update: {
-        TableName,
-        Key: { pk: effect.pk },
-        UpdateExpression: 'SET #status = :committed, blob_key = :blob',
-        ConditionExpression: 'request_id = :mine',
-        ExpressionAttributeNames: { '#status': 'status' },
-        ExpressionAttributeValues: {
-          ':committed': 'committed',
-          ':blob': effect.blob_key,
-          ':mine': requestId,
-        },
-      },
-    };
-  }
-  return {
-    Delete: {
-      TableName,
-      Key: { pk: effect.pk },
-      ConditionExpression: 'request_id = :mine AND #status = :pending',
-      ExpressionAttributeNames: { '#status': 'status' },
-      ExpressionAttributeValues: { ':mine': requestId, ':pending': 'pending' },
-    },
-  };
-}
-
-function modelRowUpdate(commit: ModelCommit): TransactItem {
-  const sets = ['applied_through = :applied', 'last_completed_at = :now', 'attempts = :zero'];
-  const values: Record<string, unknown> = {
-    ':applied': commit.applied_through,
-    ':now': commit.now,
-    ':zero': 0,
-    ':token': commit.inflight,
-    ':base': commit.base_applied_through,
-  };
-  const names: Record<string, string> = {};
-  if (commit.state_ref !== undefined) {
-    sets.push('state_ref = :state');
-    values[':state'] = commit.state_ref;
-  }
-  if (commit.unloaded) {
-    sets.push('#status = :unloaded');
-    names['#status'] = 'status';
-    values[':unloaded'] = 'unloaded';
-  }
-  return {
-    Update: {
-      TableName: config().table('models'),
-      Key: { model_id: commit.model_id },
-      UpdateExpression: `SET ${sets.join(', ')} REMOVE inflight, lease_until`,
-      ConditionExpression: 'inflight = :token AND applied_through = :base',
-      ...(commit.unloaded ? { ExpressionAttributeNames: names } : {}),
-      ExpressionAttributeValues: values,
-    },
-  };
-}
-
-export function modelCommitTransaction(commit: ModelCommit): CommitTransaction {
-  const items: TransactItem[] = [modelRowUpdate(commit)];
+export function modelCommitTransaction(commit: ModelCommit, tables: CommitTables): CommitTransaction {
+  const items: TransactItem[] = [modelAdvanceItem(tables.models, commit)];
   const targets: ActionTarget[] = [{ kind: 'model' }];
   for (const step of commit.steps) {
-    items.push(futureTerminalUpdate(step.request_id, step.outcome, commit.now));
+    items.push(futureEndItem(tables.futures, step.request_id, step.outcome, commit.now));
     targets.push({ kind: 'future', request_id: step.request_id });
     if (step.checkpoint !== undefined) {
-      items.push(checkpointAction(step.checkpoint, step.request_id));
+      items.push(checkpointEffectItem(tables.registry, step.checkpoint, step.request_id));
       targets.push({ kind: 'checkpoint', request_id: step.request_id });
     }
     if (step.sampling_session !== undefined) {
-      items.push({
-        Put: {
-          TableName: config().table('registry'),
-          Item: { ...step.sampling_session },
-          ConditionExpression: 'attribute_not_exists(pk)',
-        },
-      });
+      items.push(samplingSessionCreateItem(tables.registry, step.sampling_session));
       targets.push({ kind: 'sampling_session', request_id: step.request_id });
     }
   }
   return { items, targets };
 }
+
+const sampleTargets = (requestId: string): readonly ActionTarget[] => [
+  { kind: 'future', request_id: requestId },
+  { kind: 'claim', request_id: requestId },
+];
 
 /** A sample's commit (R4): its future, and its per-request claim deleted if it is still this one. */
 export function sampleCommitTransaction(
@@ -182,61 +90,33 @@ export function sampleCommitTransaction(
   claimToken: string,
   outcome: StoredOutcome,
   now: number,
+  tables: CommitTables,
 ): CommitTransaction {
   return {
-    items: [futureTerminalUpdate(requestId, outcome, now), claimDelete(requestId, claimToken)],
-    targets: [
-      { kind: 'future', request_id: requestId },
-      { kind: 'claim', request_id: requestId },
+    items: [
+      futureEndItem(tables.futures, requestId, outcome, now),
+      sampleClaimDeleteItem(tables.registry, requestId, claimToken),
     ],
-  };
-}
-
-function claimDelete(requestId: string, claimToken: string): TransactItem {
-  return {
-    Delete: {
-      TableName: config().table('registry'),
-      Key: { pk: registryKey.sampleClaim(requestId) },
-      ConditionExpression: 'claim_token = :token',
-      ExpressionAttributeValues: { ':token': claimToken },
-    },
+    targets: sampleTargets(requestId),
   };
 }
 
 /**
- * A cut sample back to pending: its future keeps every attribute the client sees (status, `live`, so
- * the scheduler plans it again) and gets the prefix pointers it resumes from, or loses them when it
- * has none left; `updated_at` changes, so the futures stream wakes the scheduler. The claim goes in
- * the same transaction, on its token, so only the worker holding the sample can do this.
+ * A cut sample back to pending (`futureCutItem`). The claim goes in the same transaction, on its
+ * token, so only the worker holding the sample can do this.
  */
 export function sampleCutTransaction(
   requestId: string,
   claimToken: string,
   prefixRef: SamplePrefixRef | undefined,
   now: number,
+  tables: CommitTables,
 ): CommitTransaction {
-  const values: Record<string, unknown> = { ':now': now, ':pending': 'pending' };
-  if (prefixRef !== undefined) values[':ref'] = prefixRef;
   return {
     items: [
-      {
-        Update: {
-          TableName: config().table('futures'),
-          Key: { request_id: requestId },
-          UpdateExpression:
-            prefixRef === undefined
-              ? 'SET updated_at = :now REMOVE prefix_ref'
-              : 'SET prefix_ref = :ref, updated_at = :now',
-          ConditionExpression: '#status = :pending',
-          ExpressionAttributeNames: { '#status': 'status' },
-          ExpressionAttributeValues: values,
-        },
-      },
-      claimDelete(requestId, claimToken),
+      futureCutItem(tables.futures, requestId, prefixRef, now),
+      sampleClaimDeleteItem(tables.registry, requestId, claimToken),
     ],
-    targets: [
-      { kind: 'future', request_id: requestId },
-      { kind: 'claim', request_id: requestId },
-    ],
+    targets: sampleTargets(requestId),
   };
 }

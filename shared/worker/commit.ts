@@ -1,12 +1,14 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { backoffDelay, realSleep } from '../aws/backoff.js';
 import { type TransactItem, transactWrite } from '../aws/transact.js';
-import { registryKey, type SamplePrefixRef } from '../domain/records.js';
+import type { SamplePrefixRef } from '../domain/records.js';
 import { InfrastructureError, isAwsError } from '../errors.js';
 import { logger } from '../logger.js';
 import { readFuture } from '../repositories/futures.js';
-import { readRegistryItem } from '../repositories/registry.js';
+import { readModelRow } from '../repositories/models.js';
+import { readSampleClaim } from '../repositories/sample-claims.js';
 import {
+  type CommitTables,
   commitToken,
   type ModelCommit,
   modelCommitTransaction,
@@ -14,7 +16,6 @@ import {
   sampleCommitTransaction,
   sampleCutTransaction,
 } from './commit-items.js';
-import { readModelRow } from './lease.js';
 
 /**
  * Runs the commit transactions of ./commit-items.ts and settles ambiguous outcomes (E5).
@@ -43,6 +44,12 @@ const CONTENTION_RETRIES = 25;
 const BACKOFF = { baseMs: 20, capMs: 1_000, maxRetries: CONTENTION_RETRIES };
 
 export type Sleep = (ms: number) => Promise<void>;
+
+/** Where a commit writes: the client and the tables, resolved by the worker's runtime. */
+export interface CommitStore {
+  readonly doc: DynamoDBDocumentClient;
+  readonly tables: CommitTables;
+}
 
 async function transactUntilDecided(
   items: readonly TransactItem[],
@@ -84,12 +91,13 @@ async function transactUntilDecided(
 export async function commitModel(
   commit: ModelCommit,
   epoch: number,
-  doc: DynamoDBDocumentClient,
+  store: CommitStore,
   sleep: Sleep = realSleep,
 ): Promise<CommitResult> {
+  const { doc, tables } = store;
   let steps = commit.steps;
   for (let variant = 0; ; variant++) {
-    const transaction = modelCommitTransaction({ ...commit, steps });
+    const transaction = modelCommitTransaction({ ...commit, steps }, tables);
     const decided = await transactUntilDecided(
       transaction.items,
       commitToken(commit.inflight, variant),
@@ -107,7 +115,7 @@ export async function commitModel(
       const terminal = new Set<string>();
       for (const target of failed) {
         if (target?.kind !== 'future') continue;
-        const row = await readFuture(target.request_id, doc, true);
+        const row = await readFuture(target.request_id, doc, true, tables.futures);
         if (row !== undefined && row.status !== 'pending') terminal.add(target.request_id);
       }
       if (terminal.size === 0 || terminal.size !== failed.length) {
@@ -125,7 +133,7 @@ export async function commitModel(
       steps = steps.filter((step) => !terminal.has(step.request_id));
       continue;
     }
-    return settleModelCommit(commit, epoch, doc);
+    return settleModelCommit(commit, epoch, store);
   }
 }
 
@@ -137,9 +145,9 @@ export async function commitModel(
 async function settleModelCommit(
   commit: ModelCommit,
   epoch: number,
-  doc: DynamoDBDocumentClient,
+  store: CommitStore,
 ): Promise<CommitResult> {
-  const row = await readModelRow(doc, commit.model_id);
+  const row = await readModelRow(store.doc, store.tables.models, commit.model_id);
   if (row === undefined) throw new InfrastructureError(`model ${commit.model_id} vanished during its commit`);
   const landed =
     (commit.state_ref !== undefined && row.state_ref === commit.state_ref) ||
@@ -153,18 +161,6 @@ async function settleModelCommit(
   return { committed: false };
 }
 
-interface SampleClaimRecord {
-  readonly pk: string;
-  readonly claim_token?: string;
-}
-
-export async function readSampleClaim(
-  doc: DynamoDBDocumentClient,
-  requestId: string,
-): Promise<SampleClaimRecord | undefined> {
-  return readRegistryItem<SampleClaimRecord>(registryKey.sampleClaim(requestId), doc);
-}
-
 /**
  * Commits one sample (R4): its future and the deletion of its claim, if the claim is still this work
  * item's. Settled by re-reading the claim and the future.
@@ -174,10 +170,11 @@ export async function commitSample(
   claimToken: string,
   outcome: StoredOutcome,
   now: number,
-  doc: DynamoDBDocumentClient,
+  store: CommitStore,
   sleep: Sleep = realSleep,
 ): Promise<CommitResult> {
-  const transaction = sampleCommitTransaction(requestId, claimToken, outcome, now);
+  const { doc, tables } = store;
+  const transaction = sampleCommitTransaction(requestId, claimToken, outcome, now, tables);
   const decided = await transactUntilDecided(
     transaction.items,
     commitToken(requestId, claimToken),
@@ -186,8 +183,8 @@ export async function commitSample(
   );
   if (decided.kind === 'ok') return { committed: true, settledByReread: false };
   const [claim, future] = await Promise.all([
-    readSampleClaim(doc, requestId),
-    readFuture(requestId, doc, true),
+    readSampleClaim(doc, tables.registry, requestId),
+    readFuture(requestId, doc, true, tables.futures),
   ]);
   if (claim?.claim_token === claimToken) {
     throw new InfrastructureError(`commit of sample ${requestId} did not land`, {
@@ -213,10 +210,11 @@ export async function returnSampleToPending(
   prefixRef: SamplePrefixRef | undefined,
   now: number,
   attempt: string,
-  doc: DynamoDBDocumentClient,
+  store: CommitStore,
   sleep: Sleep = realSleep,
 ): Promise<CommitResult> {
-  const transaction = sampleCutTransaction(requestId, claimToken, prefixRef, now);
+  const { doc, tables } = store;
+  const transaction = sampleCutTransaction(requestId, claimToken, prefixRef, now, tables);
   const decided = await transactUntilDecided(
     transaction.items,
     commitToken('cut', requestId, claimToken, attempt),
@@ -225,8 +223,8 @@ export async function returnSampleToPending(
   );
   if (decided.kind === 'ok') return { committed: true, settledByReread: false };
   const [claim, future] = await Promise.all([
-    readSampleClaim(doc, requestId),
-    readFuture(requestId, doc, true),
+    readSampleClaim(doc, tables.registry, requestId),
+    readFuture(requestId, doc, true, tables.futures),
   ]);
   if (claim?.claim_token === claimToken && future?.status === 'pending') {
     throw new InfrastructureError(`sample ${requestId} could not be returned to pending`, {

@@ -1,5 +1,6 @@
 import type { Backend } from '../backend/backend.js';
 import { InfrastructureError } from '../errors.js';
+import type { CommitTables } from './commit-items.js';
 import type { WorkItemCut } from './cut.js';
 import type { LeaseKeeper } from './lease.js';
 import type { PassBatcher } from './pass-batcher.js';
@@ -11,6 +12,8 @@ import type { WorkerClients, WorkerEvent } from './types.js';
 export interface RunContext {
   readonly backend: Backend;
   readonly clients: WorkerClients;
+  /** Resolved once per work item by the runtime; every write below names its table from here. */
+  readonly tables: CommitTables;
   readonly maxAttempts: number;
   readonly inlineResultMaxBytes: number;
   readonly signal: AbortSignal | undefined;

@@ -15,7 +15,7 @@ export {
   sampleCutTransaction,
 } from './commit-items.js';
 export { DEFAULT_CUT_POLL_MS, WorkItemCut } from './cut.js';
-export { LeaseKeeper, LeaseLostError, releaseForReplan, renewLease } from './lease.js';
+export { LeaseKeeper, LeaseLostError, releaseForReplan } from './lease.js';
 export { loadWorkItem, parseManifest, type WorkSource } from './load-work-item.js';
 export { describeVerdict, type MessageVerdict, processWorkMessage } from './message.js';
 export { PassBatcher } from './pass-batcher.js';

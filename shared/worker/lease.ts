@@ -1,9 +1,14 @@
-import { type DynamoDBDocumentClient, GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
-import { config } from '../config.js';
-import { type ModelRow, registryKey } from '../domain/records.js';
-import { ConditionLostError, isAwsError } from '../errors.js';
+import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { registryKey } from '../domain/records.js';
+import { ConditionLostError } from '../errors.js';
 import { logger } from '../logger.js';
-import { replanFor, sampleClaimTtl } from '../scheduling/claim.js';
+import { readModelRow, renewModelLease, replanModel } from '../repositories/models.js';
+import { renewSampleClaim } from '../repositories/sample-claims.js';
+import type { Tables } from '../repositories/tables.js';
+import { replanFor } from '../scheduling/claim.js';
+
+/** The tables a worker's leases live in: model rows and sample claims. */
+export type LeaseTables = Tables<'models' | 'registry'>;
 
 /** A sample's claim expired and another work item claimed it (R4): stop; its commit would fail anyway. */
 export class SampleClaimLostError extends ConditionLostError {
@@ -20,75 +25,6 @@ export class LeaseLostError extends ConditionLostError {
   override readonly name = 'LeaseLostError';
   constructor(inflight: string) {
     super(`work item ${inflight} is no longer in flight`, { context: { inflight } });
-  }
-}
-
-export async function readModelRow(
-  doc: DynamoDBDocumentClient,
-  modelId: string,
-): Promise<ModelRow | undefined> {
-  const answer = await doc.send(
-    new GetCommand({ TableName: config().table('models'), Key: { model_id: modelId }, ConsistentRead: true }),
-  );
-  return answer.Item as ModelRow | undefined;
-}
-
-/**
- * `SET lease_until IF inflight = :token`. False when the condition fails (someone re-planned);
- * other errors are thrown.
- */
-export async function renewLease(
-  doc: DynamoDBDocumentClient,
-  modelId: string,
-  inflight: string,
-  leaseUntil: number,
-): Promise<boolean> {
-  try {
-    await doc.send(
-      new UpdateCommand({
-        TableName: config().table('models'),
-        Key: { model_id: modelId },
-        UpdateExpression: 'SET lease_until = :until',
-        ConditionExpression: 'inflight = :token',
-        ExpressionAttributeValues: { ':until': leaseUntil, ':token': inflight },
-      }),
-    );
-    return true;
-  } catch (error) {
-    if (isAwsError(error, 'ConditionalCheckFailedException')) return false;
-    throw error;
-  }
-}
-
-/**
- * `SET lease_until IF claim_token = :token` on a sample's claim (R4): a long sample keeps its claim,
- * so no tick re-plans it while it runs. False when the claim is gone or another work item's.
- */
-export async function renewSampleClaim(
-  doc: DynamoDBDocumentClient,
-  requestId: string,
-  claimToken: string,
-  leaseUntil: number,
-): Promise<boolean> {
-  try {
-    await doc.send(
-      new UpdateCommand({
-        TableName: config().table('registry'),
-        Key: { pk: registryKey.sampleClaim(requestId) },
-        UpdateExpression: 'SET lease_until = :until, #ttl = :ttl',
-        ConditionExpression: 'claim_token = :token',
-        ExpressionAttributeNames: { '#ttl': 'ttl' },
-        ExpressionAttributeValues: {
-          ':until': leaseUntil,
-          ':ttl': sampleClaimTtl(leaseUntil),
-          ':token': claimToken,
-        },
-      }),
-    );
-    return true;
-  } catch (error) {
-    if (isAwsError(error, 'ConditionalCheckFailedException')) return false;
-    throw error;
   }
 }
 
@@ -114,6 +50,7 @@ export class LeaseKeeper {
 
   constructor(
     private readonly doc: DynamoDBDocumentClient,
+    private readonly tables: LeaseTables,
     private readonly leaseMs: number,
     renewEveryMs: number,
     private readonly now: () => number,
@@ -127,7 +64,7 @@ export class LeaseKeeper {
     return this.#hold({
       key: inflight,
       subject: { model_id: modelId, inflight },
-      renew: (until) => renewLease(this.doc, modelId, inflight, until),
+      renew: (until) => renewModelLease(this.doc, this.tables.models, modelId, inflight, until),
       lost: () => new LeaseLostError(inflight),
     });
   }
@@ -137,7 +74,7 @@ export class LeaseKeeper {
     return this.#hold({
       key: sampleClaimKey(requestId, claimToken),
       subject: { request_id: requestId, claim_token: claimToken },
-      renew: (until) => renewSampleClaim(this.doc, requestId, claimToken, until),
+      renew: (until) => renewSampleClaim(this.doc, this.tables.registry, requestId, claimToken, until),
       lost: () => new SampleClaimLostError(requestId),
     });
   }
@@ -203,41 +140,20 @@ function sampleClaimKey(requestId: string, claimToken: string): string {
 
 /**
  * Hands a model back for re-plan at once after an infrastructure error (E6), with the sweeper's
- * re-plan (`replanFor`: planned_through := applied_through, epoch and attempts bumped, inflight and
- * lease removed), conditioned on this work item still being in flight rather than on the lease
- * having ended. True when this call released it; false when someone else already had.
+ * re-plan (`replanFor`), conditioned on this work item still being in flight rather than on the
+ * lease having ended. True when this call released it; false when someone else already had.
  */
 export async function releaseForReplan(
   doc: DynamoDBDocumentClient,
+  modelsTable: string,
   modelId: string,
   inflight: string,
   now: number,
   maxAttempts: number,
 ): Promise<boolean> {
-  const row = await readModelRow(doc, modelId);
+  const row = await readModelRow(doc, modelsTable, modelId);
   if (row === undefined || row.inflight !== inflight) return false;
   const replan = replanFor(row, now, maxAttempts);
   if (replan === undefined) return false;
-  try {
-    await doc.send(
-      new UpdateCommand({
-        TableName: config().table('models'),
-        Key: { model_id: modelId },
-        UpdateExpression:
-          'SET planned_through = :planned, epoch = :epoch, attempts = :attempts REMOVE inflight, lease_until',
-        ConditionExpression: 'epoch = :expected AND inflight = :inflight',
-        ExpressionAttributeValues: {
-          ':planned': replan.set.planned_through,
-          ':epoch': replan.set.epoch,
-          ':attempts': replan.set.attempts,
-          ':expected': replan.condition.expected_epoch,
-          ':inflight': replan.condition.inflight,
-        },
-      }),
-    );
-    return true;
-  } catch (error) {
-    if (isAwsError(error, 'ConditionalCheckFailedException')) return false;
-    throw error;
-  }
+  return replanModel(doc, modelsTable, replan, 'still-in-flight');
 }

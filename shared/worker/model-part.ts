@@ -1,11 +1,12 @@
 import { faultHook } from '../fault-hook.js';
 import { logger } from '../logger.js';
+import { readModelRow } from '../repositories/models.js';
 import type { WorkItemModel } from '../scheduling/work-item.js';
 import { getBytes, putBytes } from './blobs.js';
 import { commitModel } from './commit.js';
 import type { StepCommit } from './commit-items.js';
 import { AbandonedError, type RunContext, stopIfAborted } from './context.js';
-import { LeaseLostError, readModelRow, releaseForReplan } from './lease.js';
+import { LeaseLostError, releaseForReplan } from './lease.js';
 import { COMMIT_INLINE_BUDGET_BYTES, storeOutcome, storeState } from './outputs.js';
 import { executeStep, type PartState, type StepExecution } from './steps.js';
 import type { ModelOutcome, PartOutcome } from './types.js';
@@ -33,6 +34,7 @@ export async function runModelPart(model: WorkItemModel, ctx: RunContext): Promi
     });
     const released = await releaseForReplan(
       ctx.clients.doc,
+      ctx.tables.models,
       modelId,
       inflight,
       ctx.now(),
@@ -47,7 +49,7 @@ export async function runModelPart(model: WorkItemModel, ctx: RunContext): Promi
 async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutcome> {
   const { clients, backend } = ctx;
   // A redelivered or re-planned work item stops here, before it runs or writes anything.
-  const row = await readModelRow(clients.doc, model.model_id);
+  const row = await readModelRow(clients.doc, ctx.tables.models, model.model_id);
   if (row?.inflight !== model.inflight) return { outcome: 'not_inflight' };
 
   const lease = ctx.leases.hold(model.model_id, model.inflight);
@@ -117,7 +119,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
         steps,
       },
       model.epoch,
-      clients.doc,
+      { doc: clients.doc, tables: ctx.tables },
     );
     return result.committed
       ? { outcome: 'committed', settled_by_reread: result.settledByReread }

@@ -4,7 +4,9 @@ import { config } from '../config.js';
 import { logger } from '../logger.js';
 import { createPrefixStore } from '../prefix/store.js';
 import { INLINE_RESULT_MAX_BYTES } from '../repositories/futures.js';
+import { resolveTables } from '../repositories/tables.js';
 import type { WorkItem } from '../scheduling/work-item.js';
+import type { CommitTables } from './commit-items.js';
 import type { RunContext, SamplingContext } from './context.js';
 import { DEFAULT_CUT_POLL_MS, WorkItemCut } from './cut.js';
 import { LeaseKeeper } from './lease.js';
@@ -26,6 +28,7 @@ function samplingContext(
   item: WorkItem,
   options: WorkerOptions,
   clients: WorkerClients,
+  tables: CommitTables,
   now: () => number,
 ): SamplingContext | undefined {
   if (item.samples.length === 0) return undefined;
@@ -50,7 +53,7 @@ function samplingContext(
       }),
   );
   return {
-    starts: loadSampleStarts(item.samples, clients.doc, prefixes),
+    starts: loadSampleStarts(item.samples, clients.doc, tables.futures, prefixes),
     cut,
     sliceTokens: Math.max(1, options.sampleSliceTokens ?? DEFAULT_SLICE_TOKENS),
     attempt,
@@ -66,15 +69,24 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
   const started = performance.now();
   const { tunables } = config();
   const clients = options.clients ?? awsClients();
+  // The edge of the worker: its tables are resolved here, once per work item, and passed down.
+  const tables = resolveTables(['futures', 'models', 'registry']);
   const now = options.now ?? Date.now;
   const leaseMs = options.leaseMs ?? tunables.leaseSeconds * 1000;
   const item = await loadWorkItem(source, clients.s3);
-  const leases = new LeaseKeeper(clients.doc, leaseMs, options.renewEveryMs ?? Math.max(1, leaseMs / 3), now);
+  const leases = new LeaseKeeper(
+    clients.doc,
+    tables,
+    leaseMs,
+    options.renewEveryMs ?? Math.max(1, leaseMs / 3),
+    now,
+  );
   const onEvent = options.onEvent;
-  const sampling = samplingContext(item, options, clients, now);
+  const sampling = samplingContext(item, options, clients, tables, now);
   const ctx: RunContext = {
     backend: options.backend,
     clients,
+    tables,
     maxAttempts: options.maxAttempts ?? tunables.maxAttempts,
     inlineResultMaxBytes: options.inlineResultMaxBytes ?? INLINE_RESULT_MAX_BYTES,
     signal: options.signal,

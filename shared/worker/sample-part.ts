@@ -1,13 +1,12 @@
-import { DeleteCommand } from '@aws-sdk/lib-dynamodb';
 import type { SampleRun, SequencePrefix } from '../backend/backend.js';
-import { config } from '../config.js';
-import { registryKey, type SamplePrefixRef } from '../domain/records.js';
-import { isAwsError, StepUserError } from '../errors.js';
+import type { SamplePrefixRef } from '../domain/records.js';
+import { StepUserError } from '../errors.js';
 import { faultHook } from '../fault-hook.js';
 import { logger } from '../logger.js';
 import type { CutRow, PrefixPointer } from '../prefix/types.js';
+import { readSampleClaim, releaseSampleClaim } from '../repositories/sample-claims.js';
 import type { WorkItemSample } from '../scheduling/work-item.js';
-import { commitSample, readSampleClaim, returnSampleToPending } from './commit.js';
+import { commitSample, returnSampleToPending } from './commit.js';
 import { AbandonedError, type RunContext, type SamplingContext, stopIfAborted } from './context.js';
 import type { CutParticipant } from './cut.js';
 import { SampleClaimLostError } from './lease.js';
@@ -41,7 +40,13 @@ export async function runSamplePart(sample: WorkItemSample, ctx: RunContext): Pr
       if (error instanceof AbandonedError || ctx.signal?.aborted) return { outcome: 'abandoned' };
       const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
       logger.error('sample failed; releasing its claim', { request_id: sample.request_id, error: message });
-      const released = await releaseClaim(ctx, sample).catch(() => false);
+      // Gives the sample back to the scheduler at once rather than at its claim's expiry.
+      const released = await releaseSampleClaim(
+        ctx.clients.doc,
+        ctx.tables.registry,
+        sample.request_id,
+        sample.claim_token,
+      ).catch(() => false);
       return { outcome: 'failed', error: message, released };
     })
     .finally(() => participant?.leave());
@@ -53,7 +58,7 @@ async function runSample(
   ctx: RunContext,
   participant: CutParticipant | undefined,
 ): Promise<PartOutcome> {
-  const claim = await readSampleClaim(ctx.clients.doc, sample.request_id);
+  const claim = await readSampleClaim(ctx.clients.doc, ctx.tables.registry, sample.request_id);
   if (claim?.claim_token !== sample.claim_token) return { outcome: 'not_inflight' };
   // The claim is renewed while the sample runs, so a long generation is not planned a second time.
   const claimLease = ctx.leases.holdSampleClaim(sample.request_id, sample.claim_token);
@@ -86,13 +91,10 @@ async function runClaimedSample(
   const stored = await storeOutcome(sample.request_id, generated.result, placement, ctx.clients.s3);
   faultHook.crash('worker:after-result-write');
   stopIfAborted(ctx.signal);
-  const committed = await commitSample(
-    sample.request_id,
-    sample.claim_token,
-    stored,
-    ctx.now(),
-    ctx.clients.doc,
-  );
+  const committed = await commitSample(sample.request_id, sample.claim_token, stored, ctx.now(), {
+    doc: ctx.clients.doc,
+    tables: ctx.tables,
+  });
   return committed.committed
     ? { outcome: 'committed', settled_by_reread: committed.settledByReread }
     : { outcome: 'lost' };
@@ -281,7 +283,7 @@ async function cutSample(
     prefixRef,
     ctx.now(),
     sampling.attempt,
-    ctx.clients.doc,
+    { doc: ctx.clients.doc, tables: ctx.tables },
   );
   if (!returned.committed) return { outcome: 'lost' };
   await ctx.emit({ kind: 'sample-cut', request_id: sample.request_id, report });
@@ -299,22 +301,4 @@ const MAX_PREFIX_REF_CHARS = 256 * 1024;
 function refOf(pointers: readonly (PrefixPointer | null)[], cuts: number): SamplePrefixRef | undefined {
   const last = pointers.findLastIndex((pointer) => pointer !== null);
   return last < 0 ? undefined : { sequences: pointers.slice(0, last + 1), cuts };
-}
-
-/** Gives the sample back to the scheduler at once after an infrastructure error. */
-async function releaseClaim(ctx: RunContext, sample: WorkItemSample): Promise<boolean> {
-  try {
-    await ctx.clients.doc.send(
-      new DeleteCommand({
-        TableName: config().table('registry'),
-        Key: { pk: registryKey.sampleClaim(sample.request_id) },
-        ConditionExpression: 'claim_token = :token',
-        ExpressionAttributeValues: { ':token': sample.claim_token },
-      }),
-    );
-    return true;
-  } catch (error) {
-    if (isAwsError(error, 'ConditionalCheckFailedException')) return false;
-    throw error;
-  }
 }

@@ -1,7 +1,6 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { z } from 'zod';
 import { batchGetByKey } from '../aws/batch-get.js';
-import { config } from '../config.js';
 import { baseModelId, type SamplePrefixRef } from '../domain/records.js';
 import type { PrefixStore } from '../prefix/store.js';
 import type { PrefixPointer, RestoreOutcome, RestoreRequest } from '../prefix/types.js';
@@ -148,6 +147,7 @@ async function settle(plan: SamplePlan, outcomes: readonly Promise<RestoreOutcom
 export function loadSampleStarts(
   samples: readonly WorkItemSample[],
   doc: DynamoDBDocumentClient,
+  futuresTable: string,
   prefixes: PrefixStore,
 ): Map<string, Promise<SampleStart>> {
   const all = (async (): Promise<Map<string, Promise<SampleStart>>> => {
@@ -155,7 +155,7 @@ export function loadSampleStarts(
       doc,
       samples.map((sample) => sample.request_id),
       {
-        table: config().table('futures'),
+        table: futuresTable,
         keyName: 'request_id',
         consistent: true,
         attributes: ['request_id', 'prefix_ref'],

@@ -9,7 +9,7 @@ import { config } from '../../shared/config.js';
 import type { ModelRow } from '../../shared/domain/records.js';
 import { scanLiveIndex } from '../../shared/repositories/live-index.js';
 import { readModels } from '../../shared/repositories/models.js';
-import { claimSample, readLiveSampleClaims } from '../../shared/scheduler/samples.js';
+import { claimSample, readLiveSampleClaims } from '../../shared/repositories/sample-claims.js';
 import type { TestCloud } from '../support/cloud.js';
 import {
   readyModel,

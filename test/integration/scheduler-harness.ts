@@ -1,9 +1,10 @@
 import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { DeleteMessageBatchCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
-import { GetCommand, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import type { OptimStepPayload, PassPayload, SamplePayload } from '../../shared/api/payloads.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
+import { transactWrite } from '../../shared/aws/transact.js';
 import { config, resetConfig } from '../../shared/config.js';
 import {
   baseModelId,
@@ -15,8 +16,10 @@ import {
 import { mintId, mintRequestId } from '../../shared/ids.js';
 import { logger } from '../../shared/logger.js';
 import { serializePayload } from '../../shared/payload-store.js';
+import { readModelRow as readModelRowStrongly } from '../../shared/repositories/models.js';
 import { submitSample } from '../../shared/repositories/sampling-intake.js';
 import { requireSeqCounter } from '../../shared/repositories/seq-counters.js';
+import { resolveTables } from '../../shared/repositories/tables.js';
 import { submitCreateModel, submitTrainingStep } from '../../shared/repositories/training-intake.js';
 import { runTick } from '../../shared/scheduler/tick.js';
 import {
@@ -26,9 +29,13 @@ import {
   workManifestSchema,
 } from '../../shared/scheduling/work-item.js';
 import { storageKeys } from '../../shared/storage-keys.js';
+import {
+  commitToken,
+  modelCommitTransaction,
+  sampleCommitTransaction,
+} from '../../shared/worker/commit-items.js';
 import { loadWorkItem } from '../../shared/worker/load-work-item.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
-import { completeFuture, failFuture } from '../support/futures.js';
 
 /**
  * Shared by the scheduler and sweeper suites: a fresh cloud with the process pointed at it, intake
@@ -227,11 +234,14 @@ export async function drainWorkItems(clients: AwsClients): Promise<WorkItem[]> {
 }
 
 /**
- * What a worker's commit does (E4), minus execution: per model one transaction that moves the model
- * row to the work item's last seq on condition it still holds this work item, and ends every step's
- * future (a fail step with its error). A zombie's commit fails its condition and returns false.
+ * What a worker's commit does (E4), minus execution: per model the worker's own transaction
+ * (`modelCommitTransaction`), which moves the model row to the work item's last seq on condition it
+ * still holds this work item and ends every step's future (a fail step with its error); per sample
+ * its own commit (the future and its claim). A zombie's commit fails its condition and returns false.
  */
 export async function commitWorkItem(clients: AwsClients, workItem: WorkItem): Promise<boolean> {
+  const tables = resolveTables(['futures', 'models', 'registry']);
+  const now = Date.now();
   let allCommitted = true;
   for (const model of workItem.models) {
     const last = model.steps.at(-1)!.seq;
@@ -239,51 +249,38 @@ export async function commitWorkItem(clients: AwsClients, workItem: WorkItem): P
     await clients.s3.send(
       new PutObjectCommand({ Bucket: config().bucket, Key: stateRef, Body: `state ${model.epoch}` }),
     );
-    try {
-      await clients.doc.send(
-        new TransactWriteCommand({
-          TransactItems: [
-            {
-              Update: {
-                TableName: config().table('models'),
-                Key: { model_id: model.model_id },
-                UpdateExpression:
-                  'SET applied_through = :last, state_ref = :ref, attempts = :zero REMOVE inflight, lease_until',
-                ConditionExpression: 'inflight = :token AND applied_through = :base',
-                ExpressionAttributeValues: {
-                  ':last': last,
-                  ':ref': stateRef,
-                  ':zero': 0,
-                  ':token': model.inflight,
-                  ':base': model.base_applied_through,
-                },
-              },
-            },
-            ...model.steps.map((step) => ({
-              Update: {
-                TableName: config().table('futures'),
-                Key: { request_id: step.request_id },
-                UpdateExpression: 'SET #status = :status, #out = :out REMOVE live',
-                ConditionExpression: '#status = :pending',
-                ExpressionAttributeNames: { '#status': 'status', '#out': step.fail ? 'error' : 'result' },
-                ExpressionAttributeValues: {
-                  ':status': step.fail ? 'failed' : 'completed',
-                  ':out': step.fail ?? { ran: step.request_type, epoch: model.epoch },
-                  ':pending': 'pending',
-                },
-              },
-            })),
-          ],
-        }),
-      );
-    } catch (error) {
-      if ((error as Error).name !== 'TransactionCanceledException') throw error;
-      allCommitted = false;
-    }
+    const commit = modelCommitTransaction(
+      {
+        model_id: model.model_id,
+        inflight: model.inflight,
+        base_applied_through: model.base_applied_through,
+        applied_through: last,
+        state_ref: stateRef,
+        unloaded: false,
+        now,
+        steps: model.steps.map((step) => ({
+          request_id: step.request_id,
+          outcome: step.fail
+            ? { status: 'failed', error: step.fail }
+            : { status: 'completed', result: { ran: step.request_type, epoch: model.epoch } },
+        })),
+      },
+      tables,
+    );
+    const outcome = await transactWrite(commit.items, commitToken(model.inflight, 0), clients.doc);
+    if (!outcome.ok) allCommitted = false;
   }
   for (const sample of workItem.samples) {
-    if (sample.fail === undefined) await completeFuture(sample.request_id, { sampled: true }, clients);
-    else await failFuture(sample.request_id, sample.fail, clients);
+    const commit = sampleCommitTransaction(
+      sample.request_id,
+      sample.claim_token,
+      sample.fail === undefined
+        ? { status: 'completed', result: { sampled: true } }
+        : { status: 'failed', error: sample.fail },
+      now,
+      tables,
+    );
+    await transactWrite(commit.items, commitToken(sample.request_id, sample.claim_token), clients.doc);
   }
   return allCommitted;
 }
@@ -302,10 +299,7 @@ export function fakeWorker(clients: AwsClients, seen: WorkItem[]) {
 }
 
 export async function readModelRow(clients: AwsClients, modelId: string): Promise<ModelRow> {
-  const answer = await clients.doc.send(
-    new GetCommand({ TableName: config().table('models'), Key: { model_id: modelId }, ConsistentRead: true }),
-  );
-  return answer.Item as ModelRow;
+  return (await readModelRowStrongly(clients.doc, config().table('models'), modelId)) as ModelRow;
 }
 
 export async function readFutureRow(clients: AwsClients, requestId: string): Promise<FutureRow> {

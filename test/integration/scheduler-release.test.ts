@@ -1,15 +1,15 @@
 import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from 'vitest';
 import { config } from '../../shared/config.js';
+import type { SampleClaimRecord } from '../../shared/domain/records.js';
 import { type ModelRow, registryKey } from '../../shared/domain/records.js';
 import { logger } from '../../shared/logger.js';
+import { replanModel } from '../../shared/repositories/models.js';
 import { type SchedulerAdapters, schedulerAdapters } from '../../shared/scheduler/adapters.js';
-import type { SampleClaimRecord } from '../../shared/scheduler/samples.js';
 import { schedulerSettings } from '../../shared/scheduler/settings.js';
 import { runTick } from '../../shared/scheduler/tick.js';
 import { replanFor, sampleClaimTtl } from '../../shared/scheduling/claim.js';
 import type { WorkItem } from '../../shared/scheduling/work-item.js';
-import { applyReplan } from '../../shared/sweeper/replan.js';
 import type { TestCloud } from '../support/cloud.js';
 import { serverError, timeoutError } from '../support/faults/errors.js';
 import { CrashPoints } from '../support/faults.js';
@@ -192,9 +192,14 @@ describe('a pass that fails after claiming gives its claims back (E7)', () => {
         // work item claimed the sample.
         const row = await readModelRow(cloud.clients, replanned);
         const later = row.lease_until! + 1;
-        expect(await applyReplan(cloud.clients.doc, settings.tables.models, replanFor(row, later, 3)!)).toBe(
-          true,
-        );
+        expect(
+          await replanModel(
+            cloud.clients.doc,
+            settings.tables.models,
+            replanFor(row, later, 3)!,
+            'lease-ended',
+          ),
+        ).toBe(true);
         replannedRow = await readModelRow(cloud.clients, replanned);
         otherClaim = {
           pk: registryKey.sampleClaim(s.sample),

@@ -1,9 +1,9 @@
-import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { config } from '../../shared/config.js';
+import { renewModelLease, replanModel } from '../../shared/repositories/models.js';
 import { runTick } from '../../shared/scheduler/tick.js';
 import { replanFor } from '../../shared/scheduling/claim.js';
-import { applyReplan, replanExpiredLeases } from '../../shared/sweeper/replan.js';
+import { replanExpiredLeases } from '../../shared/sweeper/replan.js';
 import { sweep } from '../../shared/sweeper/sweep.js';
 import type { TestCloud } from '../support/cloud.js';
 import {
@@ -61,16 +61,16 @@ describe('sweeper: expired leases (E2, E7)', () => {
     const stale = replanFor(expired, later, 3)!;
 
     // The worker renews (IF inflight = its token) between the sweeper's read and its update.
-    await cloud.clients.doc.send(
-      new UpdateCommand({
-        TableName: config().table('models'),
-        Key: { model_id: m },
-        UpdateExpression: 'SET lease_until = :lease',
-        ConditionExpression: 'inflight = :token',
-        ExpressionAttributeValues: { ':lease': later + leaseMs, ':token': item!.models[0]!.inflight },
-      }),
-    );
-    expect(await applyReplan(cloud.clients.doc, config().table('models'), stale)).toBe(false);
+    expect(
+      await renewModelLease(
+        cloud.clients.doc,
+        config().table('models'),
+        m,
+        item!.models[0]!.inflight,
+        later + leaseMs,
+      ),
+    ).toBe(true);
+    expect(await replanModel(cloud.clients.doc, config().table('models'), stale, 'lease-ended')).toBe(false);
 
     // Once the renewed lease also ends, the re-plan lands, and the zombie's commit is fenced off (E4).
     expect(await replanAt(later + leaseMs + 1)).toMatchObject({ replanned: 1 });
@@ -84,8 +84,34 @@ describe('sweeper: expired leases (E2, E7)', () => {
     const beforeCommit = await readModelRow(cloud.clients, m);
     expect(await commitWorkItem(cloud.clients, again!)).toBe(true);
     const tooLate = replanFor(beforeCommit, beforeCommit.lease_until! + 1, 3)!;
-    expect(await applyReplan(cloud.clients.doc, config().table('models'), tooLate)).toBe(false);
+    expect(await replanModel(cloud.clients.doc, config().table('models'), tooLate, 'lease-ended')).toBe(
+      false,
+    );
     expect((await readFutureRow(cloud.clients, fb.requestId)).status).toBe('completed');
+  });
+
+  it("one re-plan write: the sweeper's form refuses a live lease, the holder's form takes it back at once", async () => {
+    const m = await readyModel(cloud.clients);
+    await submitStep(cloud.clients, m, 'forward_backward');
+    await runTick();
+    const [item] = await drainWorkItems(cloud.clients);
+    const held = await readModelRow(cloud.clients, m);
+    const now = Date.now();
+    expect(held.lease_until!).toBeGreaterThan(now);
+    const replan = replanFor(held, now, config().tunables.maxAttempts)!;
+    const table = config().table('models');
+
+    // Same row, same re-plan: only the lease condition differs.
+    expect(await replanModel(cloud.clients.doc, table, replan, 'lease-ended')).toBe(false);
+    expect(await readModelRow(cloud.clients, m)).toEqual(held);
+    expect(await replanModel(cloud.clients.doc, table, replan, 'still-in-flight')).toBe(true);
+    const released = await readModelRow(cloud.clients, m);
+    expect(released).toMatchObject({ epoch: held.epoch + 1, planned_through: 1, attempts: 1 });
+    expect(released.inflight).toBeUndefined();
+    expect(released.lease_until).toBeUndefined();
+    // The token is now stale for both forms, and for the old work item's commit (E4).
+    expect(await replanModel(cloud.clients.doc, table, replan, 'still-in-flight')).toBe(false);
+    expect(await commitWorkItem(cloud.clients, item!)).toBe(false);
   });
 
   it('after K attempts the first step alone fails with a server error, and the model carries on', async () => {

@@ -4,7 +4,11 @@ import { type AwsClients, awsClients } from '../../shared/aws/clients.js';
 import { config } from '../../shared/config.js';
 import type { FutureError } from '../../shared/domain/records.js';
 import { ConditionLostError, isAwsError } from '../../shared/errors.js';
-import { INLINE_RESULT_MAX_BYTES } from '../../shared/repositories/futures.js';
+import {
+  futureEndItem,
+  INLINE_RESULT_MAX_BYTES,
+  type StoredOutcome,
+} from '../../shared/repositories/futures.js';
 import { storageKeys } from '../../shared/storage-keys.js';
 
 /**
@@ -12,31 +16,16 @@ import { storageKeys } from '../../shared/storage-keys.js';
  * transaction, E4): API tests use it to give the API a completed or failed row to answer with.
  */
 
-type Terminal =
-  | { readonly status: 'completed'; readonly result: unknown }
-  | { readonly status: 'completed'; readonly result_key: string }
-  | { readonly status: 'failed'; readonly error: FutureError };
-
-/** Ends a pending row: its terminal fields set, `live` removed so it leaves the index. */
-async function finish(requestId: string, terminal: Terminal, doc: DynamoDBDocumentClient): Promise<void> {
-  const { status, ...fields } = terminal;
-  const [name, value] = Object.entries(fields)[0] as [string, unknown];
+/** Ends a pending row with the commit's own future action (`futureEndItem`), sent alone. */
+async function finish(
+  requestId: string,
+  terminal: StoredOutcome,
+  doc: DynamoDBDocumentClient,
+): Promise<void> {
+  const update = futureEndItem(config().table('futures'), requestId, terminal, Date.now()).Update;
+  if (update === undefined) throw new Error('a future end is an update');
   try {
-    await doc.send(
-      new UpdateCommand({
-        TableName: config().table('futures'),
-        Key: { request_id: requestId },
-        UpdateExpression: 'SET #status = :status, updated_at = :now, #field = :value REMOVE live',
-        ConditionExpression: '#status = :pending',
-        ExpressionAttributeNames: { '#status': 'status', '#field': name },
-        ExpressionAttributeValues: {
-          ':pending': 'pending',
-          ':status': status,
-          ':now': Date.now(),
-          ':value': value,
-        },
-      }),
-    );
+    await doc.send(new UpdateCommand(update));
   } catch (error) {
     if (isAwsError(error, 'ConditionalCheckFailedException')) {
       throw new ConditionLostError(`future ${requestId} is not pending`, {

@@ -1,5 +1,5 @@
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
-import { GetCommand, PutCommand, QueryCommand, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand, ScanCommand } from '@aws-sdk/lib-dynamodb';
 import * as ops from '../../shared/api/operations.js';
 import { retrieveFuture } from '../../shared/api/retrieve.js';
 import type { Backend, BackendState, SamplingParams } from '../../shared/backend/backend.js';
@@ -12,26 +12,29 @@ import {
 } from '../../shared/backend/pass-input.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { config } from '../../shared/config.js';
-import { type FutureRow, type LiveRow, type ModelRow, registryKey } from '../../shared/domain/records.js';
+import type { FutureRow, LiveRow, ModelRow } from '../../shared/domain/records.js';
 import { StepUserError } from '../../shared/errors.js';
-import { deriveId, deriveSeed, liveKey, mintRequestId } from '../../shared/ids.js';
+import { deriveId, deriveSeed, mintRequestId } from '../../shared/ids.js';
 import { logger } from '../../shared/logger.js';
 import { readStoredPayload } from '../../shared/payload-store.js';
+import { scanLiveIndex } from '../../shared/repositories/live-index.js';
+import { claimModel, readModelRow, readModels, replanModel } from '../../shared/repositories/models.js';
+import { claimSample, readLiveSampleClaims } from '../../shared/repositories/sample-claims.js';
+import { resolveTables } from '../../shared/repositories/tables.js';
 import { writeWorkItem } from '../../shared/scheduler/dispatch.js';
 import { assembleWorkItem, payloadsToRead, type SampleClaimed } from '../../shared/scheduling/assemble.js';
 import { claimFor, type ModelClaim, replanFor } from '../../shared/scheduling/claim.js';
 import { DEFAULT_PLAN_LIMITS, type PlanLimits } from '../../shared/scheduling/limits.js';
 import { plan } from '../../shared/scheduling/planner.js';
 import { manifestFor, type WorkItem, type WorkManifest } from '../../shared/scheduling/work-item.js';
-import { LIVE_INDEX } from '../../shared/topology.js';
 import { passResult } from '../../shared/worker/results.js';
 import { setupTestCloud, type TestCloud } from './cloud.js';
 
 /**
  * The worker's integration suites: requests submitted through the API's own operations (so rows and
  * payloads are exactly what intake writes), a stand-in for the scheduler built from the planner's pure
- * parts (scan the live index, read model rows strongly, plan, claim, read payloads, assemble, write
- * the work item), a stand-in for the sweeper's re-plan, and the sequential oracle of R1: the same
+ * parts and the repositories' own reads and claims (scan the live index, read model rows strongly,
+ * plan, claim, read payloads, assemble, write the work item), the sweeper's re-plan write, and the sequential oracle of R1: the same
  * requests run one by one, in submit order, directly on the reference backend.
  */
 
@@ -287,36 +290,17 @@ export class WorkerHarness {
   ): Promise<{ item: WorkItem; manifest: WorkManifest } | undefined> {
     const { doc, s3 } = this.cloud.clients;
     const { pool, liveShards } = config();
-    const live: LiveRow[] = [];
-    for (let shard = 0; shard < liveShards; shard++) {
-      let start: Record<string, unknown> | undefined;
-      do {
-        const page = await doc.send(
-          new QueryCommand({
-            TableName: config().table('futures'),
-            IndexName: LIVE_INDEX,
-            KeyConditionExpression: 'live = :live',
-            ExpressionAttributeValues: { ':live': liveKey(pool, shard) },
-            ExclusiveStartKey: start,
-          }),
-        );
-        live.push(...((page.Items ?? []) as LiveRow[]));
-        start = page.LastEvaluatedKey;
-      } while (start);
-    }
-    const rows = live.filter((row) => options.only?.(row) ?? true);
-    const models = new Map<string, ModelRow>();
-    for (const id of new Set(rows.map((row) => row.model_id))) {
-      const row = await this.modelRow(id);
-      if (row) models.set(id, row);
-    }
-    const sampleClaims = new Set<string>();
-    for (const row of rows) {
-      if (row.request_type === 'sample' && (await this.registry(registryKey.sampleClaim(row.request_id)))) {
-        sampleClaims.add(row.request_id);
-      }
-    }
+    const tables = resolveTables(['futures', 'models', 'registry']);
+    const live = await scanLiveIndex(doc, tables.futures, pool, liveShards);
+    const rows = live.rows.filter((row) => options.only?.(row) ?? true);
     const now = Date.now();
+    const models = await readModels(doc, tables.models, new Set(rows.map((row) => row.model_id)));
+    const sampleClaims = await readLiveSampleClaims(
+      doc,
+      tables.registry,
+      rows.filter((row) => row.request_type === 'sample').map((row) => row.request_id),
+      now,
+    );
     const planned = plan(
       { live: rows, models, sampleClaims },
       { ...DEFAULT_PLAN_LIMITS, ...options.limits },
@@ -326,34 +310,22 @@ export class WorkerHarness {
     const claims = new Map<string, ModelClaim>();
     for (const model of planned.models) {
       const claim = claimFor(models.get(model.model_id) as ModelRow, model, now, LEASE_MS);
-      await doc.send(
-        new UpdateCommand({
-          TableName: config().table('models'),
-          Key: { model_id: claim.model_id },
-          UpdateExpression:
-            'SET epoch = :epoch, inflight = :inflight, lease_until = :lease, planned_through = :planned',
-          ConditionExpression: 'epoch = :expected AND attribute_not_exists(inflight)',
-          ExpressionAttributeValues: {
-            ':epoch': claim.set.epoch,
-            ':inflight': claim.set.inflight,
-            ':lease': claim.set.lease_until,
-            ':planned': claim.set.planned_through,
-            ':expected': claim.condition.expected_epoch,
-          },
-        }),
-      );
+      if (!(await claimModel(doc, tables.models, claim)))
+        throw new Error(`lost the claim of ${claim.model_id}`);
       claims.set(model.model_id, claim);
     }
     const sampleClaimed = new Map<string, SampleClaimed>();
     for (const sample of planned.samples) {
       const future = (await this.future(sample.request_id)) as FutureRow;
-      await doc.send(
-        new PutCommand({
-          TableName: config().table('registry'),
-          Item: { pk: registryKey.sampleClaim(sample.request_id), claim_token: workItemId, created_at: now },
-          ConditionExpression: 'attribute_not_exists(pk)',
-        }),
-      );
+      const claim = {
+        request_id: sample.request_id,
+        claim_token: workItemId,
+        work_item_id: workItemId,
+        lease_until: now + LEASE_MS,
+      };
+      if (!(await claimSample(doc, tables.registry, claim, now))) {
+        throw new Error(`lost the claim of sample ${sample.request_id}`);
+      }
       sampleClaimed.set(sample.request_id, { tenant: future.tenant, claim_token: workItemId });
     }
     const payloads = new Map<string, unknown>();
@@ -390,36 +362,14 @@ export class WorkerHarness {
     const now = at ?? (row.lease_until ?? 0) + 1;
     const replan = replanFor(row, now, config().tunables.maxAttempts);
     if (replan === undefined) throw new Error(`${modelId} is not in flight`);
-    await this.cloud.clients.doc.send(
-      new UpdateCommand({
-        TableName: config().table('models'),
-        Key: { model_id: modelId },
-        UpdateExpression:
-          'SET planned_through = :planned, epoch = :epoch, attempts = :attempts REMOVE inflight, lease_until',
-        ConditionExpression:
-          'epoch = :expected AND inflight = :inflight AND (attribute_not_exists(lease_until) OR lease_until <= :now)',
-        ExpressionAttributeValues: {
-          ':planned': replan.set.planned_through,
-          ':epoch': replan.set.epoch,
-          ':attempts': replan.set.attempts,
-          ':expected': replan.condition.expected_epoch,
-          ':inflight': replan.condition.inflight,
-          ':now': replan.condition.lease_ended_by,
-        },
-      }),
-    );
+    if (!(await replanModel(this.cloud.clients.doc, config().table('models'), replan, 'lease-ended'))) {
+      throw new Error(`the re-plan of ${modelId} lost its condition`);
+    }
     return (await this.modelRow(modelId)) as ModelRow;
   }
 
   async modelRow(modelId: string): Promise<ModelRow | undefined> {
-    const answer = await this.cloud.clients.doc.send(
-      new GetCommand({
-        TableName: config().table('models'),
-        Key: { model_id: modelId },
-        ConsistentRead: true,
-      }),
-    );
-    return answer.Item as ModelRow | undefined;
+    return readModelRow(this.cloud.clients.doc, config().table('models'), modelId);
   }
 
   async future(requestId: string): Promise<FutureRow | undefined> {

@@ -1,5 +1,4 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { resetConfig } from '../../shared/config.js';
 import type { SamplePrefixRef } from '../../shared/domain/records.js';
 import { logger } from '../../shared/logger.js';
 import type { CutSave } from '../../shared/prefix/save-cut.js';
@@ -9,10 +8,10 @@ import { WorkItemCut } from '../../shared/worker/cut.js';
 import { parsePrefixRef } from '../../shared/worker/sample-resume.js';
 
 beforeAll(() => {
-  Object.assign(process.env, { FUTURES_TABLE: 'p-futures', REGISTRY_TABLE: 'p-registry' });
-  resetConfig();
   logger.setLogLevel('SILENT');
 });
+
+const tables = { futures: 'p-futures', models: 'p-models', registry: 'p-registry' };
 
 const row = (callId: string): CutRow => ({
   callId,
@@ -114,7 +113,7 @@ describe('returning a cut sample to pending', () => {
 
   it('sets the pointers (or removes them), touches updated_at, keeps status and live, and deletes the claim on its token', () => {
     const ref: SamplePrefixRef = { sequences: [pointer, null], cuts: 1 };
-    const withRef = sampleCutTransaction('r1', 'wi-1', ref, 99);
+    const withRef = sampleCutTransaction('r1', 'wi-1', ref, 99, tables);
     const update = withRef.items[0]?.Update;
     expect(update?.UpdateExpression).toBe('SET prefix_ref = :ref, updated_at = :now');
     expect(update?.ConditionExpression).toBe('#status = :pending');
@@ -125,7 +124,7 @@ describe('returning a cut sample to pending', () => {
       ConditionExpression: 'claim_token = :token',
       ExpressionAttributeValues: { ':token': 'wi-1' },
     });
-    const without = sampleCutTransaction('r1', 'wi-1', undefined, 99).items[0]?.Update;
+    const without = sampleCutTransaction('r1', 'wi-1', undefined, 99, tables).items[0]?.Update;
     expect(without?.UpdateExpression).toBe('SET updated_at = :now REMOVE prefix_ref');
     expect(without?.ExpressionAttributeValues).not.toHaveProperty(':ref');
   });

@@ -2,7 +2,7 @@ import { marshall } from '@aws-sdk/util-dynamodb';
 import type { AttributeValue, DynamoDBRecord } from 'aws-lambda';
 import { describe, expect, it } from 'vitest';
 import type { FutureStatus, ModelRow } from '../../shared/domain/records.js';
-import type { SampleRowFacts } from '../../shared/scheduler/samples.js';
+import type { SampleRowFacts } from '../../shared/repositories/futures.js';
 import {
   pendingFutureRecords,
   recordsToRetry,

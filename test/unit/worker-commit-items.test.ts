@@ -1,5 +1,4 @@
-import { beforeAll, describe, expect, it } from 'vitest';
-import { resetConfig } from '../../shared/config.js';
+import { describe, expect, it } from 'vitest';
 import { TRAINING_REQUEST_TYPES, type TrainingRequestType } from '../../shared/domain/records.js';
 import { commitActionsOf, TRANSACT_WRITE_MAX_ACTIONS } from '../../shared/scheduling/limits.js';
 import {
@@ -10,14 +9,8 @@ import {
   sampleCommitTransaction,
 } from '../../shared/worker/commit-items.js';
 
-beforeAll(() => {
-  Object.assign(process.env, {
-    FUTURES_TABLE: 'p-futures',
-    MODELS_TABLE: 'p-models',
-    REGISTRY_TABLE: 'p-registry',
-  });
-  resetConfig();
-});
+// Passed in, as the worker's runtime does: the transactions read no configuration.
+const tables = { futures: 'p-futures', models: 'p-models', registry: 'p-registry' };
 
 const base: ModelCommit = {
   model_id: 'model-a',
@@ -60,7 +53,7 @@ function fullestStep(type: TrainingRequestType, index: number): StepCommit {
 
 describe('the model commit transaction (E4)', () => {
   it('updates the model row on its in-flight token and base, removes the lease, resets attempts', () => {
-    const { items, targets } = modelCommitTransaction({ ...base, state_ref: 'state/model-a/7.bin' });
+    const { items, targets } = modelCommitTransaction({ ...base, state_ref: 'state/model-a/7.bin' }, tables);
     expect(targets[0]).toEqual({ kind: 'model' });
     expect(items[0]).toEqual({
       Update: {
@@ -82,14 +75,14 @@ describe('the model commit transaction (E4)', () => {
   });
 
   it('keeps state_ref when the work item changed no state, and marks an unloaded model', () => {
-    const [row] = modelCommitTransaction({ ...base, unloaded: true }).items;
+    const [row] = modelCommitTransaction({ ...base, unloaded: true }, tables).items;
     expect(row?.Update?.UpdateExpression).not.toMatch(/state_ref/);
     expect(row?.Update?.UpdateExpression).toMatch(/#status = :unloaded/);
     expect(row?.Update?.ExpressionAttributeValues?.[':unloaded']).toBe('unloaded');
   });
 
   it('ends each future only if it is still pending, and takes it out of the live index', () => {
-    const { items, targets } = modelCommitTransaction(base);
+    const { items, targets } = modelCommitTransaction(base, tables);
     expect(targets.slice(1)).toEqual([
       { kind: 'future', request_id: 'r5' },
       { kind: 'future', request_id: 'r6' },
@@ -112,17 +105,20 @@ describe('the model commit transaction (E4)', () => {
   });
 
   it('fills a checkpoint name only for the request that reserved it; a failed save deletes its pending reservation', () => {
-    const { items } = modelCommitTransaction({
-      ...base,
-      steps: [
-        { ...fullestStep('save_weights', 5) },
-        {
-          request_id: 'r6',
-          outcome: { status: 'failed', error: { message: 'x', category: 'user' } },
-          checkpoint: { action: 'release', pk: 'ckpt#c' },
-        },
-      ],
-    });
+    const { items } = modelCommitTransaction(
+      {
+        ...base,
+        steps: [
+          { ...fullestStep('save_weights', 5) },
+          {
+            request_id: 'r6',
+            outcome: { status: 'failed', error: { message: 'x', category: 'user' } },
+            checkpoint: { action: 'release', pk: 'ckpt#c' },
+          },
+        ],
+      },
+      tables,
+    );
     expect(items[2]?.Update).toMatchObject({
       TableName: 'p-registry',
       Key: { pk: 'ckpt#a' },
@@ -139,7 +135,7 @@ describe('the model commit transaction (E4)', () => {
 
   it("never adds more actions per step than the planner's commitActionsOf budgets", () => {
     for (const type of TRAINING_REQUEST_TYPES) {
-      const { items } = modelCommitTransaction({ ...base, steps: [fullestStep(type, 1)] });
+      const { items } = modelCommitTransaction({ ...base, steps: [fullestStep(type, 1)] }, tables);
       expect(items.length - 1, type).toBeLessThanOrEqual(commitActionsOf(type));
     }
     // A run the planner may dispatch (90 steps, budgeted to 100 actions) fits one transaction.
@@ -151,7 +147,7 @@ describe('the model commit transaction (E4)', () => {
       budget -= commitActionsOf(type);
       steps.push(fullestStep(type, i));
     }
-    expect(modelCommitTransaction({ ...base, steps }).items.length).toBeLessThanOrEqual(
+    expect(modelCommitTransaction({ ...base, steps }, tables).items.length).toBeLessThanOrEqual(
       TRANSACT_WRITE_MAX_ACTIONS,
     );
   });
@@ -164,6 +160,7 @@ describe('the sample commit transaction (R4)', () => {
       'wi-9',
       { status: 'completed', result_key: 'results/s1.json' },
       5,
+      tables,
     );
     expect(items[0]?.Update?.ConditionExpression).toBe('#status = :pending');
     expect(items[0]?.Update?.ExpressionAttributeNames?.['#field']).toBe('result_key');
