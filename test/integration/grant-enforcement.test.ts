@@ -14,10 +14,13 @@ import { config } from '../../shared/config.js';
 import { registryKey } from '../../shared/domain/records.js';
 import { mintRequestId } from '../../shared/ids.js';
 import { createApiKey, createOperatorKey, revokeApiKey } from '../../shared/repositories/api-keys.js';
+import {
+  claimSample,
+  releaseSampleClaim,
+  renewSampleClaim,
+} from '../../shared/repositories/sample-claims.js';
 import { type PayloadReads, readPayloads } from '../../shared/scheduler/payloads.js';
-import { claimSample, releaseSample } from '../../shared/scheduler/samples.js';
 import { type FunctionId, LIVE_INDEX } from '../../shared/topology.js';
-import { renewSampleClaim } from '../../shared/worker/lease.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { type ProbeRuntime, startProbeRuntime } from '../support/probe-runtime.js';
 
@@ -199,7 +202,13 @@ describe('local runtime: grant enforcement', () => {
     expect(await runAs('scheduler', claimed)).toBe('allowed');
     let renewed: boolean | undefined;
     const renew = async () => {
-      renewed = await renewSampleClaim(awsClients().doc, requestId, 'tok', now + 120_000);
+      renewed = await renewSampleClaim(
+        awsClients().doc,
+        config().table('registry'),
+        requestId,
+        'tok',
+        now + 120_000,
+      );
     };
     expect(await runAs('worker', renew)).toBe('allowed');
     expect(renewed).toBe(true);
@@ -207,10 +216,7 @@ describe('local runtime: grant enforcement', () => {
     expect(claim).toMatchObject({ lease_until: now + 120_000 });
     let released: boolean | undefined;
     const release = async () => {
-      released = await releaseSample(awsClients().doc, config().table('registry'), {
-        request_id: requestId,
-        condition: { claim_token: 'tok' },
-      });
+      released = await releaseSampleClaim(awsClients().doc, config().table('registry'), requestId, 'tok');
     };
     expect(await probes.runAsProcess('worker', release)).toHaveProperty('value');
     expect(released).toBe(true);
