@@ -1,9 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import type { BackendState } from '../../shared/backend/backend.js';
-import { passInputFromJson } from '../../shared/backend/pass-input.js';
 import { BLOB_SAMPLER_WEIGHTS, encodeBlob } from '../../shared/backend/reference/codec.js';
 import { DIM } from '../../shared/backend/reference/model.js';
-import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { asReferenceState, type ReferenceState } from '../../shared/backend/reference/state.js';
 import {
   ADAPTER_CONFIG_FILE,
@@ -17,36 +14,14 @@ import {
 } from '../../shared/checkpoints/archive.js';
 import { InfrastructureError } from '../../shared/errors.js';
 import { readSafetensors, readTar } from '../support/checkpoint-readers.js';
+import { referenceBackend, trainedReferenceModel } from '../support/reference-checkpoint.js';
 import { seededRandom } from '../support/seeded-random.js';
 
-const backend = new ReferenceBackend();
+const backend = referenceBackend;
 const BASE = 'Qwen/Qwen3-4B';
 const CREATED_AT_MS = Date.parse('2026-03-04T05:06:07.890Z');
 
-/** A model trained a few Adam steps, so B is non-zero and the optimizer moments exist. */
-async function trainedModel(rank: number): Promise<BackendState> {
-  const tokens = [...new TextEncoder().encode('the quick brown fox')];
-  const input = passInputFromJson(
-    {
-      loss_fn: 'cross_entropy',
-      data: [
-        {
-          model_input: { chunks: [{ type: 'encoded_text', tokens: tokens.slice(0, -1) }] },
-          loss_fn_inputs: {
-            target_tokens: { data: tokens.slice(1), dtype: 'int64', shape: [tokens.length - 1] },
-          },
-        },
-      ],
-    },
-    'input',
-  );
-  let state = await backend.createModel({ base_model: BASE, lora_config: { rank, seed: 5 } });
-  for (let step = 0; step < 3; step++) {
-    state = (await backend.forwardBackward(state, input)).state;
-    state = (await backend.optimStep(state, { learning_rate: 0.05 })).state;
-  }
-  return state;
-}
+const trainedModel = (rank: number) => trainedReferenceModel(rank, { baseModel: BASE });
 
 /** The reference model's adapted hidden state h + (h A) B, from the state's own layout. */
 function referenceAdapted(state: ReferenceState, h: Float64Array): Float64Array {
