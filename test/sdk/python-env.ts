@@ -19,7 +19,8 @@ export const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
 /**
  * What the SDK imports (its pyproject minus pyqwest, which the server turns off, and transformers,
  * which only get_tokenizer needs) and their own dependencies, at versions the local index serves, so
- * every machine resolves the same environment.
+ * every machine resolves the same environment; `safetensors` (no dependencies of its own) reads the
+ * checkpoint archive's adapter as numpy arrays, beside the SDK's numpy.
  * `forward_backward_custom` needs torch: it has its own pin list below (TORCH_PINS).
  */
 const PINS = [
@@ -44,6 +45,7 @@ const PINS = [
   'pydantic_core==2.46.5',
   'pygments==2.21.0',
   'rich==15.0.0',
+  'safetensors==0.8.0',
   'sniffio==1.3.1',
   'typing_extensions==4.16.0',
   'typing_inspection==0.4.4',

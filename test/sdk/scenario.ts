@@ -70,6 +70,8 @@ export interface ScenarioOptions {
   readonly timeoutMs?: number;
   /** Puts torch on the script's path (after the SDK's pins, which win where both have a package). */
   readonly torch?: boolean;
+  /** More environment for the script (files a test file prepared for it). */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 /** Runs one scenario script under one SDK version as the `owner` tenant (`other`'s key beside it). */
@@ -96,6 +98,7 @@ export function runScenario(
       TINKER_OTHER_API_KEY: tier.apiKeys.other,
       // Why torch could not be installed, for a scenario that needs it to say so when it skips.
       SDK_TORCH_MISSING: tier.torchMissing ?? '',
+      ...options.env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
     timeout: timeoutMs,

@@ -10,7 +10,8 @@ import { describe, expect, it } from 'vitest';
  * - 0-2 the base: errors, logging, ids and key shapes, then the topology (which names registry keys
  *   in its stream filters), then config read from it;
  * - 3-4 the floor (`aws/`: clients and generic AWS helpers) beside the pure layers (`domain/`
- *   records and paths, `backend/`, then `scheduling/` policy and `wire/` codecs on top of them);
+ *   records and paths, `backend/`, then `scheduling/` policy, `wire/` codecs and the `checkpoints/`
+ *   archive on top of them);
  * - 5-7 adapters of stored things: S3 payloads and the prefix store, then one repository per
  *   record, then `ops/` (controls, metrics and the status read, built on repositories);
  * - 8-10 the services: scheduler, worker and the status page, then the sweeper (whose round runs the
@@ -33,6 +34,7 @@ const RANKS: Readonly<Record<string, number>> = {
   backend: 3,
   scheduling: 4,
   wire: 4,
+  checkpoints: 4,
   'payload-store.ts': 5,
   prefix: 5,
   repositories: 6,
@@ -48,7 +50,7 @@ const RANKS: Readonly<Record<string, number>> = {
 /** The floor imports, of the rest of `shared/`, only these (and itself). */
 const FLOOR_MAY_IMPORT = new Set(['aws', 'errors.ts', 'config.ts', 'logger.ts']);
 /** Pure layers: no AWS SDK and no adapter, so they are tested without a cloud. */
-const PURE = new Set(['domain', 'scheduling', 'backend', 'wire']);
+const PURE = new Set(['domain', 'scheduling', 'backend', 'wire', 'checkpoints']);
 /** Folders above `shared/` that nothing in it may import. */
 const OUTSIDE = ['functions', 'local', 'bench', 'test', 'cdk'];
 
