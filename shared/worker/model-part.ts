@@ -65,7 +65,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
       unloaded: false,
       saved: new Map(),
     };
-    const env = { backend, passes: ctx.passes, clients, model, now: ctx.now };
+    const env = { backend, passes: ctx.passes, clients, tables: ctx.tables, model, now: ctx.now };
     const executions: StepExecution[] = [];
     for (const step of model.steps) {
       stopIfAborted(ctx.signal, lease);

@@ -42,7 +42,15 @@ function samplingContext(
       ...(options.cut === undefined ? {} : { signal: options.cut }),
       ...(options.cutWhen === undefined ? {} : { when: options.cutWhen }),
       ...(pollMs > 0
-        ? { poll: { pool: item.pool, everyMs: pollMs, startedAt: now(), doc: clients.doc } }
+        ? {
+            poll: {
+              pool: item.pool,
+              everyMs: pollMs,
+              startedAt: now(),
+              doc: clients.doc,
+              registryTable: tables.registry,
+            },
+          }
         : {}),
     },
     (rows) =>
