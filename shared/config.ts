@@ -248,16 +248,15 @@ export function setConfigScope(scope: (() => Env | undefined) | undefined): void
  * invocation, work item or command) and passes them down (`repositories/tables.ts`): the api
  * (`api/deps.ts`, built in `handleApiRequest`), the scheduler (`scheduler/settings.ts`), the
  * sweeper, the worker's runtime (`worker/runtime.ts`), the CLI (`bin/cli.ts`) and `npm start`'s
- * status page. Repositories, `ops/` and `payload-store.ts` take them as parameters. The global
- * seams that remain, and why:
+ * status page. Repositories, `ops/`, `payload-store.ts` and `worker/blobs.ts` take them as
+ * parameters. The global seams that remain, and why:
  * - `config()` itself: the one place settings are read, cached per container (locally per function
  *   scope), so an edge pays one object read;
  * - `awsClients()` (aws/clients.ts): SDK clients are expensive to build and hold connection pools,
  *   so one set per container is the point; edges call it (and `schedulerAdapters` defaults to it),
  *   tests pass their own;
- * - the worker's bucket (`worker/blobs.ts` reads `config().bucket` per object) and the prefix
- *   store's defaults (`prefix/table.ts`): passing them would thread one more name through every
- *   worker module for the same cached read;
+ * - the prefix store's defaults (`prefix/table.ts`): its table and client, read once when the store
+ *   is built (by the worker's runtime, per work item), which is already the edge;
  * - settings read where they are used: the pool and shard count of a new future's `live` key
  *   (`repositories/futures.ts`), the metrics switch (`ops/metrics.ts`, `api/quotas.ts`), get_info's
  *   tokenizer id (`api/info.ts`).

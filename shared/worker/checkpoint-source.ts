@@ -18,9 +18,13 @@ import type { WorkerClients } from './types.js';
 export async function loadCheckpointBytes(
   ref: CheckpointRefPayload & { readonly content_id: string },
   savedHere: ReadonlyMap<string, Uint8Array>,
-  clients: WorkerClients,
-  tables: Tables<'futures' | 'registry'>,
+  store: {
+    readonly clients: WorkerClients;
+    readonly tables: Tables<'futures' | 'registry'>;
+    readonly bucket: string;
+  },
 ): Promise<Uint8Array> {
+  const { clients, tables, bucket } = store;
   const own = savedHere.get(ref.content_id);
   if (own !== undefined) return own;
   const record: CheckpointNameRecord | undefined = await readCheckpointName(
@@ -36,6 +40,7 @@ export async function loadCheckpointBytes(
   if (record.status === 'committed') {
     return getBytes(
       clients.s3,
+      bucket,
       record.blob_key ?? storageKeys.checkpoint(record.model_id, record.content_id),
     );
   }

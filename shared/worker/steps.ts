@@ -43,6 +43,7 @@ export interface StepEnv {
   readonly passes: PassBatcher;
   readonly clients: WorkerClients;
   readonly tables: Tables<'futures' | 'registry'>;
+  readonly bucket: string;
   readonly model: WorkItemModel;
   readonly now: () => number;
 }
@@ -177,7 +178,7 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
     case 'load_weights': {
       const payload = parseStepPayload('load_weights', step.request_id, step.payload);
       const saved = new Map([...part.saved].map(([id, blob]) => [id, blob.bytes]));
-      const bytes = await loadCheckpointBytes(payload.checkpoint, saved, env.clients, env.tables);
+      const bytes = await loadCheckpointBytes(payload.checkpoint, saved, env);
       part.state = await backend.importWeights(requireState(part, modelId), bytes, {
         optimizer: payload.optimizer,
       });

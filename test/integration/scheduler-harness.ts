@@ -207,7 +207,7 @@ export async function submitSampleRequest(
 }
 
 export async function readWorkItem(clients: AwsClients, workItemId: string): Promise<WorkItem> {
-  return loadWorkItem(manifestFor(workItemId), clients.s3);
+  return loadWorkItem(manifestFor(workItemId), clients.s3, config().bucket);
 }
 
 /** Every manifest waiting in the work queue (received and deleted). */
