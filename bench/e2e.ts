@@ -107,7 +107,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
   process.once('SIGTERM', onSignal);
   try {
     const { clients, resources } = stack;
-    const apiKey = await createApiKey('bench', clients);
+    const apiKey = await createApiKey(clients.doc, resources.tables.registry, 'bench');
     const client = new TinkerClient({ baseUrl: stack.apiUrl, apiKey });
     const { session_id } = await client.createSession({ tags: ['bench'] });
     let modelSeq = 0;

@@ -132,7 +132,7 @@ async function call(path: string, body: unknown, apiKey: string): Promise<Record
 /** The baseline: same auth, validation and counter read; the payload goes inline into the row. */
 async function inlineSubmit(body: string, apiKey: string): Promise<void> {
   const { doc } = awsClients();
-  const tenant = await tenantForApiKey(apiKey, doc);
+  const tenant = await tenantForApiKey(doc, config().table('registry'), apiKey);
   if (tenant === undefined) throw new Error('bad key');
   const request = parseRequest(forwardBackwardRequest, JSON.parse(body));
   const tokens = checkForwardInput(
@@ -140,7 +140,7 @@ async function inlineSubmit(body: string, apiKey: string): Promise<void> {
     'forward_backward_input',
     config().tunables,
   );
-  const counter = await requireSeqCounter(request.model_id, tenant, doc);
+  const counter = await requireSeqCounter(doc, config().table('registry'), request.model_id, tenant);
   const payload = canonicalJson(request);
   const digest = sha256Hex(payload);
   const requestId = mintRequestId();
@@ -182,7 +182,7 @@ async function inlineSubmit(body: string, apiKey: string): Promise<void> {
           },
         },
       },
-      putOnce(idem),
+      putOnce(config().table('registry'), idem),
     ],
     `${requestId}.0`,
     doc,
@@ -219,7 +219,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     const s3Meter = createMeter();
     attachMeter(awsClients().dynamo, dynamoMeter, { dynamo: true });
     attachMeter(awsClients().s3, s3Meter);
-    const apiKey = await createApiKey('bench');
+    const apiKey = await createApiKey(awsClients().doc, config().table('registry'), 'bench');
     const { session_id: sessionId } = await call('/api/v1/create_session', { tags: ['bench'] }, apiKey);
     let modelSeqId = 0;
     const newModel = async () =>

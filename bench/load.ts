@@ -70,6 +70,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       apiUrl: stack.apiUrl,
       clients: stack.clients,
       futuresTable: stack.resources.tables.futures,
+      registryTable: stack.resources.tables.registry,
       jvmPid: stack.cloud.dynamodbPid,
     });
     const details: Record<string, LoadReport> = {};

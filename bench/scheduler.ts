@@ -244,7 +244,7 @@ async function putSdkPayloads(
     input: request.forward_backward_input,
   } satisfies PassPayload);
   await Promise.all([
-    putPayload(requestId, zstd, s3),
+    putPayload(s3, bucket, requestId, zstd),
     putAt(s3, bucket, altKey(CANONICAL_PREFIX, requestId), binary),
     putAt(s3, bucket, altKey(JSON_PREFIX, requestId), json),
   ]);
@@ -331,7 +331,7 @@ async function buildScene(
           const { payload, tokens } = passPayload(seq - 1, index, DATUMS);
           const stored = serialized(payload);
           payloadBytes = stored.bytes;
-          await putPayload(requestId, stored, seeding.s3);
+          await putPayload(seeding.s3, settings.bucket, requestId, stored);
           const row = pendingFutureRow({
             requestId,
             tenant: model.tenant,

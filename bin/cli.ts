@@ -4,8 +4,8 @@ import { hostname, userInfo } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { LOCAL_ENV_FILE, type ResolvedEnvironment, resolveEnvironment } from '../local/env-file.js';
-import { resetAwsClients } from '../shared/aws/clients.js';
-import { config, resetConfig } from '../shared/config.js';
+import { awsClients, resetAwsClients } from '../shared/aws/clients.js';
+import { type Config, config, resetConfig } from '../shared/config.js';
 import { ValidationError } from '../shared/errors.js';
 import { requestCut, startDrain, stopDrain } from '../shared/ops/control-store.js';
 import { renderStatusText } from '../shared/ops/format.js';
@@ -99,22 +99,25 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     Object.assign(process.env, variables);
     resetConfig();
     resetAwsClients();
-    const pool = values.pool ?? config().pool;
+    // The CLI's edge: one command per process, so its configuration and clients are read once here.
+    const settings = config();
+    const { doc } = awsClients();
+    const pool = values.pool ?? settings.pool;
     const print = (human: string, machine: unknown) =>
       io.stdout(values.json === true ? `${JSON.stringify(machine, null, 2)}\n` : human);
 
     switch (command) {
       case 'status': {
         expectNoArguments(rest);
-        const status = await readPoolStatus({ pool });
+        const status = await readPoolStatus({ pool, clients: awsClients(), config: settings });
         print(renderStatusText(status), status);
         return 0;
       }
       case 'keys':
-        return await keys(rest, values, print);
+        return await keys(rest, values, print, settings);
       case 'cut': {
         expectNoArguments(rest);
-        const record = await requestCut(pool, operator());
+        const record = await requestCut(doc, settings.table('registry'), pool, operator());
         print(
           `cut requested for pool ${pool} at ${new Date(record.requested_at).toISOString()}; running workers cut at their next poll\n`,
           record,
@@ -124,7 +127,7 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
       case 'drain': {
         expectNoArguments(rest);
         if (values.off === true) {
-          const wasDraining = await stopDrain(pool);
+          const wasDraining = await stopDrain(doc, settings.table('registry'), pool);
           print(wasDraining ? `pool ${pool} dispatches again\n` : `pool ${pool} was not draining\n`, {
             pool,
             draining: false,
@@ -132,7 +135,9 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
           });
           return 0;
         }
-        const record = await startDrain(pool, operator(), { reason: values.reason });
+        const record = await startDrain(doc, settings.table('registry'), pool, operator(), {
+          reason: values.reason,
+        });
         print(
           `pool ${pool} is draining since ${new Date(record.since).toISOString()}: nothing new is dispatched; 'drain --off' resumes\n`,
           { ...record, draining: true },
@@ -178,21 +183,23 @@ async function keys(
   rest: readonly string[],
   owner: { readonly tenant?: string | undefined; readonly operator?: string | undefined },
   print: (human: string, machine: unknown) => void,
+  settings: Config,
 ): Promise<number> {
   const [action, key, ...extra] = rest;
   const { tenant, operator } = owner;
+  const registry = () => settings.table('registry');
   if (action === 'create' && key === undefined && (tenant === undefined) !== (operator === undefined)) {
     if (tenant !== undefined) {
-      const created = await createApiKey(tenant);
+      const created = await createApiKey(awsClients().doc, registry(), tenant);
       print(`${created}\n`, { tenant, key: created });
     } else if (operator !== undefined) {
-      const created = await createOperatorKey(operator);
+      const created = await createOperatorKey(awsClients().doc, registry(), operator);
       print(`${created}\n`, { operator, key: created });
     }
     return 0;
   }
   if (action === 'revoke' && key !== undefined && extra.length === 0) {
-    const found = await revokeApiKey(key);
+    const found = await revokeApiKey(awsClients().doc, registry(), key);
     print(found ? 'revoked\n' : 'no such key\n', { revoked: found });
     return found ? 0 : 1;
   }

@@ -95,7 +95,10 @@ async function main(keep: (stack: LocalStack) => LocalStack): Promise<void> {
   const pool = stack.env.POOL as string;
   say(`[1/5] Local stack up in ${seconds(started)}: DynamoDB Local + fauxqs + api/scheduler/worker/sweeper`);
 
-  const client = new TinkerClient({ baseUrl: apiUrl, apiKey: await createApiKey(TENANT, clients) });
+  const client = new TinkerClient({
+    baseUrl: apiUrl,
+    apiKey: await createApiKey(clients.doc, resources.tables.registry, TENANT),
+  });
   const { session_id } = await client.createSession({ tags: ['demo-rl'] });
   const created = await client.createModel({
     session_id,
@@ -139,7 +142,9 @@ async function main(keep: (stack: LocalStack) => LocalStack): Promise<void> {
     // Until a cut has landed, from CUT_ROUND on: the operator's cut while this round's rollouts generate.
     const cutting =
       round >= CUT_ROUND && cuts.cutRequests.length === 0
-        ? cuts.cutAtNextSlice(() => requestCut(pool, 'npm run demo:rl', Date.now(), clients.doc))
+        ? cuts.cutAtNextSlice(() =>
+            requestCut(clients.doc, resources.tables.registry, pool, 'npm run demo:rl'),
+          )
         : undefined;
     const groups = await sampleGroups(client, session.sampling_session_id, round);
     cuts.cancel();

@@ -52,7 +52,7 @@ async function main(keep: (stack: LocalStack) => LocalStack): Promise<void> {
   say(`[1/6] Local stack up in ${seconds(started)}: DynamoDB Local + fauxqs + api/scheduler/worker/sweeper`);
   say(`      API base URL ${apiUrl}`);
 
-  const apiKey = await createApiKey(TENANT, clients);
+  const apiKey = await createApiKey(clients.doc, resources.tables.registry, TENANT);
   const client = new TinkerClient({ baseUrl: apiUrl, apiKey });
   say(
     `[2/6] API key created for tenant "${TENANT}" (only its hash is stored, in ${resources.tables.registry})`,

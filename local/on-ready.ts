@@ -58,8 +58,8 @@ export const printDevelopmentApiKey: ReadyHook = async (context) => {
   const key = await developmentKey(
     context,
     'tenant',
-    (candidate) => tenantForApiKey(candidate, context.clients.doc),
-    () => createApiKey(DEV_TENANT, context.clients),
+    (candidate) => tenantForApiKey(context.clients.doc, context.resources.tables.registry, candidate),
+    () => createApiKey(context.clients.doc, context.resources.tables.registry, DEV_TENANT),
   );
   return [`Development API key (tenant "${DEV_TENANT}"; export TINKER_API_KEY=...):`, key];
 };
@@ -74,8 +74,8 @@ export const printOperatorKey: ReadyHook = async (context) => {
   const key = await developmentKey(
     context,
     'operator',
-    (candidate) => operatorForKey(candidate, context.clients.doc),
-    () => createOperatorKey(DEV_OPERATOR, context.clients),
+    (candidate) => operatorForKey(context.clients.doc, context.resources.tables.registry, candidate),
+    () => createOperatorKey(context.clients.doc, context.resources.tables.registry, DEV_OPERATOR),
   );
   const { apiUrl } = context;
   return [

@@ -244,18 +244,23 @@ export function setConfigScope(scope: (() => Env | undefined) | undefined): void
 /**
  * The configuration, read once per container (locally: once per function scope's environment).
  *
- * Who may call it. The scheduler (`scheduler/settings.ts`), the sweeper and the worker's runtime
- * (`worker/runtime.ts`) call it once per invocation and pass table names and clients down
- * (`repositories/tables.ts`); the model-row, sample-claim and commit writes below them take both as
+ * Who may call it: the edges only. Each resolves its table names, bucket and clients once (per
+ * invocation, work item or command) and passes them down (`repositories/tables.ts`): the api
+ * (`api/deps.ts`, built in `handleApiRequest`), the scheduler (`scheduler/settings.ts`), the
+ * sweeper, the worker's runtime (`worker/runtime.ts`), the CLI (`bin/cli.ts`) and `npm start`'s
+ * status page. Repositories, `ops/`, `payload-store.ts` and `worker/blobs.ts` take them as
  * parameters. The global seams that remain, and why:
- * - the API's repositories (intake, futures, sessions, API keys, registry reads) default their
- *   table to `config().table(...)` and their client to `awsClients()`: every API operation is one
- *   short call made from the handler, and their callers in `api/` change in parallel work;
- * - `ops/` (controls, metrics, the status read) runs from the CLI and the status page, one call at
- *   a time;
- * - the bucket (`payload-store.ts`, `worker/blobs.ts`) and the tunables the worker and the prefix
- *   store read at start.
- * Each is one read of a cached object; moving them to parameters changes no behaviour.
+ * - `config()` itself: the one place settings are read, cached per container (locally per function
+ *   scope), so an edge pays one object read;
+ * - `awsClients()` (aws/clients.ts): SDK clients are expensive to build and hold connection pools,
+ *   so one set per container is the point; edges call it (and `schedulerAdapters` defaults to it),
+ *   tests pass their own;
+ * - the prefix store's defaults (`prefix/table.ts`): its table and client, read once when the store
+ *   is built (by the worker's runtime, per work item), which is already the edge;
+ * - settings read where they are used: the pool and shard count of a new future's `live` key
+ *   (`repositories/futures.ts`), the metrics switch (`ops/metrics.ts`, `api/quotas.ts`), get_info's
+ *   tokenizer id (`api/info.ts`).
+ * Each is a read of a cached object: none changes behaviour between calls.
  */
 export function config(): Config {
   const env = scopedEnv?.();

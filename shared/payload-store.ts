@@ -1,6 +1,4 @@
 import { DeleteObjectCommand, GetObjectCommand, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
-import { awsClients } from './aws/clients.js';
-import { config } from './config.js';
 import { InfrastructureError } from './errors.js';
 import { sha256Hex } from './ids.js';
 import { logger } from './logger.js';
@@ -103,14 +101,15 @@ export function payloadFromObject(
 }
 
 export async function putPayload(
+  s3: S3Client,
+  bucket: string,
   requestId: string,
   serialized: SerializedPayload,
-  s3: S3Client = awsClients().s3,
 ): Promise<string> {
   const key = storageKeys.payload(requestId);
   await s3.send(
     new PutObjectCommand({
-      Bucket: config().bucket,
+      Bucket: bucket,
       Key: key,
       Body: serialized.body,
       ContentType: PAYLOAD_CONTENT_TYPES[serialized.format],
@@ -121,8 +120,8 @@ export async function putPayload(
 }
 
 /** Reads a payload and checks it against its stored digest; a mismatch or a missing object is an infrastructure error. */
-export async function readStoredPayload(key: string, s3: S3Client = awsClients().s3): Promise<PayloadBytes> {
-  const answer = await s3.send(new GetObjectCommand({ Bucket: config().bucket, Key: key }));
+export async function readStoredPayload(s3: S3Client, bucket: string, key: string): Promise<PayloadBytes> {
+  const answer = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
   const bytes = await answer.Body?.transformToByteArray();
   if (bytes === undefined) throw new InfrastructureError(`payload ${key} has no body`, { context: { key } });
   const expected = answer.Metadata?.sha256;
@@ -133,9 +132,9 @@ export async function readStoredPayload(key: string, s3: S3Client = awsClients()
 }
 
 /** Best-effort delete of a payload no row will ever reference (the sweeper collects what this misses). */
-export async function deletePayloadQuietly(key: string, s3: S3Client = awsClients().s3): Promise<void> {
+export async function deletePayloadQuietly(s3: S3Client, bucket: string, key: string): Promise<void> {
   try {
-    await s3.send(new DeleteObjectCommand({ Bucket: config().bucket, Key: key }));
+    await s3.send(new DeleteObjectCommand({ Bucket: bucket, Key: key }));
   } catch (error) {
     logger.warn('orphan payload not deleted; the sweeper will collect it', {
       key,

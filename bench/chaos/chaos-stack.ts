@@ -194,7 +194,7 @@ export class ChaosStack {
       // From outside any worker (the operator's CLI writes the same record); a held slice that was
       // its sample's last cuts nothing, so it is tried again until enough requests were cut.
       const pool = this.target.env.POOL ?? 'default';
-      const cut = () => requestCut(pool, 'chaos', Date.now(), admin.doc);
+      const cut = () => requestCut(admin.doc, this.target.names.tables.registry, pool, 'chaos');
       while (this.#cutsOn && this.cuts.cutRequests.length < this.settings.operatorCuts) {
         await this.cuts.cutAtNextSlice(cut).catch(() => undefined);
       }

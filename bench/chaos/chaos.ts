@@ -122,6 +122,7 @@ export async function runChaos(target: ChaosTarget, options: ChaosOptions): Prom
         scripts: workload.scripts,
         apiUrl,
         admin,
+        registryTable: names.tables.registry,
         record,
         gate: backpressure.gate,
         onError: (line) => progress(`client error: ${line}`),

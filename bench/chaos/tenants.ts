@@ -28,6 +28,7 @@ export async function runTenants(input: {
   readonly scripts: readonly TenantScript[];
   readonly apiUrl: string;
   readonly admin: AwsClients;
+  readonly registryTable: string;
   readonly record: OracleRecord;
   readonly gate?: SubmitGate;
   readonly onError?: (line: string) => void;
@@ -37,7 +38,7 @@ export async function runTenants(input: {
     input.scripts.map(async (script) => {
       const client = chaosClient(
         input.apiUrl,
-        await createApiKey(script.tenant, input.admin),
+        await createApiKey(input.admin.doc, input.registryTable, script.tenant),
         retries,
         input.gate,
       );

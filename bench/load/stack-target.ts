@@ -8,11 +8,12 @@ export function stackTarget(stack: {
   readonly apiUrl: string;
   readonly clients: AwsClients;
   readonly futuresTable: string;
+  readonly registryTable: string;
   readonly jvmPid?: number;
 }): LoadTarget {
   return {
     apiUrl: stack.apiUrl,
-    newApiKey: (tenant) => createApiKey(tenant, stack.clients),
+    newApiKey: (tenant) => createApiKey(stack.clients.doc, stack.registryTable, tenant),
     pendingFutures: () => pendingFutureCount(stack.clients, stack.futuresTable),
     jvmPid: stack.jvmPid,
   };

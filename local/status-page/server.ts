@@ -1,5 +1,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { awsClients } from '../../shared/aws/clients.js';
+import { config } from '../../shared/config.js';
 import type { PoolQueueStatus } from '../../shared/ops/queue-status.js';
 import { readPoolStatus } from '../../shared/ops/status-reader.js';
 import {
@@ -22,7 +24,7 @@ export interface StatusPageOptions {
   readonly port?: number;
   /** Loopback by default: served this way the page asks for no key (the API's route does). */
   readonly host?: string;
-  /** Default: `readPoolStatus()` against whatever process.env points at. */
+  /** Default: `readPoolStatus` with the configuration and clients process.env points at. */
   readonly readStatus?: () => Promise<PoolQueueStatus>;
 }
 
@@ -54,7 +56,8 @@ const NOT_FOUND: StatusPageResponse = {
  */
 export async function startStatusPage(options: StatusPageOptions = {}): Promise<StatusPageServer> {
   const assets = loadStatusPageAssets();
-  const readStatus = options.readStatus ?? (() => readPoolStatus());
+  const readStatus =
+    options.readStatus ?? (() => readPoolStatus({ clients: awsClients(), config: config() }));
   const host = options.host ?? '127.0.0.1';
   const route = async (method: string, path: string): Promise<StatusPageResponse> => {
     if (path === '/favicon.ico') return NO_FAVICON;

@@ -42,7 +42,7 @@ export interface GetSamplerAnswer {
 
 export async function getInfo(ctx: OperationContext, body: unknown): Promise<GetInfoAnswer> {
   const request = parseRequest(schemas.getInfoRequest, body);
-  const model = await requireModel(request.model_id, ctx.tenant, ctx.clients.doc);
+  const model = await requireModel(ctx.clients.doc, ctx.tables.models, request.model_id, ctx.tenant);
   const { tokenizerId } = config();
   return {
     type: 'get_info',
@@ -66,17 +66,27 @@ export async function getInfo(ctx: OperationContext, body: unknown): Promise<Get
 export async function weightsInfo(ctx: OperationContext, body: unknown): Promise<WeightsInfoAnswer> {
   const { tinker_path: path } = parseRequest(schemas.weightsInfoRequest, body);
   const field = 'tinker_path';
-  const checkpoint = await resolveCheckpoint(path, 'any', ctx.tenant, field, ctx.clients.doc);
+  const checkpoint = await resolveCheckpoint(
+    ctx.clients.doc,
+    ctx.tables.registry,
+    path,
+    'any',
+    ctx.tenant,
+    field,
+  );
   if (checkpoint.status !== 'committed') {
-    if (await staleReservation(checkpoint, ctx.clients.doc)) throw checkpointNotFound(path, field);
+    if (await staleReservation(ctx.clients.doc, ctx.tables.futures, checkpoint))
+      throw checkpointNotFound(path, field);
     throw new RetryLaterError(`${field}: checkpoint ${path} is not saved yet; retry shortly`, {
       context: { field },
     });
   }
-  const model = await requireModel(checkpoint.model_id, ctx.tenant, ctx.clients.doc).catch((error) => {
-    // The checkpoint's model is the tenant's by construction; a missing row still reads as "not found".
-    throw error instanceof NotFoundError ? checkpointNotFound(path, field) : error;
-  });
+  const model = await requireModel(ctx.clients.doc, ctx.tables.models, checkpoint.model_id, ctx.tenant).catch(
+    (error) => {
+      // The checkpoint's model is the tenant's by construction; a missing row still reads as "not found".
+      throw error instanceof NotFoundError ? checkpointNotFound(path, field) : error;
+    },
+  );
   const lora = model.lora_config;
   return {
     base_model: model.base_model,
@@ -94,7 +104,13 @@ export async function getSampler(
   params: Readonly<Record<string, string>>,
 ): Promise<GetSamplerAnswer> {
   const { sampler_id: samplerId } = parseRequest(schemas.getSamplerParams, params);
-  const session = await requireSamplingSession(samplerId, ctx.tenant, ctx.clients.doc, 'sampler_id');
+  const session = await requireSamplingSession(
+    ctx.clients.doc,
+    ctx.tables.registry,
+    samplerId,
+    ctx.tenant,
+    'sampler_id',
+  );
   return {
     sampler_id: session.sampling_session_id,
     base_model: session.base_model,

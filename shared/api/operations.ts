@@ -13,7 +13,7 @@ import { RetryLaterError, ValidationError } from '../errors.js';
 import { deriveId, deriveSeed, mintId, mintRequestId, sha256Hex } from '../ids.js';
 import { canonicalJson, serializeBinaryPayload, serializePayload } from '../payload-store.js';
 import { issuedPath, resolveCheckpoint } from '../repositories/checkpoints.js';
-import type { IntakeClients } from '../repositories/intake.js';
+import type { IntakeStore } from '../repositories/intake.js';
 import {
   createSamplingSession as storeSamplingSession,
   submitSample,
@@ -53,10 +53,9 @@ import * as schemas from './schemas.js';
  * rules), then read what the request names (404s), and only then write. Each takes the caller's
  * tenant, never trusting ids in the body to carry it.
  */
-export interface OperationContext {
+export interface OperationContext extends IntakeStore {
   readonly tenant: string;
   readonly now: number;
-  readonly clients: IntakeClients;
   readonly tunables: Tunables;
 }
 
@@ -96,31 +95,28 @@ export async function createSession(ctx: OperationContext, body: unknown) {
     );
   }
   const sessionId = mintId('session', ctx.now);
-  await putSession(
-    {
-      pk: registryKey.session(sessionId),
-      session_id: sessionId,
-      tenant: ctx.tenant,
-      tags: request.tags,
-      ...(request.sdk_version === undefined ? {} : { sdk_version: request.sdk_version }),
-      ...(request.user_metadata ? { user_metadata: request.user_metadata } : {}),
-      created_at: ctx.now,
-      last_seen: ctx.now,
-    },
-    ctx.clients.doc,
-  );
+  await putSession(ctx.clients.doc, ctx.tables.registry, {
+    pk: registryKey.session(sessionId),
+    session_id: sessionId,
+    tenant: ctx.tenant,
+    tags: request.tags,
+    ...(request.sdk_version === undefined ? {} : { sdk_version: request.sdk_version }),
+    ...(request.user_metadata ? { user_metadata: request.user_metadata } : {}),
+    created_at: ctx.now,
+    last_seen: ctx.now,
+  });
   return { type: 'create_session' as const, session_id: sessionId };
 }
 
 export async function sessionHeartbeat(ctx: OperationContext, body: unknown) {
   const request = parseRequest(schemas.sessionHeartbeatRequest, body);
-  await touchSession(request.session_id, ctx.tenant, ctx.now, ctx.clients.doc);
+  await touchSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant, ctx.now);
   return { type: 'session_heartbeat' as const };
 }
 
 export async function createModel(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.createModelRequest, body);
-  await requireSession(request.session_id, ctx.tenant, ctx.clients.doc);
+  await requireSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant);
   const loraConfig = {
     rank: request.lora_config.rank,
     ...(request.lora_config.seed == null ? {} : { seed: request.lora_config.seed }),
@@ -147,7 +143,7 @@ export async function createModel(ctx: OperationContext, body: unknown): Promise
       payload: serializePayload(payload),
       now: ctx.now,
     },
-    ctx.clients,
+    ctx,
   );
 }
 
@@ -173,7 +169,7 @@ function maxCsrDenseValues(tunables: Tunables): number {
 
 async function submitPass(ctx: OperationContext, pass: PassToStore): Promise<FutureAnswer> {
   const tokens = checkForwardInput(pass.input, pass.field, ctx.tunables);
-  const counter = await requireSeqCounter(pass.modelId, ctx.tenant, ctx.clients.doc);
+  const counter = await requireSeqCounter(ctx.clients.doc, ctx.tables.registry, pass.modelId, ctx.tenant);
   // The ids live on the row and in the idempotency key, so the stored form leaves them out: the same
   // step gives the same fingerprint on either wire (and a JSON seq_id above int32 still fits).
   const canonical = encodeStoredPass({
@@ -200,7 +196,7 @@ async function submitPass(ctx: OperationContext, pass: PassToStore): Promise<Fut
       counter,
       now: ctx.now,
     },
-    ctx.clients,
+    ctx,
   );
 }
 
@@ -248,7 +244,7 @@ function submitJsonPass(
 
 export async function optimStep(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.optimStepRequest, body);
-  const counter = await requireSeqCounter(request.model_id, ctx.tenant, ctx.clients.doc);
+  const counter = await requireSeqCounter(ctx.clients.doc, ctx.tables.registry, request.model_id, ctx.tenant);
   const payload: OptimStepPayload = {
     request_type: 'optim_step',
     seq_id: request.seq_id,
@@ -266,7 +262,7 @@ export async function optimStep(ctx: OperationContext, body: unknown): Promise<F
       counter,
       now: ctx.now,
     },
-    ctx.clients,
+    ctx,
   );
 }
 
@@ -296,7 +292,7 @@ function reservation(ref: CheckpointRef, tenant: string, requestId: string): Che
 
 export async function saveWeights(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.saveWeightsRequest, body);
-  const counter = await requireSeqCounter(request.model_id, ctx.tenant, ctx.clients.doc);
+  const counter = await requireSeqCounter(ctx.clients.doc, ctx.tables.registry, request.model_id, ctx.tenant);
   const requestId = mintRequestId(ctx.now);
   const ref = checkpointRef(request.model_id, 'weights', request.path);
   const payload: SaveWeightsPayload = {
@@ -317,7 +313,7 @@ export async function saveWeights(ctx: OperationContext, body: unknown): Promise
       reservation: reservation(ref, ctx.tenant, requestId),
       now: ctx.now,
     },
-    ctx.clients,
+    ctx,
   );
 }
 
@@ -328,7 +324,12 @@ export async function saveWeights(ctx: OperationContext, body: unknown): Promise
  */
 export async function saveWeightsForSampler(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.saveWeightsForSamplerRequest, body);
-  const counter: SeqCounterRecord = await requireSeqCounter(request.model_id, ctx.tenant, ctx.clients.doc);
+  const counter: SeqCounterRecord = await requireSeqCounter(
+    ctx.clients.doc,
+    ctx.tables.registry,
+    request.model_id,
+    ctx.tenant,
+  );
   const requestId = mintRequestId(ctx.now);
   let payload: SaveWeightsForSamplerPayload;
   if (request.path != null) {
@@ -364,15 +365,22 @@ export async function saveWeightsForSampler(ctx: OperationContext, body: unknown
       reservation: reservation(payload.checkpoint, ctx.tenant, requestId),
       now: ctx.now,
     },
-    ctx.clients,
+    ctx,
   );
 }
 
 /** The checkpoint may still be pending: an earlier step of a sequence may be the one saving it. */
 export async function loadWeights(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.loadWeightsRequest, body);
-  const counter = await requireSeqCounter(request.model_id, ctx.tenant, ctx.clients.doc);
-  const checkpoint = await resolveCheckpoint(request.path, 'weights', ctx.tenant, 'path', ctx.clients.doc);
+  const counter = await requireSeqCounter(ctx.clients.doc, ctx.tables.registry, request.model_id, ctx.tenant);
+  const checkpoint = await resolveCheckpoint(
+    ctx.clients.doc,
+    ctx.tables.registry,
+    request.path,
+    'weights',
+    ctx.tenant,
+    'path',
+  );
   const payload: LoadWeightsPayload = {
     request_type: 'load_weights',
     seq_id: request.seq_id,
@@ -394,13 +402,13 @@ export async function loadWeights(ctx: OperationContext, body: unknown): Promise
       counter,
       now: ctx.now,
     },
-    ctx.clients,
+    ctx,
   );
 }
 
 export async function unloadModel(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.unloadModelRequest, body);
-  const counter = await requireSeqCounter(request.model_id, ctx.tenant, ctx.clients.doc);
+  const counter = await requireSeqCounter(ctx.clients.doc, ctx.tables.registry, request.model_id, ctx.tenant);
   const payload: UnloadModelPayload = { request_type: 'unload_model' };
   return submitUnload(
     {
@@ -411,7 +419,7 @@ export async function unloadModel(ctx: OperationContext, body: unknown): Promise
       counter,
       now: ctx.now,
     },
-    ctx.clients,
+    ctx,
   );
 }
 
@@ -421,16 +429,17 @@ export async function unloadModel(ctx: OperationContext, body: unknown): Promise
  */
 export async function createSamplingSession(ctx: OperationContext, body: unknown) {
   const request = parseRequest(schemas.createSamplingSessionRequest, body);
-  await requireSession(request.session_id, ctx.tenant, ctx.clients.doc);
+  await requireSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant);
   const samplingSessionId = mintId('sampling', ctx.now);
   let target: Pick<SamplingSessionRecord, 'model_id' | 'base_model' | 'checkpoint_id' | 'model_path'>;
   if (request.model_path) {
     const checkpoint = await resolveCheckpoint(
+      ctx.clients.doc,
+      ctx.tables.registry,
       request.model_path,
       'sampler',
       ctx.tenant,
       'model_path',
-      ctx.clients.doc,
     );
     if (checkpoint.status !== 'committed') {
       throw new RetryLaterError(
@@ -440,7 +449,12 @@ export async function createSamplingSession(ctx: OperationContext, body: unknown
         },
       );
     }
-    const owner = await requireSeqCounter(checkpoint.model_id, ctx.tenant, ctx.clients.doc);
+    const owner = await requireSeqCounter(
+      ctx.clients.doc,
+      ctx.tables.registry,
+      checkpoint.model_id,
+      ctx.tenant,
+    );
     if (request.base_model && request.base_model !== owner.base_model) {
       throw new ValidationError(
         `base_model: ${request.model_path} was trained from ${owner.base_model}, not ${request.base_model}`,
@@ -472,14 +486,19 @@ export async function createSamplingSession(ctx: OperationContext, body: unknown
       samplingSessionSeqId: request.sampling_session_seq_id,
       digest: sha256Hex(canonicalJson({ model_path: request.model_path, base_model: request.base_model })),
     },
-    ctx.clients,
+    ctx,
   ).then((answer) => ({ type: 'create_sampling_session' as const, ...answer }));
 }
 
 export async function asample(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.sampleRequest, body);
   const tokens = checkSample(request, ctx.tunables);
-  const session = await requireSamplingSession(request.sampling_session_id, ctx.tenant, ctx.clients.doc);
+  const session = await requireSamplingSession(
+    ctx.clients.doc,
+    ctx.tables.registry,
+    request.sampling_session_id,
+    ctx.tenant,
+  );
   const payload: SamplePayload = {
     request_type: 'sample',
     sampling_session_id: session.sampling_session_id,
@@ -513,6 +532,6 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Fut
       payload: serializePayload(payload),
       now: ctx.now,
     },
-    ctx.clients,
+    ctx,
   );
 }

@@ -22,8 +22,9 @@ function refuse(status: 401 | 403, error: string, reason: string, tenant?: strin
 }
 
 export async function checkOperatorKey(
-  apiKey: string | undefined,
   doc: DynamoDBDocumentClient,
+  table: string,
+  apiKey: string | undefined,
 ): Promise<OperatorCheck> {
   if (apiKey === undefined || apiKey === '') {
     return refuse(
@@ -34,13 +35,13 @@ export async function checkOperatorKey(
   }
   switch (keyKind(apiKey)) {
     case 'operator': {
-      const operator = await operatorForKey(apiKey, doc);
+      const operator = await operatorForKey(doc, table, apiKey);
       if (operator === undefined)
         return refuse(401, 'invalid or revoked operator key', 'unknown-operator-key');
       return { ok: true, operator };
     }
     case 'tenant': {
-      const tenant = await tenantForApiKey(apiKey, doc);
+      const tenant = await tenantForApiKey(doc, table, apiKey);
       if (tenant === undefined) {
         return refuse(
           401,

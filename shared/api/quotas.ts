@@ -31,6 +31,7 @@ function refused(metric: OpsMetric, message: string, retryAfterMs: number, subje
 
 async function countOrRefuse(
   doc: DynamoDBDocumentClient,
+  table: string,
   input: { readonly scope: string; readonly subject: string; readonly limit: number; readonly now: number },
   metric: OpsMetric,
   message: string,
@@ -40,7 +41,7 @@ async function countOrRefuse(
   if (fullWindows.isFull(memo, input.now)) {
     refused(metric, message, retryIn(windowAt(input.now).end), input.subject);
   }
-  const count = await countRequest(doc, input);
+  const count = await countRequest(doc, table, input);
   if (count.allowed) return;
   fullWindows.markFull(memo, count.windowEnd, input.now);
   refused(metric, message, retryIn(count.windowEnd), input.subject);
@@ -48,6 +49,7 @@ async function countOrRefuse(
 
 export function checkSubmitQuota(
   doc: DynamoDBDocumentClient,
+  table: string,
   tenant: string,
   tunables: Pick<Tunables, 'submitsPerSecond'>,
   now: number,
@@ -55,6 +57,7 @@ export function checkSubmitQuota(
   const limit = tunables.submitsPerSecond;
   return countOrRefuse(
     doc,
+    table,
     { scope: 'submit', subject: tenant, limit, now },
     opsMetrics.throttledSubmits,
     `too many requests: this tenant may submit ${limit} per second (SUBMITS_PER_SECOND); retry after the Retry-After header's seconds`,
@@ -63,6 +66,7 @@ export function checkSubmitQuota(
 
 export function checkOperatorReadQuota(
   doc: DynamoDBDocumentClient,
+  table: string,
   tunables: Pick<Tunables, 'operatorReadsPerSecond'>,
   now: number,
 ): Promise<void> {
@@ -70,6 +74,7 @@ export function checkOperatorReadQuota(
   // One budget for every operator: the data read spans every shard of the live index.
   return countOrRefuse(
     doc,
+    table,
     { scope: 'operator-read', subject: 'all', limit, now },
     opsMetrics.throttledOperatorReads,
     `too many status reads: operators may read the queue status ${limit} times per second together (OPERATOR_READS_PER_SECOND)`,
@@ -83,6 +88,7 @@ export function checkOperatorReadQuota(
  */
 export async function inPollSlot<T>(
   doc: DynamoDBDocumentClient,
+  table: string,
   input: {
     readonly tenant: string;
     readonly tunables: Pick<Tunables, 'longPollsPerTenant'>;
@@ -91,7 +97,7 @@ export async function inPollSlot<T>(
   poll: () => Promise<T>,
 ): Promise<T> {
   const limit = input.tunables.longPollsPerTenant;
-  const lease = await acquirePollLease(doc, {
+  const lease = await acquirePollLease(doc, table, {
     tenant: input.tenant,
     token: randomBytes(9).toString('base64url'),
     limit,
@@ -109,9 +115,13 @@ export async function inPollSlot<T>(
   try {
     return await poll();
   } finally {
-    await releasePollLease(doc, { tenant: input.tenant, token: lease.token }).catch((error: unknown) => {
-      // The lease then expires on its own; the poll's answer stands.
-      logger.warn('poll lease release failed', { error: error instanceof Error ? error.name : typeof error });
-    });
+    await releasePollLease(doc, table, { tenant: input.tenant, token: lease.token }).catch(
+      (error: unknown) => {
+        // The lease then expires on its own; the poll's answer stands.
+        logger.warn('poll lease release failed', {
+          error: error instanceof Error ? error.name : typeof error,
+        });
+      },
+    );
   }
 }

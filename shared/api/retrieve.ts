@@ -46,12 +46,18 @@ export async function retrieveFuture(
   if (!isRequestId(requestId)) throw notFound(requestId);
   // The first read is strong (the client may ask the moment its submit returned) and reads only the
   // row's head: "not yours" and "unknown" then cost the same, whatever the row holds.
-  const head: FutureHead | undefined = await readFutureHead(requestId, ctx.clients.doc, true);
+  const head: FutureHead | undefined = await readFutureHead(
+    ctx.clients.doc,
+    ctx.tables.futures,
+    requestId,
+    true,
+  );
   if (head === undefined || head.tenant !== ctx.tenant) throw notFound(requestId);
   if (head.status === 'pending' && ctx.deadline > Date.now()) {
     // Only a poll that waits holds an invocation: it takes one of the tenant's slots (quotas.ts).
     const ended = await inPollSlot(
       ctx.clients.doc,
+      ctx.tables.registry,
       { tenant: ctx.tenant, tunables: ctx.tunables, deadline: ctx.deadline },
       () => waitWhilePending(requestId, ctx, sleep),
     );
@@ -60,7 +66,7 @@ export async function retrieveFuture(
     return { type: 'try_again', request_id: requestId, queue_state: 'active' } satisfies TryAgain;
   }
   // Terminal rows never change again, so the whole row is read once, strongly, for its outcome.
-  const row: FutureRow | undefined = await readFuture(requestId, ctx.clients.doc, true);
+  const row: FutureRow | undefined = await readFuture(ctx.clients.doc, ctx.tables.futures, requestId, true);
   if (row === undefined) throw notFound(requestId);
   if (row.status === 'failed') {
     return {
@@ -68,7 +74,7 @@ export async function retrieveFuture(
       category: row.error?.category ?? 'server',
     } satisfies FailedAnswer;
   }
-  const result = await readFutureResult(row, ctx.clients);
+  const result = await readFutureResult(ctx.clients.s3, ctx.bucket, row);
   return ctx.acceptsProtobuf === true ? (asProtobuf(row, result) ?? result) : result;
 }
 
@@ -85,7 +91,7 @@ async function waitWhilePending(
     await sleep(Math.min(delay, left));
     delay = Math.min(delay * 2, MAX_POLL_MS);
     // Later reads may be eventually consistent: a stale one only delays the answer.
-    const head = await readFutureHead(requestId, ctx.clients.doc);
+    const head = await readFutureHead(ctx.clients.doc, ctx.tables.futures, requestId);
     if (head !== undefined && head.status !== 'pending') return true;
   }
 }

@@ -14,6 +14,7 @@ import { keyKind, operatorForKey, tenantForApiKey } from '../repositories/api-ke
 import { NO_FAVICON, statusPageSubpath } from '../status-page/page.js';
 import { decompressZstdBounded } from '../wire/zstd.js';
 import { acceptsProtobuf, BinaryAnswer, PROTOBUF_CONTENT_TYPE, ProtobufBody } from './bodies.js';
+import { type ApiDeps, resolveApiDeps } from './deps.js';
 import { boundMessage } from './describe.js';
 import * as ops from './operations.js';
 import { checkSubmitQuota } from './quotas.js';
@@ -154,8 +155,11 @@ export interface ApiDependencies {
 }
 
 /** The answer to a tenant route called with something other than a live tenant key. */
-async function refuseTenantRoute(apiKey: string, clients: AwsClients): Promise<ApiResponse> {
-  if (keyKind(apiKey) === 'operator' && (await operatorForKey(apiKey, clients.doc)) !== undefined) {
+async function refuseTenantRoute(apiKey: string, deps: ApiDeps): Promise<ApiResponse> {
+  if (
+    keyKind(apiKey) === 'operator' &&
+    (await operatorForKey(deps.clients.doc, deps.tables.registry, apiKey)) !== undefined
+  ) {
     return answer(403, 'an operator key cannot call the Tinker API; use a tenant API key (tml-...)');
   }
   throw new AuthError('invalid or revoked API key');
@@ -207,11 +211,13 @@ export async function handleApiRequest(
   const statusSubpath = statusPageSubpath(request.path);
   if (statusSubpath !== undefined) {
     try {
+      const settings = config();
       const page = await handleStatusRoute({
         method,
         subpath: statusSubpath,
         apiKey: header(request, 'x-api-key'),
         clients: deps.clients ?? awsClients(),
+        config: settings,
         ...(deps.now ? { now: deps.now } : {}),
       });
       return { status: page.status, headers: page.headers, raw: page.body };
@@ -232,15 +238,18 @@ export async function handleApiRequest(
     );
   }
   try {
-    const clients = deps.clients ?? awsClients();
-    const { tunables } = config();
+    // The edge of the API: its clients, tables and bucket are resolved here, once per request.
+    const settings = config();
+    const api = resolveApiDeps(deps.clients ?? awsClients(), settings);
+    const { tunables } = settings;
+    const { doc } = api.clients;
     const apiKey = header(request, 'x-api-key');
     if (apiKey === undefined || apiKey === '') throw new AuthError('missing X-API-Key header');
-    const tenant = await tenantForApiKey(apiKey, clients.doc);
-    if (tenant === undefined) return await refuseTenantRoute(apiKey, clients);
+    const tenant = await tenantForApiKey(doc, api.tables.registry, apiKey);
+    if (tenant === undefined) return await refuseTenantRoute(apiKey, api);
     const now = deps.now?.() ?? Date.now();
     // Before the body is read: a refused submit costs one write and stores nothing.
-    if (route.submit === true) await checkSubmitQuota(clients.doc, tenant, tunables, now);
+    if (route.submit === true) await checkSubmitQuota(doc, api.tables.registry, tenant, tunables, now);
     const body = readBody(request, route, tunables);
     const pollMs = Math.min(
       tunables.longPollSeconds * 1000,
@@ -248,9 +257,9 @@ export async function handleApiRequest(
     );
     const result = await route.run(
       {
+        ...api,
         tenant,
         now,
-        clients,
         tunables,
         deadline: now + Math.max(0, pollMs),
         acceptsProtobuf: acceptsProtobuf(header(request, 'accept')),

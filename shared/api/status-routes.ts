@@ -1,5 +1,5 @@
 import type { AwsClients } from '../aws/clients.js';
-import { config } from '../config.js';
+import type { Config } from '../config.js';
 import { logger } from '../logger.js';
 import { readPoolStatus } from '../ops/status-reader.js';
 import {
@@ -25,20 +25,23 @@ export interface StatusRouteContext {
   readonly subpath: string;
   readonly apiKey: string | undefined;
   readonly clients: AwsClients;
+  /** The api's configuration, read at its edge (`handleApiRequest`): the registry table, the tunables, the status read's names. */
+  readonly config: Config;
   readonly now?: () => number;
 }
 
 export function handleStatusRoute(context: StatusRouteContext): Promise<StatusPageResponse> {
   // Read once per container: the files ship beside the bundle (topology `bundledAssets`).
   assets ??= loadStatusPageAssets();
-  const { clients } = context;
+  const { clients, config } = context;
   return handleStatusPageRequest(context.method, context.subpath, {
     assets,
     guard: async () => {
-      const check = await checkOperatorKey(context.apiKey, clients.doc);
+      const registry = config.table('registry');
+      const check = await checkOperatorKey(clients.doc, registry, context.apiKey);
       if (check.ok) {
         // Counted only once the key is valid: unauthenticated requests never use the operators' budget.
-        await checkOperatorReadQuota(clients.doc, config().tunables, context.now?.() ?? Date.now());
+        await checkOperatorReadQuota(clients.doc, registry, config.tunables, context.now?.() ?? Date.now());
         logger.debug('status data read', { operator: check.operator });
         return undefined;
       }
@@ -46,7 +49,7 @@ export function handleStatusRoute(context: StatusRouteContext): Promise<StatusPa
     },
     readStatus: async () => {
       try {
-        return await readPoolStatus({ clients, ...(context.now ? { now: context.now } : {}) });
+        return await readPoolStatus({ clients, config, ...(context.now ? { now: context.now } : {}) });
       } catch (error) {
         logger.error('status read failed', {
           error: error instanceof Error ? error.name : typeof error,

@@ -1,6 +1,4 @@
 import { DeleteCommand, type DynamoDBDocumentClient, PutCommand } from '@aws-sdk/lib-dynamodb';
-import { awsClients } from '../aws/clients.js';
-import { config } from '../config.js';
 import { isAwsError, ValidationError } from '../errors.js';
 import { readRegistryItem } from '../repositories/registry.js';
 import {
@@ -14,8 +12,8 @@ import {
 
 /**
  * Reads and writes of the operator controls (see `controls.ts`). Readers are for the worker runtime
- * (cut) and the scheduler (drain); writers for the operator CLI. Every function takes an optional
- * document client, like the repositories.
+ * (cut) and the scheduler (drain); writers for the operator CLI. Every function takes the document
+ * client and the registry table's name, like the repositories.
  */
 
 function checkPool(pool: string): void {
@@ -31,39 +29,43 @@ function checkPool(pool: string): void {
  * request seen one poll later is still honoured.
  */
 export function readCutRequest(
+  doc: DynamoDBDocumentClient,
+  table: string,
   pool: string,
-  doc: DynamoDBDocumentClient = awsClients().doc,
   consistent = false,
 ): Promise<CutRequestRecord | undefined> {
-  return readRegistryItem<CutRequestRecord>(controlKey.cut(pool), doc, consistent);
+  return readRegistryItem<CutRequestRecord>(doc, table, controlKey.cut(pool), consistent);
 }
 
 /** The pool's drain record, or undefined when it dispatches normally. Strongly consistent. */
 export function readDrain(
+  doc: DynamoDBDocumentClient,
+  table: string,
   pool: string,
-  doc: DynamoDBDocumentClient = awsClients().doc,
 ): Promise<DrainRecord | undefined> {
-  return readRegistryItem<DrainRecord>(controlKey.drain(pool), doc, true);
+  return readRegistryItem<DrainRecord>(doc, table, controlKey.drain(pool), true);
 }
 
 /** For the scheduler: true while the pool must not dispatch new work. */
 export async function isPoolDraining(
+  doc: DynamoDBDocumentClient,
+  table: string,
   pool: string,
-  doc: DynamoDBDocumentClient = awsClients().doc,
 ): Promise<boolean> {
-  return (await readDrain(pool, doc)) !== undefined;
+  return (await readDrain(doc, table, pool)) !== undefined;
 }
 
 /** Asks every worker of the pool to cut now; returns the stored request. */
 export async function requestCut(
+  doc: DynamoDBDocumentClient,
+  table: string,
   pool: string,
   requestedBy: string,
   now: number = Date.now(),
-  doc: DynamoDBDocumentClient = awsClients().doc,
 ): Promise<CutRequestRecord> {
   checkPool(pool);
   const record = cutRequestRecord(pool, now, requestedBy);
-  await doc.send(new PutCommand({ TableName: config().table('registry'), Item: record }));
+  await doc.send(new PutCommand({ TableName: table, Item: record }));
   return record;
 }
 
@@ -72,17 +74,18 @@ export async function requestCut(
  * began); the record in force is returned.
  */
 export async function startDrain(
+  doc: DynamoDBDocumentClient,
+  table: string,
   pool: string,
   requestedBy: string,
-  options: { readonly reason?: string; readonly now?: number; readonly doc?: DynamoDBDocumentClient } = {},
+  options: { readonly reason?: string | undefined; readonly now?: number } = {},
 ): Promise<DrainRecord> {
   checkPool(pool);
-  const doc = options.doc ?? awsClients().doc;
   const record = drainRecord(pool, options.now ?? Date.now(), requestedBy, options.reason);
   try {
     await doc.send(
       new PutCommand({
-        TableName: config().table('registry'),
+        TableName: table,
         Item: record,
         ConditionExpression: 'attribute_not_exists(pk)',
       }),
@@ -91,19 +94,16 @@ export async function startDrain(
   } catch (error) {
     if (!isAwsError(error, 'ConditionalCheckFailedException')) throw error;
     // Already draining. If a concurrent `drain --off` removed it meanwhile, drain again.
-    return (await readDrain(pool, doc)) ?? startDrain(pool, requestedBy, { ...options, doc });
+    return (await readDrain(doc, table, pool)) ?? startDrain(doc, table, pool, requestedBy, options);
   }
 }
 
 /** Stops draining; false when the pool was not draining. */
-export async function stopDrain(
-  pool: string,
-  doc: DynamoDBDocumentClient = awsClients().doc,
-): Promise<boolean> {
+export async function stopDrain(doc: DynamoDBDocumentClient, table: string, pool: string): Promise<boolean> {
   checkPool(pool);
   const answer = await doc.send(
     new DeleteCommand({
-      TableName: config().table('registry'),
+      TableName: table,
       Key: { pk: controlKey.drain(pool) },
       ReturnValues: 'ALL_OLD',
     }),

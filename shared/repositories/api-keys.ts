@@ -1,7 +1,5 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
-import { type AwsClients, awsClients } from '../aws/clients.js';
-import { config } from '../config.js';
 import { type ApiKeyRecord, type OperatorKeyRecord, registryKey } from '../domain/records.js';
 import { isAwsError, ValidationError } from '../errors.js';
 import { sha256Hex } from '../ids.js';
@@ -46,12 +44,14 @@ function registryKeyOf(kind: KeyKind, key: string): string {
   return kind === 'tenant' ? registryKey.apiKey(hash) : registryKey.operatorKey(hash);
 }
 
-type DocClients = Pick<AwsClients, 'doc'>;
-
-async function putNewKey(record: { readonly pk: string }, clients: DocClients): Promise<void> {
-  await clients.doc.send(
+async function putNewKey(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  record: { readonly pk: string },
+): Promise<void> {
+  await doc.send(
     new PutCommand({
-      TableName: config().table('registry'),
+      TableName: table,
       Item: record,
       ConditionExpression: 'attribute_not_exists(pk)',
     }),
@@ -59,7 +59,11 @@ async function putNewKey(record: { readonly pk: string }, clients: DocClients): 
 }
 
 /** Creates a key for `tenant` and returns it; the key itself is not stored anywhere. */
-export async function createApiKey(tenant: string, clients: DocClients = awsClients()): Promise<string> {
+export async function createApiKey(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  tenant: string,
+): Promise<string> {
   if (!TENANT_PATTERN.test(tenant)) {
     throw new ValidationError(`tenant must be 1-64 letters, digits, _ . -; got "${tenant}"`, {
       context: { field: 'tenant' },
@@ -67,14 +71,15 @@ export async function createApiKey(tenant: string, clients: DocClients = awsClie
   }
   const key = generateKey('tenant');
   const record: ApiKeyRecord = { pk: registryKeyOf('tenant', key), tenant, created_at: Date.now() };
-  await putNewKey(record, clients);
+  await putNewKey(doc, table, record);
   return key;
 }
 
 /** Creates an operator key held by `operator` and returns it; only its hash is stored. */
 export async function createOperatorKey(
+  doc: DynamoDBDocumentClient,
+  table: string,
   operator: string,
-  clients: DocClients = awsClients(),
 ): Promise<string> {
   if (!OPERATOR_PATTERN.test(operator)) {
     throw new ValidationError(`operator must be 1-64 letters, digits, _ . @ + -; got "${operator}"`, {
@@ -83,7 +88,7 @@ export async function createOperatorKey(
   }
   const key = generateKey('operator');
   const record: OperatorKeyRecord = { pk: registryKeyOf('operator', key), operator, created_at: Date.now() };
-  await putNewKey(record, clients);
+  await putNewKey(doc, table, record);
   return key;
 }
 
@@ -91,13 +96,17 @@ export async function createOperatorKey(
  * Revokes a key of either kind; false when no such key exists. Revoking twice keeps the first
  * revocation time.
  */
-export async function revokeApiKey(key: string, clients: DocClients = awsClients()): Promise<boolean> {
+export async function revokeApiKey(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  key: string,
+): Promise<boolean> {
   const kind = keyKind(key);
   if (kind === undefined) return false;
   try {
-    await clients.doc.send(
+    await doc.send(
       new UpdateCommand({
-        TableName: config().table('registry'),
+        TableName: table,
         Key: { pk: registryKeyOf(kind, key) },
         UpdateExpression: 'SET revoked_at = if_not_exists(revoked_at, :now)',
         ConditionExpression: 'attribute_exists(pk)',
@@ -113,13 +122,14 @@ export async function revokeApiKey(key: string, clients: DocClients = awsClients
 
 /** The live (unrevoked) record of a key of `kind`; undefined for a malformed, unknown or revoked key. */
 async function liveKeyRecord<T extends { readonly pk: string; readonly revoked_at?: number }>(
+  doc: DynamoDBDocumentClient,
+  table: string,
   kind: KeyKind,
   key: string,
-  doc: DynamoDBDocumentClient,
 ): Promise<T | undefined> {
   if (keyKind(key) !== kind) return undefined;
   const pk = registryKeyOf(kind, key);
-  const record = await readRegistryItem<T>(pk, doc);
+  const record = await readRegistryItem<T>(doc, table, pk);
   if (record === undefined || record.revoked_at !== undefined) return undefined;
   // The lookup is by hash already; compare the stored key in constant time as well.
   const stored = Buffer.from(record.pk);
@@ -130,16 +140,18 @@ async function liveKeyRecord<T extends { readonly pk: string; readonly revoked_a
 
 /** The tenant a key belongs to; undefined for a malformed, unknown or revoked key (or an operator key). */
 export async function tenantForApiKey(
+  doc: DynamoDBDocumentClient,
+  table: string,
   key: string,
-  doc: DynamoDBDocumentClient = awsClients().doc,
 ): Promise<string | undefined> {
-  return (await liveKeyRecord<ApiKeyRecord>('tenant', key, doc))?.tenant;
+  return (await liveKeyRecord<ApiKeyRecord>(doc, table, 'tenant', key))?.tenant;
 }
 
 /** The operator holding a key; undefined for a malformed, unknown or revoked key (or a tenant key). */
 export async function operatorForKey(
+  doc: DynamoDBDocumentClient,
+  table: string,
   key: string,
-  doc: DynamoDBDocumentClient = awsClients().doc,
 ): Promise<string | undefined> {
-  return (await liveKeyRecord<OperatorKeyRecord>('operator', key, doc))?.operator;
+  return (await liveKeyRecord<OperatorKeyRecord>(doc, table, 'operator', key))?.operator;
 }

@@ -1,5 +1,4 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { awsClients } from '../aws/clients.js';
 import type { TransactItem } from '../aws/transact.js';
 import { type CheckpointKind, type CheckpointNameRecord, registryKey } from '../domain/records.js';
 import { formatCheckpointPath, parseCheckpointPath } from '../domain/tinker-path.js';
@@ -8,10 +7,11 @@ import { readFuture } from './futures.js';
 import { readRegistryItem } from './registry.js';
 
 export async function readCheckpointName(
+  doc: DynamoDBDocumentClient,
+  table: string,
   pk: string,
-  doc: DynamoDBDocumentClient = awsClients().doc,
 ): Promise<CheckpointNameRecord | undefined> {
-  return readRegistryItem<CheckpointNameRecord>(pk, doc);
+  return readRegistryItem<CheckpointNameRecord>(doc, table, pk);
 }
 
 /**
@@ -22,11 +22,12 @@ export async function readCheckpointName(
  * does not know the name: the next save of that name takes it over instead.
  */
 export async function staleReservation(
+  doc: DynamoDBDocumentClient,
+  futuresTable: string,
   record: CheckpointNameRecord,
-  doc: DynamoDBDocumentClient = awsClients().doc,
 ): Promise<boolean> {
   if (record.status !== 'pending') return false;
-  const future = await readFuture(record.request_id, doc, true);
+  const future = await readFuture(doc, futuresTable, record.request_id, true);
   return future?.status === 'failed';
 }
 
@@ -48,11 +49,12 @@ export function issuedPath(record: Pick<CheckpointNameRecord, 'model_id' | 'kind
  * 404. The record may still be pending (reserved, not yet committed): callers decide what that means.
  */
 export async function resolveCheckpoint(
+  doc: DynamoDBDocumentClient,
+  table: string,
   path: string,
   kind: CheckpointKind | 'any',
   tenant: string,
   field: string,
-  doc: DynamoDBDocumentClient = awsClients().doc,
 ): Promise<CheckpointNameRecord> {
   const parsed = parseCheckpointPath(path);
   const expected = EXPECTED_PATH[kind];
@@ -67,8 +69,9 @@ export async function resolveCheckpoint(
     );
   }
   const record = await readCheckpointName(
-    registryKey.checkpointName(parsed.modelId, parsed.kind, parsed.name),
     doc,
+    table,
+    registryKey.checkpointName(parsed.modelId, parsed.kind, parsed.name),
   );
   if (record === undefined || record.tenant !== tenant) throw checkpointNotFound(path, field);
   return record;

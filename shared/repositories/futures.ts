@@ -1,7 +1,7 @@
+import type { S3Client } from '@aws-sdk/client-s3';
 import { GetObjectCommand } from '@aws-sdk/client-s3';
 import { type DynamoDBDocumentClient, GetCommand } from '@aws-sdk/lib-dynamodb';
 import { batchGetByKey } from '../aws/batch-get.js';
-import { type AwsClients, awsClients } from '../aws/clients.js';
 import type { TransactItem } from '../aws/transact.js';
 import { config } from '../config.js';
 import type {
@@ -58,13 +58,14 @@ export type FutureHead = Pick<FutureRow, 'request_id' | 'tenant' | 'status' | 'r
  * every row, so what the caller learns before checking the tenant costs the same whoever owns it.
  */
 export async function readFutureHead(
+  doc: DynamoDBDocumentClient,
+  table: string,
   requestId: string,
-  doc: DynamoDBDocumentClient = awsClients().doc,
   consistent = false,
 ): Promise<FutureHead | undefined> {
   const answer = await doc.send(
     new GetCommand({
-      TableName: config().table('futures'),
+      TableName: table,
       Key: { request_id: requestId },
       ConsistentRead: consistent,
       ProjectionExpression: 'request_id, tenant, #status, request_type',
@@ -75,10 +76,10 @@ export async function readFutureHead(
 }
 
 export async function readFuture(
+  doc: DynamoDBDocumentClient,
+  table: string,
   requestId: string,
-  doc: DynamoDBDocumentClient = awsClients().doc,
   consistent = false,
-  table: string = config().table('futures'),
 ): Promise<FutureRow | undefined> {
   const answer = await doc.send(
     new GetCommand({
@@ -94,17 +95,12 @@ export async function readFuture(
  * The result of a completed row: inline (the JSON text; rows written before results were stored as
  * text hold a map), or the S3 object `result_key` names.
  */
-export async function readFutureResult(
-  row: FutureRow,
-  clients: Pick<AwsClients, 's3'> = awsClients(),
-): Promise<unknown> {
+export async function readFutureResult(s3: S3Client, bucket: string, row: FutureRow): Promise<unknown> {
   if (row.result_key === undefined) {
     return typeof row.result === 'string' ? (JSON.parse(row.result) as unknown) : row.result;
   }
   try {
-    const answer = await clients.s3.send(
-      new GetObjectCommand({ Bucket: config().bucket, Key: row.result_key }),
-    );
+    const answer = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: row.result_key }));
     const body = await answer.Body?.transformToString('utf8');
     if (body === undefined) throw new Error('empty body');
     return JSON.parse(body) as unknown;

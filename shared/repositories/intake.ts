@@ -1,8 +1,7 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { backoffDelay, realSleep } from '../aws/backoff.js';
-import { type AwsClients, awsClients } from '../aws/clients.js';
+import type { AwsClients } from '../aws/clients.js';
 import { type TransactItem, transactWrite } from '../aws/transact.js';
-import { config } from '../config.js';
 import type { IdempotencyRecord } from '../domain/records.js';
 import { IdempotencyConflictError, InfrastructureError, NotFoundError } from '../errors.js';
 import { logger } from '../logger.js';
@@ -10,8 +9,17 @@ import { deletePayloadQuietly, putPayload, type SerializedPayload } from '../pay
 import { storageKeys } from '../storage-keys.js';
 import { type PendingFutureInput, pendingFutureRow } from './futures.js';
 import { readRegistryItem } from './registry.js';
+import type { Tables } from './tables.js';
 
-export type IntakeClients = Pick<AwsClients, 'doc' | 's3'>;
+/**
+ * What an intake writes to, resolved once at the API's edge (`api/router.ts`) and passed down: the
+ * clients, the three tables a submit's transaction spans and the bucket of payloads.
+ */
+export interface IntakeStore {
+  readonly clients: Pick<AwsClients, 'doc' | 's3'>;
+  readonly tables: Tables<'futures' | 'models' | 'registry'>;
+  readonly bucket: string;
+}
 
 /**
  * One attempt's decision, made from fresh reads: either the answer is already known (an idempotent
@@ -37,8 +45,9 @@ const CONTENTION_BACKOFF = { baseMs: 10, capMs: 500, maxRetries: MAX_ATTEMPTS };
  */
 export async function runIntake<T>(
   options: { readonly requestId: string; readonly payload?: SerializedPayload; readonly plan: Planner<T> },
-  clients: IntakeClients = awsClients(),
+  store: IntakeStore,
 ): Promise<T> {
+  const { clients, bucket } = store;
   let payloadKey: string | undefined;
   let committed = false;
   let outcomeUnknown = false;
@@ -48,7 +57,7 @@ export async function runIntake<T>(
       const plan = await options.plan(contended);
       if (!('items' in plan)) return plan.answer;
       if (options.payload !== undefined && payloadKey === undefined) {
-        payloadKey = await putPayload(options.requestId, options.payload, clients.s3);
+        payloadKey = await putPayload(clients.s3, bucket, options.requestId, options.payload);
       }
       outcomeUnknown = true;
       const outcome = await transactWrite(plan.items, `${options.requestId}.${attempt}`, clients.doc);
@@ -66,7 +75,7 @@ export async function runIntake<T>(
     });
   } finally {
     if (payloadKey !== undefined && !committed && !outcomeUnknown)
-      await deletePayloadQuietly(payloadKey, clients.s3);
+      await deletePayloadQuietly(clients.s3, bucket, payloadKey);
   }
 }
 
@@ -75,14 +84,15 @@ export async function runIntake<T>(
  * a different payload digest a non-retryable 400 (R7). Undefined when there is none.
  */
 export async function findOriginal<R extends { readonly tenant: string; readonly payload_digest: string }>(
+  doc: DynamoDBDocumentClient,
+  table: string,
   pk: string,
   tenant: string,
   digest: string,
   describeKey: string,
   field: string,
-  doc: DynamoDBDocumentClient,
 ): Promise<R | undefined> {
-  const record = await readRegistryItem<R>(pk, doc);
+  const record = await readRegistryItem<R>(doc, table, pk);
   if (record === undefined) return undefined;
   if (record.tenant !== tenant) throw new NotFoundError(`${describeKey} not found`, { context: { field } });
   if (record.payload_digest !== digest) {
@@ -94,10 +104,10 @@ export async function findOriginal<R extends { readonly tenant: string; readonly
 }
 
 /** Put of a registry item that may exist at most once (idempotency records, counters, names). */
-export function putOnce(item: { readonly pk: string }): TransactItem {
+export function putOnce(table: string, item: { readonly pk: string }): TransactItem {
   return {
     Put: {
-      TableName: config().table('registry'),
+      TableName: table,
       Item: { ...item },
       ConditionExpression: 'attribute_not_exists(pk)',
     },
@@ -113,7 +123,7 @@ export interface NewFuture extends Omit<PendingFutureInput, 'payloadKey' | 'payl
 }
 
 /** The two transaction items of `NewFuture`: the row (written once) and its idempotency record. */
-export function newFutureItems(future: NewFuture): TransactItem[] {
+export function newFutureItems(tables: Tables<'futures' | 'registry'>, future: NewFuture): TransactItem[] {
   const { idempotencyKey, payload, answersModelId, ...fields } = future;
   const row = pendingFutureRow({
     ...fields,
@@ -131,29 +141,31 @@ export function newFutureItems(future: NewFuture): TransactItem[] {
   return [
     {
       Put: {
-        TableName: config().table('futures'),
+        TableName: tables.futures,
         Item: row,
         ConditionExpression: 'attribute_not_exists(request_id)',
       },
     },
-    putOnce(idem),
+    putOnce(tables.registry, idem),
   ];
 }
 
 /** `findOriginal` for a submit's idempotency record, checked against this retry's tenant and payload. */
 export function findOriginalFuture(
+  doc: DynamoDBDocumentClient,
+  table: string,
   idempotencyKey: string,
   retry: { readonly tenant: string; readonly payload: SerializedPayload },
   describeKey: string,
   field: string,
-  doc: DynamoDBDocumentClient,
 ): Promise<IdempotencyRecord | undefined> {
   return findOriginal<IdempotencyRecord>(
+    doc,
+    table,
     idempotencyKey,
     retry.tenant,
     retry.payload.digest,
     describeKey,
     field,
-    doc,
   );
 }

@@ -1,10 +1,8 @@
 import { type DynamoDBDocumentClient, GetCommand, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { batchGetByKey } from '../aws/batch-get.js';
-import { awsClients } from '../aws/clients.js';
 import { writeIfCondition } from '../aws/conditional.js';
 import { getItem } from '../aws/get-item.js';
 import type { TransactItem } from '../aws/transact.js';
-import { config } from '../config.js';
 import type { ModelRow } from '../domain/records.js';
 import type { ModelClaim, ModelRelease, ModelReplan } from '../scheduling/claim.js';
 import { modelNotFound } from './seq-counters.js';
@@ -36,13 +34,14 @@ export type ModelSummary = Pick<ModelRow, 'model_id' | 'tenant' | 'base_model' |
  * checkpoints and metadata outlive them.
  */
 export async function requireModel(
+  doc: DynamoDBDocumentClient,
+  table: string,
   modelId: string,
   tenant: string,
-  doc: DynamoDBDocumentClient = awsClients().doc,
 ): Promise<ModelSummary> {
   const answer = await doc.send(
     new GetCommand({
-      TableName: config().table('models'),
+      TableName: table,
       Key: modelKey(modelId),
       ProjectionExpression: 'model_id, tenant, base_model, lora_config',
     }),

@@ -1,6 +1,5 @@
 import { type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { unmarshall } from '@aws-sdk/util-dynamodb';
-import { config } from '../config.js';
 import { decidePoll, type PollHolders, windowAt } from '../domain/quota-rules.js';
 import { registryKey } from '../domain/records.js';
 import { isAwsError } from '../errors.js';
@@ -32,13 +31,14 @@ export interface RateCount {
  */
 export async function countRequest(
   doc: DynamoDBDocumentClient,
+  table: string,
   input: { readonly scope: string; readonly subject: string; readonly limit: number; readonly now: number },
 ): Promise<RateCount> {
   const window = windowAt(input.now);
   try {
     await doc.send(
       new UpdateCommand({
-        TableName: config().table('registry'),
+        TableName: table,
         Key: { pk: rateKey(input.scope, input.subject, window.start) },
         UpdateExpression: 'ADD n :one SET #ttl = if_not_exists(#ttl, :ttl)',
         ConditionExpression: 'attribute_not_exists(n) OR n < :limit',
@@ -74,6 +74,7 @@ export type PollLease =
  */
 export async function acquirePollLease(
   doc: DynamoDBDocumentClient,
+  table: string,
   input: {
     readonly tenant: string;
     readonly token: string;
@@ -82,7 +83,6 @@ export async function acquirePollLease(
     readonly now: number;
   },
 ): Promise<PollLease> {
-  const table = config().table('registry');
   const pk = registryKey.polls(input.tenant);
   const ttl = Math.ceil(input.now / 1000) + POLLS_TTL_SECONDS;
   const take = async (expired: readonly string[]): Promise<PollHolders | 'taken' | 'absent'> => {
@@ -148,12 +148,13 @@ export async function acquirePollLease(
 /** Gives a poll's slot back: one UpdateItem, a no-op when the lease is already gone. */
 export async function releasePollLease(
   doc: DynamoDBDocumentClient,
+  table: string,
   input: { readonly tenant: string; readonly token: string },
 ): Promise<void> {
   try {
     await doc.send(
       new UpdateCommand({
-        TableName: config().table('registry'),
+        TableName: table,
         Key: { pk: registryKey.polls(input.tenant) },
         UpdateExpression: 'REMOVE #h.#t',
         // Never create the record (an update of a missing item would).

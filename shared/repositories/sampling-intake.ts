@@ -1,5 +1,3 @@
-import { awsClients } from '../aws/clients.js';
-import { config } from '../config.js';
 import {
   registryKey,
   type SamplingSessionIdemRecord,
@@ -9,7 +7,7 @@ import type { SerializedPayload } from '../payload-store.js';
 import {
   findOriginal,
   findOriginalFuture,
-  type IntakeClients,
+  type IntakeStore,
   newFutureItems,
   putOnce,
   runIntake,
@@ -31,10 +29,7 @@ export interface SampleIntake {
  * asample: outside the training sequence (R4), so no seq; the future and the idempotency record of
  * `(sampling session, seq_id)` in one transaction.
  */
-export async function submitSample(
-  input: SampleIntake,
-  clients: IntakeClients = awsClients(),
-): Promise<FutureAnswer> {
+export async function submitSample(input: SampleIntake, store: IntakeStore): Promise<FutureAnswer> {
   const session = input.samplingSession;
   const idemPk = registryKey.sampleIdem(session.sampling_session_id, input.seqId);
   return runIntake<FutureAnswer>(
@@ -44,17 +39,18 @@ export async function submitSample(
       plan: async (contended) => {
         if (contended) {
           const original = await findOriginalFuture(
+            store.clients.doc,
+            store.tables.registry,
             idemPk,
             input,
             `seq_id ${input.seqId} of sampling session ${session.sampling_session_id}`,
             'seq_id',
-            clients.doc,
           );
           if (original) return { answer: { request_id: original.request_id } };
         }
         return {
           answer: { request_id: input.requestId },
-          items: newFutureItems({
+          items: newFutureItems(store.tables, {
             idempotencyKey: idemPk,
             requestId: input.requestId,
             tenant: input.tenant,
@@ -68,7 +64,7 @@ export async function submitSample(
         };
       },
     },
-    clients,
+    store,
   );
 }
 
@@ -83,7 +79,7 @@ export interface SamplingSessionIntake {
 /** create_sampling_session: the record and the idempotency record of `(session, seq id)`, once. */
 export async function createSamplingSession(
   input: SamplingSessionIntake,
-  clients: IntakeClients = awsClients(),
+  store: IntakeStore,
 ): Promise<{ readonly sampling_session_id: string }> {
   const { record } = input;
   const idemPk = registryKey.samplingSessionIdem(record.session_id, input.samplingSessionSeqId);
@@ -93,12 +89,13 @@ export async function createSamplingSession(
       plan: async (contended) => {
         if (contended) {
           const original = await findOriginal<SamplingSessionIdemRecord>(
+            store.clients.doc,
+            store.tables.registry,
             idemPk,
             record.tenant,
             input.digest,
             `sampling_session_seq_id ${input.samplingSessionSeqId} of session ${record.session_id}`,
             'sampling_session_seq_id',
-            clients.doc,
           );
           if (original) return { answer: { sampling_session_id: original.sampling_session_id } };
         }
@@ -110,10 +107,13 @@ export async function createSamplingSession(
         };
         return {
           answer: { sampling_session_id: record.sampling_session_id },
-          items: [samplingSessionCreateItem(config().table('registry'), record), putOnce(idem)],
+          items: [
+            samplingSessionCreateItem(store.tables.registry, record),
+            putOnce(store.tables.registry, idem),
+          ],
         };
       },
     },
-    clients,
+    store,
   );
 }

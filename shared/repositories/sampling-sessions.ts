@@ -1,5 +1,4 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { awsClients } from '../aws/clients.js';
 import type { TransactItem } from '../aws/transact.js';
 import { registryKey, type SamplingSessionRecord } from '../domain/records.js';
 import { NotFoundError } from '../errors.js';
@@ -7,14 +6,16 @@ import { readRegistryItem } from './registry.js';
 
 /** The tenant's sampling session, or 404 naming `field` (unknown and other tenants' look the same). */
 export async function requireSamplingSession(
+  doc: DynamoDBDocumentClient,
+  table: string,
   samplingSessionId: string,
   tenant: string,
-  doc: DynamoDBDocumentClient = awsClients().doc,
   field = 'sampling_session_id',
 ): Promise<SamplingSessionRecord> {
   const record = await readRegistryItem<SamplingSessionRecord>(
-    registryKey.samplingSession(samplingSessionId),
     doc,
+    table,
+    registryKey.samplingSession(samplingSessionId),
   );
   if (record === undefined || record.tenant !== tenant) {
     throw new NotFoundError(`sampling session ${samplingSessionId} not found`, {

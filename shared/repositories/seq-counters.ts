@@ -1,5 +1,4 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { awsClients } from '../aws/clients.js';
 import type { TransactItem } from '../aws/transact.js';
 import { registryKey, type SeqCounterRecord } from '../domain/records.js';
 import { NotFoundError } from '../errors.js';
@@ -14,11 +13,12 @@ export function modelNotFound(modelId: string, why = 'not found'): NotFoundError
  * last seq, last client seq_id, unloaded). 404 when unknown or another tenant's.
  */
 export async function requireSeqCounter(
+  doc: DynamoDBDocumentClient,
+  table: string,
   modelId: string,
   tenant: string,
-  doc: DynamoDBDocumentClient = awsClients().doc,
 ): Promise<SeqCounterRecord> {
-  const record = await readRegistryItem<SeqCounterRecord>(registryKey.seqCounter(modelId), doc);
+  const record = await readRegistryItem<SeqCounterRecord>(doc, table, registryKey.seqCounter(modelId));
   if (record === undefined || record.tenant !== tenant) throw modelNotFound(modelId);
   return record;
 }

@@ -1,17 +1,16 @@
 import { type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
-import { awsClients } from '../aws/clients.js';
-import { config } from '../config.js';
 import { registryKey, type SessionRecord } from '../domain/records.js';
 import { isAwsError, NotFoundError } from '../errors.js';
 import { readRegistryItem } from './registry.js';
 
 export async function putSession(
+  doc: DynamoDBDocumentClient,
+  table: string,
   record: SessionRecord,
-  doc: DynamoDBDocumentClient = awsClients().doc,
 ): Promise<void> {
   await doc.send(
     new PutCommand({
-      TableName: config().table('registry'),
+      TableName: table,
       Item: record,
       ConditionExpression: 'attribute_not_exists(pk)',
     }),
@@ -24,26 +23,28 @@ function sessionNotFound(sessionId: string): NotFoundError {
 
 /** The tenant's session, or 404 (unknown and other tenants' sessions look the same). */
 export async function requireSession(
+  doc: DynamoDBDocumentClient,
+  table: string,
   sessionId: string,
   tenant: string,
-  doc: DynamoDBDocumentClient = awsClients().doc,
 ): Promise<SessionRecord> {
-  const record = await readRegistryItem<SessionRecord>(registryKey.session(sessionId), doc);
+  const record = await readRegistryItem<SessionRecord>(doc, table, registryKey.session(sessionId));
   if (record === undefined || record.tenant !== tenant) throw sessionNotFound(sessionId);
   return record;
 }
 
 /** Heartbeat: records when the tenant's session was last seen. */
 export async function touchSession(
+  doc: DynamoDBDocumentClient,
+  table: string,
   sessionId: string,
   tenant: string,
   now: number,
-  doc: DynamoDBDocumentClient = awsClients().doc,
 ): Promise<void> {
   try {
     await doc.send(
       new UpdateCommand({
-        TableName: config().table('registry'),
+        TableName: table,
         Key: { pk: registryKey.session(sessionId) },
         UpdateExpression: 'SET last_seen = :now',
         ConditionExpression: 'attribute_exists(pk) AND tenant = :tenant',

@@ -1,6 +1,4 @@
-import { awsClients } from '../aws/clients.js';
 import type { TransactItem } from '../aws/transact.js';
-import { config } from '../config.js';
 import {
   type CheckpointNameRecord,
   type ModelRow,
@@ -11,7 +9,7 @@ import {
 import { IdempotencyConflictError, ValidationError } from '../errors.js';
 import type { SerializedPayload } from '../payload-store.js';
 import { checkpointReserveItem, readCheckpointName, staleReservation } from './checkpoints.js';
-import { findOriginalFuture, type IntakeClients, newFutureItems, putOnce, runIntake } from './intake.js';
+import { findOriginalFuture, type IntakeStore, newFutureItems, putOnce, runIntake } from './intake.js';
 import { modelCreateItem } from './models.js';
 import {
   modelNotFound,
@@ -42,10 +40,7 @@ export interface CreateModelIntake {
  * create_model: the model row, its seq counter (create_model is seq 1), the future and the
  * idempotency record of `(session, model_seq_id)` in one transaction.
  */
-export async function submitCreateModel(
-  input: CreateModelIntake,
-  clients: IntakeClients = awsClients(),
-): Promise<FutureAnswer> {
+export async function submitCreateModel(input: CreateModelIntake, store: IntakeStore): Promise<FutureAnswer> {
   const idemPk = registryKey.createModelIdem(input.sessionId, input.modelSeqId);
   return runIntake<FutureAnswer>(
     {
@@ -54,11 +49,12 @@ export async function submitCreateModel(
       plan: async (contended) => {
         if (contended) {
           const original = await findOriginalFuture(
+            store.clients.doc,
+            store.tables.registry,
             idemPk,
             input,
             `model_seq_id ${input.modelSeqId} of session ${input.sessionId}`,
             'model_seq_id',
-            clients.doc,
           );
           if (original) return { answer: { request_id: original.request_id, model_id: original.model_id } };
         }
@@ -88,9 +84,9 @@ export async function submitCreateModel(
         return {
           answer: { request_id: input.requestId, model_id: input.modelId },
           items: [
-            modelCreateItem(config().table('models'), model),
-            putOnce(counter),
-            ...newFutureItems({
+            modelCreateItem(store.tables.models, model),
+            putOnce(store.tables.registry, counter),
+            ...newFutureItems(store.tables, {
               idempotencyKey: idemPk,
               requestId: input.requestId,
               tenant: input.tenant,
@@ -106,7 +102,7 @@ export async function submitCreateModel(
         };
       },
     },
-    clients,
+    store,
   );
 }
 
@@ -131,7 +127,7 @@ export interface TrainingStepIntake {
  */
 export async function submitTrainingStep(
   input: TrainingStepIntake,
-  clients: IntakeClients = awsClients(),
+  store: IntakeStore,
 ): Promise<FutureAnswer> {
   const idemPk = registryKey.trainingIdem(input.modelId, input.seqId);
   const answer: FutureAnswer = { request_id: input.requestId, model_id: input.modelId };
@@ -141,15 +137,18 @@ export async function submitTrainingStep(
       requestId: input.requestId,
       payload: input.payload,
       plan: async () => {
-        const counter = first ?? (await requireSeqCounter(input.modelId, input.tenant, clients.doc));
+        const counter =
+          first ??
+          (await requireSeqCounter(store.clients.doc, store.tables.registry, input.modelId, input.tenant));
         first = undefined;
         if (input.seqId <= counter.last_seq_id) {
           const original = await findOriginalFuture(
+            store.clients.doc,
+            store.tables.registry,
             idemPk,
             input,
             `seq_id ${input.seqId} of model ${input.modelId}`,
             'seq_id',
-            clients.doc,
           );
           if (original === undefined) {
             throw new IdempotencyConflictError(
@@ -160,11 +159,10 @@ export async function submitTrainingStep(
           return { answer: { request_id: original.request_id, model_id: input.modelId } };
         }
         if (counter.unloaded) throw modelNotFound(input.modelId, 'is unloaded');
-        const reservation =
-          input.reservation && (await reserveName(input.reservation, input.modelId, clients.doc));
+        const reservation = input.reservation && (await reserveName(input.reservation, input.modelId, store));
         const seq = counter.seq + 1;
         const items: TransactItem[] = [
-          ...newFutureItems({
+          ...newFutureItems(store.tables, {
             idempotencyKey: idemPk,
             requestId: input.requestId,
             tenant: input.tenant,
@@ -175,7 +173,7 @@ export async function submitTrainingStep(
             payload: input.payload,
             now: input.now,
           }),
-          seqCounterAdvanceItem(config().table('registry'), counter, {
+          seqCounterAdvanceItem(store.tables.registry, counter, {
             modelId: input.modelId,
             tenant: input.tenant,
             seq,
@@ -187,7 +185,7 @@ export async function submitTrainingStep(
         return { answer, items };
       },
     },
-    clients,
+    store,
   );
 }
 
@@ -195,12 +193,13 @@ export async function submitTrainingStep(
 async function reserveName(
   reservation: CheckpointNameRecord,
   modelId: string,
-  doc: IntakeClients['doc'],
+  store: IntakeStore,
 ): Promise<TransactItem> {
-  const existing = await readCheckpointName(reservation.pk, doc);
-  if (existing === undefined) return checkpointReserveItem(config().table('registry'), reservation);
-  if (await staleReservation(existing, doc)) {
-    return checkpointReserveItem(config().table('registry'), reservation, existing.request_id);
+  const { clients, tables } = store;
+  const existing = await readCheckpointName(clients.doc, tables.registry, reservation.pk);
+  if (existing === undefined) return checkpointReserveItem(tables.registry, reservation);
+  if (await staleReservation(clients.doc, tables.futures, existing)) {
+    return checkpointReserveItem(tables.registry, reservation, existing.request_id);
   }
   throw new ValidationError(
     `path: checkpoint name "${reservation.name}" is already used for model ${modelId} (names are write-once)`,
@@ -218,10 +217,7 @@ export interface UnloadIntake {
 }
 
 /** unload_model: once per model; the last seq of its sequence. A repeat answers the original future. */
-export async function submitUnload(
-  input: UnloadIntake,
-  clients: IntakeClients = awsClients(),
-): Promise<FutureAnswer> {
+export async function submitUnload(input: UnloadIntake, store: IntakeStore): Promise<FutureAnswer> {
   const idemPk = registryKey.unloadIdem(input.modelId);
   let first: SeqCounterRecord | undefined = input.counter;
   return runIntake<FutureAnswer>(
@@ -229,15 +225,18 @@ export async function submitUnload(
       requestId: input.requestId,
       payload: input.payload,
       plan: async () => {
-        const counter = first ?? (await requireSeqCounter(input.modelId, input.tenant, clients.doc));
+        const counter =
+          first ??
+          (await requireSeqCounter(store.clients.doc, store.tables.registry, input.modelId, input.tenant));
         first = undefined;
         if (counter.unloaded) {
           const original = await findOriginalFuture(
+            store.clients.doc,
+            store.tables.registry,
             idemPk,
             input,
             `unload of model ${input.modelId}`,
             'model_id',
-            clients.doc,
           );
           if (original === undefined) throw modelNotFound(input.modelId, 'is unloaded');
           return { answer: { request_id: original.request_id, model_id: input.modelId } };
@@ -246,7 +245,7 @@ export async function submitUnload(
         return {
           answer: { request_id: input.requestId, model_id: input.modelId },
           items: [
-            ...newFutureItems({
+            ...newFutureItems(store.tables, {
               idempotencyKey: idemPk,
               requestId: input.requestId,
               tenant: input.tenant,
@@ -257,7 +256,7 @@ export async function submitUnload(
               payload: input.payload,
               now: input.now,
             }),
-            seqCounterUnloadItem(config().table('registry'), counter, {
+            seqCounterUnloadItem(store.tables.registry, counter, {
               modelId: input.modelId,
               tenant: input.tenant,
               seq,
@@ -267,6 +266,6 @@ export async function submitUnload(
         };
       },
     },
-    clients,
+    store,
   );
 }

@@ -56,7 +56,7 @@ export function schedulerAdapters(
     readPayloads: (ids) => readPayloads(s3, settings.bucket, ids),
     writeWorkItem: (workItem) => writeWorkItem(s3, settings.bucket, workItem),
     sendManifest: (id) => sendManifest(sqs, settings.workQueueUrl, id),
-    isDraining: () => isPoolDraining(settings.pool, doc),
+    isDraining: () => isPoolDraining(doc, tables.registry, settings.pool),
     lock: tickLock(doc, tables.registry, settings.pool),
   };
 }

@@ -2,6 +2,7 @@ import type { CheckpointNameRecord } from '../domain/records.js';
 import { InfrastructureError, StepUserError } from '../errors.js';
 import { readCheckpointName } from '../repositories/checkpoints.js';
 import { readFuture } from '../repositories/futures.js';
+import type { Tables } from '../repositories/tables.js';
 import { storageKeys } from '../storage-keys.js';
 import { getBytes } from './blobs.js';
 import type { CheckpointRefPayload } from './step-payloads.js';
@@ -17,11 +18,20 @@ import type { WorkerClients } from './types.js';
 export async function loadCheckpointBytes(
   ref: CheckpointRefPayload & { readonly content_id: string },
   savedHere: ReadonlyMap<string, Uint8Array>,
-  clients: WorkerClients,
+  store: {
+    readonly clients: WorkerClients;
+    readonly tables: Tables<'futures' | 'registry'>;
+    readonly bucket: string;
+  },
 ): Promise<Uint8Array> {
+  const { clients, tables, bucket } = store;
   const own = savedHere.get(ref.content_id);
   if (own !== undefined) return own;
-  const record: CheckpointNameRecord | undefined = await readCheckpointName(ref.pk, clients.doc);
+  const record: CheckpointNameRecord | undefined = await readCheckpointName(
+    clients.doc,
+    tables.registry,
+    ref.pk,
+  );
   if (record === undefined || record.content_id !== ref.content_id) {
     throw new StepUserError(`path: checkpoint ${ref.path} does not exist (its save did not succeed)`, {
       context: { field: 'path' },
@@ -30,10 +40,11 @@ export async function loadCheckpointBytes(
   if (record.status === 'committed') {
     return getBytes(
       clients.s3,
+      bucket,
       record.blob_key ?? storageKeys.checkpoint(record.model_id, record.content_id),
     );
   }
-  const saver = await readFuture(record.request_id, clients.doc, true);
+  const saver = await readFuture(clients.doc, tables.futures, record.request_id, true);
   if (saver?.status === 'failed') {
     throw new StepUserError(`path: checkpoint ${ref.path} was never saved: its save failed`, {
       context: { field: 'path' },

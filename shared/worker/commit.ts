@@ -115,7 +115,7 @@ export async function commitModel(
       const terminal = new Set<string>();
       for (const target of failed) {
         if (target?.kind !== 'future') continue;
-        const row = await readFuture(target.request_id, doc, true, tables.futures);
+        const row = await readFuture(doc, tables.futures, target.request_id, true);
         if (row !== undefined && row.status !== 'pending') terminal.add(target.request_id);
       }
       if (terminal.size === 0 || terminal.size !== failed.length) {
@@ -184,7 +184,7 @@ export async function commitSample(
   if (decided.kind === 'ok') return { committed: true, settledByReread: false };
   const [claim, future] = await Promise.all([
     readSampleClaim(doc, tables.registry, requestId),
-    readFuture(requestId, doc, true, tables.futures),
+    readFuture(doc, tables.futures, requestId, true),
   ]);
   if (claim?.claim_token === claimToken) {
     throw new InfrastructureError(`commit of sample ${requestId} did not land`, {
@@ -224,7 +224,7 @@ export async function returnSampleToPending(
   if (decided.kind === 'ok') return { committed: true, settledByReread: false };
   const [claim, future] = await Promise.all([
     readSampleClaim(doc, tables.registry, requestId),
-    readFuture(requestId, doc, true, tables.futures),
+    readFuture(doc, tables.futures, requestId, true),
   ]);
   if (claim?.claim_token === claimToken && future?.status === 'pending') {
     throw new InfrastructureError(`sample ${requestId} could not be returned to pending`, {

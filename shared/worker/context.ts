@@ -14,6 +14,8 @@ export interface RunContext {
   readonly clients: WorkerClients;
   /** Resolved once per work item by the runtime; every write below names its table from here. */
   readonly tables: CommitTables;
+  /** The bucket of states, checkpoints and results, resolved with the tables. */
+  readonly bucket: string;
   readonly maxAttempts: number;
   readonly inlineResultMaxBytes: number;
   readonly signal: AbortSignal | undefined;

@@ -25,6 +25,7 @@ export interface CutTriggers {
     readonly everyMs: number;
     readonly startedAt: number;
     readonly doc: DynamoDBDocumentClient;
+    readonly registryTable: string;
   };
 }
 
@@ -108,7 +109,7 @@ export class WorkItemCut {
     if (this.#polling || this.#latch.signal.aborted) return;
     this.#polling = true;
     try {
-      const record = await readCutRequest(poll.pool, poll.doc);
+      const record = await readCutRequest(poll.doc, poll.registryTable, poll.pool);
       if (cutRequestedSince(record, poll.startedAt)) this.#trip(`cut#${poll.pool} was requested`);
     } catch (error) {
       logger.warn('cut request poll failed; polling again', {

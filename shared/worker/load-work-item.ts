@@ -42,9 +42,9 @@ export function parseManifest(body: string): WorkManifest {
 }
 
 /** The work item, checked against the scheduler's schema (contiguous seqs, one model once, R4). */
-export async function loadWorkItem(source: WorkSource, s3: S3Client): Promise<WorkItem> {
+export async function loadWorkItem(source: WorkSource, s3: S3Client, bucket: string): Promise<WorkItem> {
   if (!isManifest(source)) return workItemSchema.parse(withJsonPayloadsParsed(source));
-  const bytes = await getBytes(s3, source.key);
+  const bytes = await getBytes(s3, bucket, source.key);
   let parsed: unknown;
   try {
     parsed = decodeWorkItemFile(bytes);

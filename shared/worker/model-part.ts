@@ -60,12 +60,20 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
       state:
         model.base_state_ref === undefined
           ? undefined
-          : await backend.deserializeState(await getBytes(clients.s3, model.base_state_ref)),
+          : await backend.deserializeState(await getBytes(clients.s3, ctx.bucket, model.base_state_ref)),
       stateChanged: false,
       unloaded: false,
       saved: new Map(),
     };
-    const env = { backend, passes: ctx.passes, clients, model, now: ctx.now };
+    const env = {
+      backend,
+      passes: ctx.passes,
+      clients,
+      tables: ctx.tables,
+      bucket: ctx.bucket,
+      model,
+      now: ctx.now,
+    };
     const executions: StepExecution[] = [];
     for (const step of model.steps) {
       stopIfAborted(ctx.signal, lease);
@@ -85,12 +93,18 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
     if (!(await ctx.leases.renewNow(model.inflight))) throw new LeaseLostError(model.inflight);
     const placement = { inlineMaxBytes: ctx.inlineResultMaxBytes, budget: COMMIT_INLINE_BUDGET_BYTES };
     const [stateRef, steps] = await Promise.all([
-      storeState(backend, clients.s3, model.model_id, model.epoch, part),
+      storeState(backend, clients.s3, ctx.bucket, model.model_id, model.epoch, part),
       Promise.all(
         executions.map(
           async (execution): Promise<StepCommit> => ({
             request_id: execution.request_id,
-            outcome: await storeOutcome(execution.request_id, execution.outcome, placement, clients.s3),
+            outcome: await storeOutcome(
+              execution.request_id,
+              execution.outcome,
+              placement,
+              clients.s3,
+              ctx.bucket,
+            ),
             ...(execution.checkpoint === undefined ? {} : { checkpoint: execution.checkpoint }),
             ...(execution.sampling_session === undefined
               ? {}
@@ -98,7 +112,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
           }),
         ),
       ),
-      ...[...part.saved.values()].map((blob) => putBytes(clients.s3, blob.key, blob.bytes)),
+      ...[...part.saved.values()].map((blob) => putBytes(clients.s3, ctx.bucket, blob.key, blob.bytes)),
     ]);
     await ctx.emit({ kind: 'model-written', model_id: model.model_id, state_ref: stateRef });
     faultHook.crash('worker:after-state-write');

@@ -26,6 +26,7 @@ export async function storeOutcome(
   outcome: StepResult,
   placement: ResultPlacement,
   s3: S3Client,
+  bucket: string,
 ): Promise<StoredOutcome> {
   if (outcome.status === 'failed') return outcome;
   const unrepresentable = firstNonFinite(outcome.result);
@@ -47,7 +48,7 @@ export async function storeOutcome(
     return { status: 'completed', result: json };
   }
   const key = storageKeys.result(requestId);
-  await putBytes(s3, key, json, true);
+  await putBytes(s3, bucket, key, json, true);
   return { status: 'completed', result_key: key };
 }
 
@@ -80,6 +81,7 @@ export function firstNonFinite(value: unknown): string | undefined {
 export async function storeState(
   backend: Backend,
   s3: S3Client,
+  bucket: string,
   modelId: string,
   epoch: number,
   part: {
@@ -89,6 +91,6 @@ export async function storeState(
 ): Promise<string | undefined> {
   if (!part.stateChanged || part.state === undefined) return undefined;
   const key = storageKeys.modelState(modelId, epoch);
-  await putBytes(s3, key, await backend.serializeState(part.state));
+  await putBytes(s3, bucket, key, await backend.serializeState(part.state));
   return key;
 }

@@ -42,7 +42,15 @@ function samplingContext(
       ...(options.cut === undefined ? {} : { signal: options.cut }),
       ...(options.cutWhen === undefined ? {} : { when: options.cutWhen }),
       ...(pollMs > 0
-        ? { poll: { pool: item.pool, everyMs: pollMs, startedAt: now(), doc: clients.doc } }
+        ? {
+            poll: {
+              pool: item.pool,
+              everyMs: pollMs,
+              startedAt: now(),
+              doc: clients.doc,
+              registryTable: tables.registry,
+            },
+          }
         : {}),
     },
     (rows) =>
@@ -67,13 +75,13 @@ function samplingContext(
  */
 export async function runWorkItem(source: WorkSource, options: WorkerOptions): Promise<WorkItemOutcome> {
   const started = performance.now();
-  const { tunables } = config();
+  const { tunables, bucket } = config();
   const clients = options.clients ?? awsClients();
-  // The edge of the worker: its tables are resolved here, once per work item, and passed down.
+  // The edge of the worker: its tables and bucket are resolved here, once per work item, and passed down.
   const tables = resolveTables(['futures', 'models', 'registry']);
   const now = options.now ?? Date.now;
   const leaseMs = options.leaseMs ?? tunables.leaseSeconds * 1000;
-  const item = await loadWorkItem(source, clients.s3);
+  const item = await loadWorkItem(source, clients.s3, bucket);
   const leases = new LeaseKeeper(
     clients.doc,
     tables,
@@ -87,6 +95,7 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
     backend: options.backend,
     clients,
     tables,
+    bucket,
     maxAttempts: options.maxAttempts ?? tunables.maxAttempts,
     inlineResultMaxBytes: options.inlineResultMaxBytes ?? INLINE_RESULT_MAX_BYTES,
     signal: options.signal,
@@ -96,7 +105,7 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
     },
     passes: new PassBatcher(options.backend, options.passWindowMs),
     leases,
-    samplers: new SamplerCache(options.backend, clients),
+    samplers: new SamplerCache(options.backend, clients, bucket),
     ...(sampling === undefined ? {} : { sampling }),
   };
 

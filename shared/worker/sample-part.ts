@@ -88,7 +88,13 @@ async function runClaimedSample(
   await ctx.emit({ kind: 'sample-done', request_id: sample.request_id });
   stopIfAborted(ctx.signal);
   const placement = { inlineMaxBytes: ctx.inlineResultMaxBytes, budget: ctx.inlineResultMaxBytes };
-  const stored = await storeOutcome(sample.request_id, generated.result, placement, ctx.clients.s3);
+  const stored = await storeOutcome(
+    sample.request_id,
+    generated.result,
+    placement,
+    ctx.clients.s3,
+    ctx.bucket,
+  );
   faultHook.crash('worker:after-result-write');
   stopIfAborted(ctx.signal);
   const committed = await commitSample(sample.request_id, sample.claim_token, stored, ctx.now(), {

@@ -14,6 +14,7 @@ export class SamplerCache {
   constructor(
     private readonly backend: Backend,
     private readonly clients: WorkerClients,
+    private readonly bucket: string,
   ) {}
 
   get(
@@ -40,6 +41,7 @@ export class SamplerCache {
     if (checkpoint === undefined) return this.backend.loadSampler(baseModel, null);
     const bytes = await getBytes(
       this.clients.s3,
+      this.bucket,
       storageKeys.checkpoint(checkpoint.model_id, checkpoint.content_id),
     );
     return this.backend.loadSampler(baseModel, bytes);

@@ -2,6 +2,7 @@ import type { AdamParams, Backend, BackendState, LoraConfigInput } from '../back
 import { type FutureError, registryKey, type SamplingSessionRecord } from '../domain/records.js';
 import { StepUserError } from '../errors.js';
 import { issuedPath } from '../repositories/checkpoints.js';
+import type { Tables } from '../repositories/tables.js';
 import type { WorkItemModel, WorkItemStep } from '../scheduling/work-item.js';
 import { checkpointContentId, storageKeys } from '../storage-keys.js';
 import { loadCheckpointBytes } from './checkpoint-source.js';
@@ -41,6 +42,8 @@ export interface StepEnv {
   readonly backend: Backend;
   readonly passes: PassBatcher;
   readonly clients: WorkerClients;
+  readonly tables: Tables<'futures' | 'registry'>;
+  readonly bucket: string;
   readonly model: WorkItemModel;
   readonly now: () => number;
 }
@@ -175,7 +178,7 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
     case 'load_weights': {
       const payload = parseStepPayload('load_weights', step.request_id, step.payload);
       const saved = new Map([...part.saved].map(([id, blob]) => [id, blob.bytes]));
-      const bytes = await loadCheckpointBytes(payload.checkpoint, saved, env.clients);
+      const bytes = await loadCheckpointBytes(payload.checkpoint, saved, env);
       part.state = await backend.importWeights(requireState(part, modelId), bytes, {
         optimizer: payload.optimizer,
       });

@@ -30,6 +30,7 @@ describe('load driver against the local runtime', () => {
         apiUrl: runtime.apiUrl!,
         clients: cloud.clients,
         futuresTable: cloud.names.tables.futures,
+        registryTable: cloud.names.tables.registry,
       }),
       {
         clients: 4,
@@ -91,6 +92,7 @@ describe('load driver against a runtime with no worker', () => {
         apiUrl: runtime.apiUrl!,
         clients: cloud.clients,
         futuresTable: cloud.names.tables.futures,
+        registryTable: cloud.names.tables.registry,
       }),
       {
         clients: 2,

@@ -76,7 +76,8 @@ describe('random workloads through API -> streams -> scheduler -> SQS -> two wor
     const second = pipeline.startProcessWorker(sampling);
     let settled = false;
     const cutting = (async () => {
-      const cut = () => requestCut(config().pool, 'e2e', Date.now(), harness.cloud.clients.doc);
+      const cut = () =>
+        requestCut(harness.cloud.clients.doc, config().table('registry'), config().pool, 'e2e');
       // A held slice may be its sample's last (nothing left to cut): then the next one is tried.
       while (cuts.cutRequests.length < CUTS && !settled) await cuts.cutAtNextSlice(cut);
     })();

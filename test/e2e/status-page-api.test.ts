@@ -50,7 +50,7 @@ describe.skipIf(!canRun)('status page behind the API, in headless Chromium', () 
     await putPending(cloud, 'm-train', 'optim_step', 3, now - 59_000);
     await putModel(cloud, 'm-fresh', { tenant: 'zeta' });
     await putPending(cloud, 'm-fresh', 'forward_backward', 1, now - 10_000);
-    operatorKey = await createOperatorKey('ops@example.com', cloud.clients);
+    operatorKey = await createOperatorKey(cloud.clients.doc, cloud.names.tables.registry, 'ops@example.com');
     tenantKey = (await api.tenant('acme')).key;
 
     browser = await launchChromium();
@@ -129,7 +129,9 @@ describe.skipIf(!canRun)('status page behind the API, in headless Chromium', () 
     const { cloud } = api;
     await putModel(cloud, 'm-late', { tenant: 'late' });
     await putPending(cloud, 'm-late', 'optim_step', 1, Date.now());
-    await startDrain(cloud.env.POOL!, 'ops@test', { reason: 'maintenance', doc: cloud.clients.doc });
+    await startDrain(cloud.clients.doc, cloud.names.tables.registry, cloud.env.POOL!, 'ops@test', {
+      reason: 'maintenance',
+    });
     // A failure record of a stream batch the scheduler gave up on.
     await cloud.clients.sqs.send(
       new SendMessageCommand({ QueueUrl: cloud.names.queueUrls.streamDlq, MessageBody: '{}' }),
@@ -163,10 +165,14 @@ describe.skipIf(!canRun)('status page behind the API, in headless Chromium', () 
   });
 
   it('stops showing data once the key is revoked, and says so', async () => {
-    const shortLived = await createOperatorKey('leaver', api.cloud.clients);
+    const shortLived = await createOperatorKey(
+      api.cloud.clients.doc,
+      api.cloud.names.tables.registry,
+      'leaver',
+    );
     await submitKey(page, shortLived);
     await page.waitForSelector('#picture:not([hidden])');
-    expect(await revokeApiKey(shortLived, api.cloud.clients)).toBe(true);
+    expect(await revokeApiKey(api.cloud.clients.doc, api.cloud.names.tables.registry, shortLived)).toBe(true);
     await page.waitForSelector('#key-problem:not([hidden])', { timeout: 10_000 });
     expect(await page.locator('#key-problem').textContent()).toBe(
       'invalid or revoked operator key (HTTP 401)',

@@ -1,6 +1,7 @@
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StatusPageServer, startStatusPage } from '../../local/status-page/server.js';
+import { readConfig } from '../../shared/config.js';
 import { startDrain } from '../../shared/ops/control-store.js';
 import { readPoolStatus } from '../../shared/ops/status-reader.js';
 import { putModel, putPending } from '../integration/ops-fixtures.js';
@@ -36,7 +37,9 @@ describe.skipIf(!canRun)('status page in headless Chromium', () => {
     await putPending(cloud, 'm-fresh', 'forward_backward', 1, now - 10_000);
     await putPending(cloud, 'm-fresh', 'load_weights', 2, now - 9_000);
 
-    server = await startStatusPage({ readStatus: () => readPoolStatus({ clients: cloud.clients }) });
+    server = await startStatusPage({
+      readStatus: () => readPoolStatus({ clients: cloud.clients, config: readConfig(cloud.env) }),
+    });
     browser = await launchChromium();
     page = await browser.newPage({ viewport: { width: 1400, height: 720 } });
     page.on('console', (message) => {
@@ -98,7 +101,9 @@ describe.skipIf(!canRun)('status page in headless Chromium', () => {
     await putPending(cloud, 'm-fresh', 'forward_backward', 3, Date.now());
     await putModel(cloud, 'm-late', { tenant: 'late' });
     await putPending(cloud, 'm-late', 'optim_step', 1, Date.now());
-    await startDrain(cloud.env.POOL!, 'ops@test', { reason: 'maintenance', doc: cloud.clients.doc });
+    await startDrain(cloud.clients.doc, cloud.names.tables.registry, cloud.env.POOL!, 'ops@test', {
+      reason: 'maintenance',
+    });
 
     await page.waitForSelector('#models tbody tr[data-model-id="m-late"]', { timeout: 10_000 });
     expect((await statusRowOf(page, 'm-fresh')).Pending).toBe('3');

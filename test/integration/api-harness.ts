@@ -46,7 +46,7 @@ export async function startApiHarness(env: Record<string, string> = {}): Promise
     url,
     client,
     tenant: async (name) => {
-      const key = await createApiKey(name, cloud.clients);
+      const key = await createApiKey(cloud.clients.doc, cloud.names.tables.registry, name);
       return { key, client: client(key) };
     },
     counts: async () => {

@@ -269,7 +269,11 @@ describe('checkpoint names of saves that failed', () => {
   const failWithoutRunning = (requestId: string) =>
     failFuture(requestId, { message: 'failed after 3 attempts', category: 'server' }, api.cloud.clients);
   const reservationOf = (modelId: string, name: string) =>
-    readCheckpointName(registryKey.checkpointName(modelId, 'weights', name), api.cloud.clients.doc);
+    readCheckpointName(
+      api.cloud.clients.doc,
+      api.cloud.names.tables.registry,
+      registryKey.checkpointName(modelId, 'weights', name),
+    );
   const save = (modelId: string, seqId: number, path: string) =>
     client.raw('POST', '/api/v1/save_weights', { model_id: modelId, seq_id: seqId, path });
   const requestIdOf = (answer: { body: unknown }) => (answer.body as { request_id?: string }).request_id;

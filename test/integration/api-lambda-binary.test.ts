@@ -46,7 +46,7 @@ beforeAll(async () => {
   cloud = await setupTestCloud();
   cloud.applyEnv();
   await initZstd();
-  key = await createApiKey('acme', cloud.clients);
+  key = await createApiKey(cloud.clients.doc, cloud.names.tables.registry, 'acme');
   const { session_id } = await json<{ session_id: string }>('create_session', { tags: [] });
   ({ model_id: modelId } = await json<{ model_id: string }>('create_model', {
     session_id,
@@ -99,7 +99,7 @@ describe('the api function behind API Gateway', () => {
         new GetCommand({ TableName: cloud.names.tables.futures, Key: { request_id: requestId } }),
       )
     ).Item as FutureRow;
-    const stored = await readStoredPayload(row.payload_key!, cloud.clients.s3);
+    const stored = await readStoredPayload(cloud.clients.s3, cloud.names.bucket, row.payload_key!);
     expect(stored.format).toBe('tinker-pb');
     const message = decodeForwardBackwardRequest(stored.bytes);
     const datum = message.input.data[0]!;

@@ -94,7 +94,7 @@ describe('long polls per tenant', () => {
   it('slots a crashed poll never gave back expire: the next poll takes their place', async () => {
     const now = Date.now();
     for (const token of ['crashed-1', 'crashed-2']) {
-      const lease = await acquirePollLease(api.cloud.clients.doc, {
+      const lease = await acquirePollLease(api.cloud.clients.doc, api.cloud.names.tables.registry, {
         tenant: 'acme',
         token,
         limit: LIMIT,
@@ -112,7 +112,7 @@ describe('long polls per tenant', () => {
   it('a future that is already done answers without a slot, even while every slot is held', async () => {
     const now = Date.now();
     for (const token of ['live-1', 'live-2']) {
-      await acquirePollLease(api.cloud.clients.doc, {
+      await acquirePollLease(api.cloud.clients.doc, api.cloud.names.tables.registry, {
         tenant: 'acme',
         token,
         limit: LIMIT,

@@ -34,9 +34,9 @@ beforeAll(async () => {
   for (const name of Object.keys(QUOTA_ENV)) saved[name] = process.env[name];
   Object.assign(process.env, QUOTA_ENV);
   cloud.applyEnv();
-  acme = await createApiKey('acme', cloud.clients);
-  zeta = await createApiKey('zeta', cloud.clients);
-  operator = await createOperatorKey('ops@example.com', cloud.clients);
+  acme = await createApiKey(cloud.clients.doc, cloud.names.tables.registry, 'acme');
+  zeta = await createApiKey(cloud.clients.doc, cloud.names.tables.registry, 'zeta');
+  operator = await createOperatorKey(cloud.clients.doc, cloud.names.tables.registry, 'ops@example.com');
 });
 
 afterAll(() => {

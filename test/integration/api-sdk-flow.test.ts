@@ -194,7 +194,7 @@ describe('the SDK call sequence with its exact request bodies', () => {
       payload_key: storageKeys.payload(future.request_id),
     });
     // Stored in the one binary form both wires share (W4), its digest on the row.
-    const stored = await readStoredPayload(row!.payload_key, api.cloud.clients.s3);
+    const stored = await readStoredPayload(api.cloud.clients.s3, api.cloud.names.bucket, row!.payload_key);
     expect(stored.format).toBe('tinker-pb');
     expect(sha256Hex(stored.bytes)).toBe(row!.payload_digest);
     const message = decodeForwardBackwardRequest(stored.bytes);
@@ -540,9 +540,15 @@ describe('the edge', () => {
     }
     const { key: doomed, client: doomedClient } = await api.tenant('short-lived');
     expect((await doomedClient.raw('POST', '/api/v1/create_session', body)).status).toBe(200);
-    expect(await revokeApiKey(doomed, api.cloud.clients)).toBe(true);
+    expect(await revokeApiKey(api.cloud.clients.doc, api.cloud.names.tables.registry, doomed)).toBe(true);
     expect((await doomedClient.raw('POST', '/api/v1/create_session', body)).status).toBe(401);
-    expect(await revokeApiKey('tml-neverissuedneverissuedneverissued', api.cloud.clients)).toBe(false);
+    expect(
+      await revokeApiKey(
+        api.cloud.clients.doc,
+        api.cloud.names.tables.registry,
+        'tml-neverissuedneverissuedneverissued',
+      ),
+    ).toBe(false);
   });
 
   it('stores keys only as hashes', async () => {

@@ -77,7 +77,11 @@ beforeAll(async () => {
   await initZstd();
   ({ client: owner, key: ownerKey } = await api.tenant('acme'));
   ({ key: rivalKey } = await api.tenant('rival'));
-  operatorKey = await createOperatorKey('ops@example.com', api.cloud.clients);
+  operatorKey = await createOperatorKey(
+    api.cloud.clients.doc,
+    api.cloud.names.tables.registry,
+    'ops@example.com',
+  );
   ids.session = (await owner.createSession()).session_id;
   ids.model = (
     await owner.createModel({

@@ -162,10 +162,16 @@ describe('local runtime: grant enforcement', () => {
       ).Items ?? [];
     const before = await keyRecords();
     // What a compromised GPU host would try: mint a tenant key, an operator key, or write one directly.
-    const mintTenant = await runAs('worker', () => createApiKey('victim', awsClients()));
+    const mintTenant = await runAs('worker', () =>
+      createApiKey(awsClients().doc, config().table('registry'), 'victim'),
+    );
     expect(mintTenant).toMatchObject({ name: 'AccessDeniedException' });
     expect((mintTenant as Exclude<Outcome, 'allowed'>).message).toContain('dynamodb:PutItem');
-    expect(await runAs('worker', () => createOperatorKey('intruder', awsClients()))).toMatchObject({
+    expect(
+      await runAs('worker', () =>
+        createOperatorKey(awsClients().doc, config().table('registry'), 'intruder'),
+      ),
+    ).toMatchObject({
       name: 'AccessDeniedException',
     });
     const direct = () =>
@@ -178,13 +184,21 @@ describe('local runtime: grant enforcement', () => {
       );
     expect(await probes.runAsProcess('worker', direct)).toMatchObject({ name: 'AccessDeniedException' });
     expect(
-      await runAs('worker', () => revokeApiKey(`tml-${randomBytes(24).toString('base64url')}`, awsClients())),
+      await runAs('worker', () =>
+        revokeApiKey(
+          awsClients().doc,
+          config().table('registry'),
+          `tml-${randomBytes(24).toString('base64url')}`,
+        ),
+      ),
     ).toMatchObject({
       name: 'AccessDeniedException',
     });
     expect(await keyRecords()).toEqual(before);
     // The api looks keys up but may not mint them either: the operator CLI does.
-    expect(await runAs('api', () => createApiKey('victim', awsClients()))).toMatchObject({
+    expect(
+      await runAs('api', () => createApiKey(awsClients().doc, config().table('registry'), 'victim')),
+    ).toMatchObject({
       name: 'AccessDeniedException',
     });
 

@@ -168,10 +168,10 @@ describe('keys', () => {
     expect(created.code).toBe(0);
     const key = created.stdout.trim();
     expect(key).toMatch(/^tml-/);
-    expect(await tenantForApiKey(key, cloud.clients.doc)).toBe('ops-team');
+    expect(await tenantForApiKey(cloud.clients.doc, cloud.names.tables.registry, key)).toBe('ops-team');
 
     expect(await cli('keys', 'revoke', key)).toMatchObject({ code: 0, stdout: 'revoked\n' });
-    expect(await tenantForApiKey(key, cloud.clients.doc)).toBeUndefined();
+    expect(await tenantForApiKey(cloud.clients.doc, cloud.names.tables.registry, key)).toBeUndefined();
     expect(await cli('keys', 'revoke', 'tml-not-a-key-that-exists-anywhere')).toMatchObject({
       code: 1,
       stdout: 'no such key\n',
@@ -184,11 +184,13 @@ describe('keys', () => {
     const { operator, key } = JSON.parse(created.stdout) as { operator: string; key: string };
     expect(operator).toBe('alice@example.com');
     expect(key).toMatch(/^tso-[A-Za-z0-9_-]{43}$/);
-    expect(await operatorForKey(key, cloud.clients.doc)).toBe('alice@example.com');
-    expect(await tenantForApiKey(key, cloud.clients.doc)).toBeUndefined();
+    expect(await operatorForKey(cloud.clients.doc, cloud.names.tables.registry, key)).toBe(
+      'alice@example.com',
+    );
+    expect(await tenantForApiKey(cloud.clients.doc, cloud.names.tables.registry, key)).toBeUndefined();
 
     expect(await cli('keys', 'revoke', key)).toMatchObject({ code: 0, stdout: 'revoked\n' });
-    expect(await operatorForKey(key, cloud.clients.doc)).toBeUndefined();
+    expect(await operatorForKey(cloud.clients.doc, cloud.names.tables.registry, key)).toBeUndefined();
     expect((await cli('keys', 'create', '--operator', 'no spaces')).code).toBe(1);
   });
 
@@ -215,14 +217,16 @@ describe('cut', () => {
     const before = Date.now();
     const answer = await cli('cut', '--json', '--pool', 'gpu-a');
     expect(answer.code).toBe(0);
-    const record = await readCutRequest('gpu-a', cloud.clients.doc, true);
+    const record = await readCutRequest(cloud.clients.doc, cloud.names.tables.registry, 'gpu-a', true);
     expect(record).toEqual(JSON.parse(answer.stdout));
     expect(record!.requested_at).toBeGreaterThanOrEqual(before);
     expect(cutRequestedSince(record, before - 1)).toBe(true);
     expect(cutRequestedSince(record, Date.now())).toBe(false);
     expect(record!.ttl).toBeGreaterThan(Date.now() / 1000);
     expect((await status('--pool', 'gpu-a')).cut_requested_at).toBe(record!.requested_at);
-    expect(await readCutRequest('gpu-b', cloud.clients.doc, true)).toBeUndefined();
+    expect(
+      await readCutRequest(cloud.clients.doc, cloud.names.tables.registry, 'gpu-b', true),
+    ).toBeUndefined();
   });
 
   it('refuses a pool name that cannot be a registry key', async () => {
@@ -236,7 +240,7 @@ describe('drain', () => {
   it('marks a pool draining until drain --off, keeping when it began', async () => {
     const first = await cli('drain', '--pool', 'gpu-d', '--reason', 'driver upgrade', '--json');
     expect(first.code).toBe(0);
-    const record = await readDrain('gpu-d', cloud.clients.doc);
+    const record = await readDrain(cloud.clients.doc, cloud.names.tables.registry, 'gpu-d');
     expect(record).toMatchObject({ pk: 'drain#gpu-d', pool: 'gpu-d', reason: 'driver upgrade' });
     expect((await status('--pool', 'gpu-d')).draining).toEqual({
       since: record!.since,
@@ -249,13 +253,13 @@ describe('drain', () => {
     const again = JSON.parse((await cli('drain', '--pool', 'gpu-d', '--json')).stdout) as { since: number };
     expect(again.since).toBe(record!.since);
     // Other pools are unaffected.
-    expect(await readDrain(cloud.env.POOL!, cloud.clients.doc)).toBeUndefined();
+    expect(await readDrain(cloud.clients.doc, cloud.names.tables.registry, cloud.env.POOL!)).toBeUndefined();
 
     expect(await cli('drain', '--off', '--pool', 'gpu-d')).toMatchObject({
       code: 0,
       stdout: 'pool gpu-d dispatches again\n',
     });
-    expect(await readDrain('gpu-d', cloud.clients.doc)).toBeUndefined();
+    expect(await readDrain(cloud.clients.doc, cloud.names.tables.registry, 'gpu-d')).toBeUndefined();
     expect((await status('--pool', 'gpu-d')).draining).toBeUndefined();
     expect((await cli('drain', '--off', '--pool', 'gpu-d')).stdout).toBe('pool gpu-d was not draining\n');
   });

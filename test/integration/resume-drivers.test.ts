@@ -130,7 +130,7 @@ describe('cut triggers', () => {
       onEvent: async (event) => {
         if (event.kind !== 'sample-slice' || asked) return;
         asked = true;
-        await requestCut(config().pool, 'resume-test', Date.now(), h.cloud.clients.doc);
+        await requestCut(h.cloud.clients.doc, config().table('registry'), config().pool, 'resume-test');
       },
     });
     expect(outcome.samples[0]).toMatchObject({ outcome: 'cut', saved: 1 });

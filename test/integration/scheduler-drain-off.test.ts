@@ -36,7 +36,9 @@ describe('drain --off starts a tick', () => {
   });
 
   it('dispatches the work that waited for the drain within seconds of the CLI lifting it', async () => {
-    await startDrain(config().pool, 'test', { doc: cloud.clients.doc, reason: 'maintenance' });
+    await startDrain(cloud.clients.doc, config().table('registry'), config().pool, 'test', {
+      reason: 'maintenance',
+    });
     // The submit's stream record wakes a tick, which plans nothing while the pool drains.
     const { modelId, requestId } = await createModel(cloud.clients);
     await pause(1_500);

@@ -19,13 +19,15 @@ describe('scheduler drain and metrics', () => {
   it('dispatches nothing while the pool drains, and everything once the drain is lifted', async () => {
     const m = await readyModel(cloud.clients);
     const fb = await submitStep(cloud.clients, m, 'forward_backward');
-    await startDrain(config().pool, 'test', { doc: cloud.clients.doc, reason: 'maintenance' });
+    await startDrain(cloud.clients.doc, config().table('registry'), config().pool, 'test', {
+      reason: 'maintenance',
+    });
 
     const drained = await runTick();
     expect(drained.counters).toMatchObject({ work_items: 0, steps_dispatched: 0, payload_gets: 0 });
     expect(await drainWorkItems(cloud.clients)).toEqual([]);
 
-    expect(await stopDrain(config().pool, cloud.clients.doc)).toBe(true);
+    expect(await stopDrain(cloud.clients.doc, config().table('registry'), config().pool)).toBe(true);
     const resumed = await runTick();
     expect(resumed.counters).toMatchObject({ work_items: 1, steps_dispatched: 1 });
     const [item] = await drainWorkItems(cloud.clients);

@@ -16,6 +16,7 @@ import {
 import { mintId, mintRequestId } from '../../shared/ids.js';
 import { logger } from '../../shared/logger.js';
 import { serializePayload } from '../../shared/payload-store.js';
+import type { IntakeStore } from '../../shared/repositories/intake.js';
 import { readModelRow as readModelRowStrongly } from '../../shared/repositories/models.js';
 import { submitSample } from '../../shared/repositories/sampling-intake.js';
 import { requireSeqCounter } from '../../shared/repositories/seq-counters.js';
@@ -92,6 +93,11 @@ export function stepPayload(type: StepType, seqId: number, size = 1): PassPayloa
 
 let modelSeqId = 0;
 
+/** What the API's edge would pass the intake, from the environment the test applied. */
+function intakeStore(clients: AwsClients): IntakeStore {
+  return { clients, tables: resolveTables(['futures', 'models', 'registry']), bucket: config().bucket };
+}
+
 /** A model through intake (create_model is seq 1, pending). */
 export async function createModel(clients: AwsClients): Promise<{ modelId: string; requestId: string }> {
   const now = Date.now();
@@ -115,7 +121,7 @@ export async function createModel(clients: AwsClients): Promise<{ modelId: strin
       payload,
       now,
     },
-    clients,
+    intakeStore(clients),
   );
   return { modelId, requestId };
 }
@@ -135,7 +141,7 @@ export async function submitStep(
   const now = Date.now();
   const payload = stepPayload(type, seqId, size);
   const serialized = serializePayload(payload);
-  const counter = await requireSeqCounter(modelId, TENANT, clients.doc);
+  const counter = await requireSeqCounter(clients.doc, config().table('registry'), modelId, TENANT);
   await submitTrainingStep(
     {
       requestId,
@@ -148,7 +154,7 @@ export async function submitStep(
       counter,
       now,
     },
-    clients,
+    intakeStore(clients),
   );
   return { requestId, payload: JSON.parse(serialized.body as string) as unknown };
 }
@@ -195,13 +201,13 @@ export async function submitSampleRequest(
   const serialized = serializePayload(payload);
   await submitSample(
     { requestId, tenant: TENANT, samplingSession: session, seqId, tokens: 7, payload: serialized, now },
-    clients,
+    intakeStore(clients),
   );
   return { requestId, payload: JSON.parse(serialized.body as string) as unknown };
 }
 
 export async function readWorkItem(clients: AwsClients, workItemId: string): Promise<WorkItem> {
-  return loadWorkItem(manifestFor(workItemId), clients.s3);
+  return loadWorkItem(manifestFor(workItemId), clients.s3, config().bucket);
 }
 
 /** Every manifest waiting in the work queue (received and deleted). */

@@ -49,7 +49,7 @@ describe('payload reads under transient S3 errors', () => {
     for (let index = 0; index < count; index++) {
       const requestId = mintRequestId(Date.now());
       const payload = { request_type: 'optim_step', seq_id: index + 1, adam_params: { learning_rate: 0.01 } };
-      await putPayload(requestId, serializePayload(payload), cloud.clients.s3);
+      await putPayload(cloud.clients.s3, cloud.names.bucket, requestId, serializePayload(payload));
       payloads.set(requestId, payload);
     }
     return payloads;

@@ -143,7 +143,11 @@ describe('scheduler tick on the local cloud', () => {
       payload: s1.payload,
     });
     expect(item!.samples.every((sample) => sample.claim_token === item!.work_item_id)).toBe(true);
-    const claim = await readRegistryItem<{ work_item_id: string }>(registryKey.sampleClaim(s1.requestId));
+    const claim = await readRegistryItem<{ work_item_id: string }>(
+      cloud.clients.doc,
+      cloud.names.tables.registry,
+      registryKey.sampleClaim(s1.requestId),
+    );
     expect(claim?.work_item_id).toBe(item!.work_item_id);
 
     // The claimed three are not planned again; the 2nd now has model a's checkpoint to itself.

@@ -56,7 +56,7 @@ beforeAll(async () => {
   for (const shard of ['shard-1', 'shard-2']) {
     await send(cloud.names.queueUrls.streamDlq, JSON.stringify({ DDBStreamBatchInfo: { shardId: shard } }));
   }
-  operatorKey = await createOperatorKey('ops@example.com', cloud.clients);
+  operatorKey = await createOperatorKey(cloud.clients.doc, cloud.names.tables.registry, 'ops@example.com');
   tenantKey = (await api.tenant('acme')).key;
 });
 
@@ -139,9 +139,9 @@ describe('GET /status/data', () => {
     expect(await errorOf(`tso-${'A'.repeat(43)}`)).toBe('invalid or revoked operator key');
     expect(await errorOf(`tml-${'A'.repeat(43)}`)).toMatch(/^invalid or revoked API key/);
 
-    const revoked = await createOperatorKey('leaver', api.cloud.clients);
+    const revoked = await createOperatorKey(api.cloud.clients.doc, api.cloud.names.tables.registry, 'leaver');
     expect((await get('/status/data', revoked)).status).toBe(200);
-    expect(await revokeApiKey(revoked, api.cloud.clients)).toBe(true);
+    expect(await revokeApiKey(api.cloud.clients.doc, api.cloud.names.tables.registry, revoked)).toBe(true);
     expect(await errorOf(revoked)).toBe('invalid or revoked operator key');
   });
 
@@ -187,8 +187,12 @@ describe('keys of one kind on the routes of the other', () => {
     expect(withOperatorKey.status).toBe(403);
     expect(JSON.stringify(withOperatorKey.body)).toContain('operator key cannot call the Tinker API');
 
-    const revoked = await createOperatorKey('leaver-2', api.cloud.clients);
-    await revokeApiKey(revoked, api.cloud.clients);
+    const revoked = await createOperatorKey(
+      api.cloud.clients.doc,
+      api.cloud.names.tables.registry,
+      'leaver-2',
+    );
+    await revokeApiKey(api.cloud.clients.doc, api.cloud.names.tables.registry, revoked);
     expect((await api.client(revoked).raw('POST', '/api/v1/create_session', {})).status).toBe(401);
     // The tenant key still works where it belongs.
     expect((await api.client(tenantKey).raw('POST', '/api/v1/create_session', {})).status).toBe(200);

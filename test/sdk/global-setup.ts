@@ -40,8 +40,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
       );
     }
     const [owner, other] = await Promise.all([
-      createApiKey('sdk-owner', stack.clients),
-      createApiKey('sdk-other', stack.clients),
+      createApiKey(stack.clients.doc, stack.resources.tables.registry, 'sdk-owner'),
+      createApiKey(stack.clients.doc, stack.resources.tables.registry, 'sdk-other'),
     ]);
     project.provide('sdkTier', { ...preparing.value, baseUrl: stack.apiUrl, apiKeys: { owner, other } });
   } catch (error) {

@@ -3,6 +3,7 @@ import { inject } from 'vitest';
 import { localAwsClients } from '../../local/aws-clients.js';
 import type { CloudEndpoints } from '../../local/cloud.js';
 import { envFor, type ProvisionedResources, provisionResources } from '../../local/resources.js';
+import type { ApiDeps } from '../../shared/api/deps.js';
 import { type AwsClients, resetAwsClients } from '../../shared/aws/clients.js';
 import { resetConfig } from '../../shared/config.js';
 import { topology } from '../../shared/topology.js';
@@ -18,6 +19,11 @@ export interface TestCloud {
   applyEnv(): void;
   /** Clients bound to this cloud by explicit endpoints (they do not depend on process.env). */
   readonly clients: AwsClients;
+}
+
+/** What the API's edge resolves from this cloud's environment, for tests that call operations directly. */
+export function apiDeps(cloud: Pick<TestCloud, 'clients' | 'names'>): ApiDeps {
+  return { clients: cloud.clients, tables: cloud.names.tables, bucket: cloud.names.bucket };
 }
 
 /** The endpoints the `cloud` project's globalSetup provided. */

@@ -1,5 +1,6 @@
 import type { S3Client } from '@aws-sdk/client-s3';
 import { awsClients } from '../../shared/aws/clients.js';
+import { config } from '../../shared/config.js';
 import { InfrastructureError } from '../../shared/errors.js';
 import { sha256Hex } from '../../shared/ids.js';
 import { readStoredPayload } from '../../shared/payload-store.js';
@@ -12,7 +13,7 @@ export async function readPayload<T = unknown>(
   expectedDigest: string,
   s3: S3Client = awsClients().s3,
 ): Promise<T> {
-  const payload = await readStoredPayload(key, s3);
+  const payload = await readStoredPayload(s3, config().bucket, key);
   if (payload.format !== 'json' || sha256Hex(payload.bytes) !== expectedDigest) {
     throw new InfrastructureError(`payload ${key} is not the JSON payload its row names`, {
       context: { key },

@@ -28,7 +28,7 @@ import { DEFAULT_PLAN_LIMITS, type PlanLimits } from '../../shared/scheduling/li
 import { plan } from '../../shared/scheduling/planner.js';
 import { manifestFor, type WorkItem, type WorkManifest } from '../../shared/scheduling/work-item.js';
 import { passResult } from '../../shared/worker/results.js';
-import { setupTestCloud, type TestCloud } from './cloud.js';
+import { apiDeps, setupTestCloud, type TestCloud } from './cloud.js';
 
 /**
  * The worker's integration suites: requests submitted through the API's own operations (so rows and
@@ -111,7 +111,7 @@ export class TenantClient {
     return {
       tenant: this.tenant,
       now: Date.now(),
-      clients: this.harness.cloud.clients,
+      ...apiDeps(this.harness.cloud),
       tunables: config().tunables,
     };
   }
@@ -332,10 +332,12 @@ export class WorkerHarness {
     for (const id of payloadsToRead(planned, claims, sampleClaimed)) {
       const future = (await this.future(id)) as FutureRow;
       // A missing object stays absent, as in the scheduler's reads: it becomes a fail step or entry.
-      const payload = await readStoredPayload(future.payload_key, s3).catch((error: Error) => {
-        if (error.name === 'NoSuchKey') return undefined;
-        throw error;
-      });
+      const payload = await readStoredPayload(s3, config().bucket, future.payload_key).catch(
+        (error: Error) => {
+          if (error.name === 'NoSuchKey') return undefined;
+          throw error;
+        },
+      );
       if (payload !== undefined) payloads.set(id, payload);
     }
     const workItem = assembleWorkItem({
@@ -393,7 +395,7 @@ export class WorkerHarness {
   /** What retrieve_future answers right now (no long poll). */
   async answer(tenant: string, requestId: string): Promise<Answer> {
     return retrieveFuture(
-      { tenant, now: Date.now(), clients: this.cloud.clients, tunables: config().tunables, deadline: 0 },
+      { tenant, now: Date.now(), ...apiDeps(this.cloud), tunables: config().tunables, deadline: 0 },
       { request_id: requestId },
     );
   }

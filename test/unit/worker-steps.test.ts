@@ -88,6 +88,8 @@ function setup(b: Backend = backend): { part: PartState; env: StepEnv } {
       backend: b,
       passes: new PassBatcher(b),
       clients: { doc: noCloud, s3: noCloud },
+      tables: { futures: 'futures', registry: 'registry' },
+      bucket: 'data',
       model,
       now: () => 1000,
     },

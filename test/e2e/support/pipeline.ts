@@ -92,7 +92,11 @@ export class Pipeline {
 
   /** A Tinker client for a new API key of `tenant`. */
   async client(tenant: string): Promise<TinkerClient> {
-    const apiKey = await createApiKey(tenant, this.harness.cloud.clients);
+    const apiKey = await createApiKey(
+      this.harness.cloud.clients.doc,
+      this.harness.cloud.names.tables.registry,
+      tenant,
+    );
     return new TinkerClient({ baseUrl: this.apiUrl, apiKey });
   }
 
