@@ -1,6 +1,7 @@
-import { ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { GetObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { BatchGetCommand } from '@aws-sdk/lib-dynamodb';
 import { phraseDatum } from '../local/demo/dataset.js';
+import type { InvocationTrace } from '../local/runtime.js';
 import { startLocalStack } from '../local/stack.js';
 import { DEFAULT_BASE_MODEL } from '../shared/api/capabilities.js';
 import type { SampleRequest } from '../shared/backend/backend.js';
@@ -13,7 +14,9 @@ import {
 import { ReferenceBackend } from '../shared/backend/reference/reference-backend.js';
 import { TinkerClient } from '../shared/client/tinker-client.js';
 import { createApiKey } from '../shared/repositories/api-keys.js';
+import { decodeWorkItemFile } from '../shared/scheduling/work-item-file.js';
 import { type BenchResult, type Counts, machine, runCase } from './harness.js';
+import { type ClientTiming, HOPS, hopBreakdown, type WorkItemHeader } from './support/hops.js';
 
 /**
  * `npm run bench -- e2e [--quick]`: a mixed workload through the whole local stack, as `npm start`
@@ -23,7 +26,11 @@ import { type BenchResult, type Counts, machine, runCase } from './harness.js';
  * client behaviours: `closed_loop` (the SDK's training loop: submit a round, wait for it) and `burst`
  * (submit everything, then wait). Measured: requests per second, submit-to-result latency (p50/p99)
  * as the client sees it, submit-to-commit latency as the futures rows record it (without
- * retrieve_future's polling backoff), and work items per request (batching).
+ * retrieve_future's polling backoff), work items per request (batching), and where each request's
+ * time went, hop by hop (`bench/support/hops.ts`).
+ *
+ * `E2E_WAKE_UPS=off` runs the stack without its wake-ups (local/runtime.ts `wakeUps`): retrieve_future
+ * re-reads on the schedule it uses on AWS and the stream triggers sleep between empty reads.
  *
  * Baseline (`backend_direct`): the same requests, in the same per-model order, run directly on the
  * reference backend in this one process: no API, storage, streams, scheduler or queue. The ratio is
@@ -82,12 +89,9 @@ function summarize(latencies: Map<string, number[]>, wallMs: number): Counts {
     p99_ms: round3(percentile(all, 99)),
   };
   for (const [type, values] of latencies) {
-    counts[`${type}_p50_ms`] = round3(
-      percentile(
-        [...values].sort((a, b) => a - b),
-        50,
-      ),
-    );
+    const sorted = [...values].sort((a, b) => a - b);
+    counts[`${type}_p50_ms`] = round3(percentile(sorted, 50));
+    counts[`${type}_p99_ms`] = round3(percentile(sorted, 99));
   }
   return counts;
 }
@@ -101,7 +105,12 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     ? { models: 3, rounds: 4, sampleEvery: 2 }
     : { models: 6, rounds: 10, sampleEvery: 2 };
   const repeats = options.quick ? 1 : 3;
-  const stack = await startLocalStack({ prefix: `bench-e2e-${Date.now().toString(36)}` });
+  const wakeUps = process.env.E2E_WAKE_UPS !== 'off';
+  const traces: InvocationTrace[] = [];
+  const stack = await startLocalStack({
+    prefix: `bench-e2e-${Date.now().toString(36)}`,
+    runtime: { wakeUps, onInvocation: (trace) => void traces.push(trace) },
+  });
   const onSignal = () => void stack.stop().finally(() => process.exit(130));
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
@@ -146,10 +155,47 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       (await clients.s3.send(new ListObjectsV2Command({ Bucket: resources.bucket, Prefix: 'work/' })))
         .KeyCount ?? 0;
 
+    /** The headers of the work items written since the last call (their request ids, when built). */
+    const seenItems = new Set<string>();
+    const newWorkItems = async (): Promise<WorkItemHeader[]> => {
+      const headers: WorkItemHeader[] = [];
+      let token: string | undefined;
+      do {
+        const page = await clients.s3.send(
+          new ListObjectsV2Command({ Bucket: resources.bucket, Prefix: 'work/', ContinuationToken: token }),
+        );
+        for (const { Key } of page.Contents ?? []) {
+          if (Key === undefined || seenItems.has(Key)) continue;
+          seenItems.add(Key);
+          const object = await clients.s3.send(new GetObjectCommand({ Bucket: resources.bucket, Key }));
+          const item = decodeWorkItemFile(
+            await (object.Body as { transformToByteArray(): Promise<Uint8Array> }).transformToByteArray(),
+          ) as {
+            work_item_id: string;
+            created_at: number;
+            models: { steps: { request_id: string }[] }[];
+            samples: { request_id: string }[];
+          };
+          headers.push({
+            work_item_id: item.work_item_id,
+            created_at: item.created_at,
+            requestIds: [
+              ...item.models.flatMap((model) => model.steps.map((step) => step.request_id)),
+              ...item.samples.map((sample) => sample.request_id),
+            ],
+          });
+        }
+        token = page.NextContinuationToken;
+      } while (token !== undefined);
+      return headers;
+    };
+
     /**
      * Submit-to-commit per request as the futures rows record it (created at intake, updated by the
-     * commit): the client's latency minus the time retrieve_future's backoff took to notice.
+     * commit): the client's latency minus the time retrieve_future took to notice; and each
+     * request's commit time, for the hop breakdown.
      */
+    const committedAt = new Map<string, number>();
     const serverLatencies = async (ids: readonly string[]): Promise<number[]> => {
       const latencies: number[] = [];
       for (let first = 0; first < ids.length; first += 100) {
@@ -161,6 +207,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
           const answer = await clients.doc.send(new BatchGetCommand({ RequestItems: pending }));
           for (const row of answer.Responses?.[resources.tables.futures] ?? []) {
             latencies.push((row.updated_at as number) - (row.created_at as number));
+            committedAt.set(row.request_id as string, row.updated_at as number);
           }
           pending = (answer.UnprocessedKeys ?? {}) as typeof pending;
         }
@@ -218,44 +265,73 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     const ours = (mode: 'closed_loop' | 'burst') => async (): Promise<Counts> => {
       const latencies = new Map<string, number[]>();
       const ids: string[] = [];
+      const timings: ClientTiming[] = [];
+      await newWorkItems();
+      traces.length = 0;
       const itemsBefore = await workItems();
       const started = performance.now();
+      type Submitted = { type: string; id: string; sent: number; answered: number };
       const submitAll = async (round: readonly [string, () => Promise<string>][]) => {
-        const submitted: [string, string, number][] = [];
+        const submitted: Submitted[] = [];
         for (const [type, submit] of round) {
-          const at = performance.now();
-          submitted.push([type, await submit(), at]);
+          const sent = Date.now();
+          const id = await submit();
+          submitted.push({ type, id, sent, answered: Date.now() });
         }
         return submitted;
       };
-      const waitAll = (submitted: readonly [string, string, number][]) =>
+      const waitAll = (modelId: string, submitted: readonly Submitted[]) =>
         Promise.all(
-          submitted.map(async ([type, id, since]) => {
+          submitted.map(async ({ type, id, sent, answered }) => {
             await client.waitFor(id);
-            record(latencies, type, performance.now() - since);
+            const done = Date.now();
+            record(latencies, type, done - sent);
             ids.push(id);
+            timings.push({
+              requestId: id,
+              modelId: type === 'sample' ? undefined : modelId,
+              sent,
+              answered,
+              done,
+            });
           }),
         );
       await Promise.all(
         remote.map(async ({ modelId, samplingSessionId }, m) => {
           const rounds = requestsOf(m, modelId, samplingSessionId);
           if (mode === 'burst') {
-            await waitAll(await submitAll(rounds.flat()));
+            await waitAll(modelId, await submitAll(rounds.flat()));
             return;
           }
-          for (const round of rounds) await waitAll(await submitAll(round));
+          for (const round of rounds) await waitAll(modelId, await submitAll(round));
         }),
       );
       const wall = performance.now() - started;
       const counts = summarize(latencies, wall);
       const items = (await workItems()) - itemsBefore;
       const server = await serverLatencies(ids);
+      const hops = hopBreakdown({
+        requests: timings,
+        committedAt,
+        workItems: await newWorkItems(),
+        traces,
+      });
+      const hopCounts: Counts = { hops_unmatched: hops.unmatched };
+      for (const hop of HOPS) {
+        const values = [...(hops.perRequest.get(hop) ?? [])].sort((a, b) => a - b);
+        hopCounts[`hop_${hop}_p50_ms`] = round3(percentile(values, 50));
+        hopCounts[`hop_${hop}_p99_ms`] = round3(percentile(values, 99));
+      }
+      const delivery = [...hops.streamDelivery].sort((a, b) => a - b);
+      hopCounts.stream_delivery_p50_ms = round3(percentile(delivery, 50));
+      hopCounts.stream_delivery_p99_ms = round3(percentile(delivery, 99));
       return {
         ...counts,
         commit_p50_ms: round3(percentile(server, 50)),
         commit_p99_ms: round3(percentile(server, 99)),
         work_items: items,
         requests_per_work_item: round3((counts.requests ?? 0) / Math.max(items, 1)),
+        ...hopCounts,
       };
     };
 
@@ -300,6 +376,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
             sample_every_rounds: shape.sampleEvery,
             measured:
               'ours: the whole local stack as npm start runs it (HTTP API, streams, scheduler, SQS, worker Lambda)',
+            wake_ups: wakeUps ? 'on' : 'off',
             compared_with:
               'baseline (backend_direct): the same requests on the reference backend in one process',
           },

@@ -2,23 +2,30 @@ import type { LogLevel } from '@aws-lambda-powertools/logger/types';
 import { DescribeTableCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DynamoDBStreamsClient } from '@aws-sdk/client-dynamodb-streams';
 import { GetQueueAttributesCommand, SQSClient } from '@aws-sdk/client-sqs';
-import { resetAwsClients } from '../shared/aws/clients.js';
+import { onAwsClientsCreated, resetAwsClients } from '../shared/aws/clients.js';
 import { REFERENCE_TOKENIZER_DIR } from '../shared/backend/reference/byte-tokenizer.js';
+import { InProcessCommitSignal, installCommitSignal, NO_COMMIT_SIGNAL } from '../shared/commit-signal.js';
 import { resetConfig, TOKENIZER_ID_VAR } from '../shared/config.js';
 import { logger } from '../shared/logger.js';
 import { FUNCTION_IDS, type FunctionId, type QueueId, type Topology } from '../shared/topology.js';
 import { installConfigScope } from './env-scope.js';
-import { AccessPolicy, installGrantEnforcement, runAsFunction } from './grant-enforcement.js';
+import { AccessPolicy, enforceGrantsOn, runAsFunction } from './grant-enforcement.js';
 import { resourceIndex } from './iam-requests.js';
 import { LOCAL_REGION } from './resources.js';
 import { type HttpTrigger, startHttpTrigger } from './triggers/http-trigger.js';
-import { type HandlerOverrides, Invoker } from './triggers/invoker.js';
+import { type HandlerOverrides, type InvocationObserver, Invoker } from './triggers/invoker.js';
 import { startQueueTrigger } from './triggers/queue-trigger.js';
 import { type ScheduleTrigger, startScheduleTrigger } from './triggers/schedule-trigger.js';
 import { sqsFailureDestination } from './triggers/stream-failure-report.js';
 import { type RunningTrigger, startStreamTrigger } from './triggers/stream-trigger.js';
+import { TableWrites, watchWritesOn } from './write-wakes.js';
 
-export type { HandlerOverrides, LocalHandler } from './triggers/invoker.js';
+export type {
+  HandlerOverrides,
+  InvocationObserver,
+  InvocationTrace,
+  LocalHandler,
+} from './triggers/invoker.js';
 
 export interface LocalRuntimeOptions {
   readonly topology: Topology;
@@ -36,8 +43,16 @@ export interface LocalRuntimeOptions {
   readonly functions?: readonly FunctionId[];
   /** Port of the HTTP API (default: a free one). */
   readonly httpPort?: number;
-  /** Pause between empty stream reads, in ms (default 250). */
+  /** Pause between empty stream reads, in ms (default 250), cut short by the handlers' own writes. */
   readonly streamPollIntervalMs?: number;
+  /**
+   * Wake-ups (default on): commits wake waiting retrieve_future polls in process, and the handlers'
+   * DynamoDB writes wake the stream triggers. Off, both wait on their timers, as on AWS for retrieve
+   * (the e2e bench measures either way).
+   */
+  readonly wakeUps?: boolean;
+  /** Told of every invocation once it settles (the e2e bench's per-hop breakdown); nothing is written. */
+  readonly onInvocation?: InvocationObserver;
 }
 
 export interface LocalRuntime {
@@ -65,12 +80,16 @@ const STOP_GRACE_MS = 5_000;
  */
 export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<LocalRuntime> {
   const { topology, env } = options;
-  applyEnvironment(env);
+  const wakeUps = options.wakeUps ?? true;
+  const writes = wakeUps ? new TableWrites() : undefined;
+  applyEnvironment(env, writes);
+  // The api and the worker run in this process, so a commit can wake its waiting polls directly.
+  installCommitSignal(wakeUps ? new InProcessCommitSignal() : NO_COMMIT_SIGNAL);
   const region = env.AWS_REGION ?? LOCAL_REGION;
   const wired = options.functions ?? FUNCTION_IDS;
   // Handlers may do locally only what their IAM role lets them do on AWS (see grant-enforcement.ts).
   const access = new AccessPolicy(topology, resourceIndex(topology, env, options.queueUrls, region));
-  const invoker = new Invoker(topology, options.handlers, access);
+  const invoker = new Invoker(topology, options.handlers, access, options.onInvocation);
 
   const dynamo = new DynamoDBClient({});
   const sqs = new SQSClient({});
@@ -124,6 +143,9 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
                 region,
                 onFailure: sqsFailureDestination(sqs, onFailureUrl),
                 pollIntervalMs: options.streamPollIntervalMs,
+                ...(writes === undefined
+                  ? {}
+                  : { onTableWrite: (listener) => writes.onWrite(table, listener) }),
               }),
             );
             break;
@@ -174,14 +196,17 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
  * shared SDK clients created from now on carry the grant enforcement, and inside a function `config()`
  * sees only the resource variables that function gets on AWS (env-scope.ts).
  */
-function applyEnvironment(env: Readonly<Record<string, string>>): void {
+function applyEnvironment(env: Readonly<Record<string, string>>, writes: TableWrites | undefined): void {
   const level = env.POWERTOOLS_LOG_LEVEL ?? process.env.POWERTOOLS_LOG_LEVEL ?? 'WARN';
   // get_info's tokenizer_id: a local client runs on this machine, so the shipped folder loads there.
   const tokenizer = env[TOKENIZER_ID_VAR] ?? process.env[TOKENIZER_ID_VAR] ?? REFERENCE_TOKENIZER_DIR;
   Object.assign(process.env, env, { POWERTOOLS_LOG_LEVEL: level, [TOKENIZER_ID_VAR]: tokenizer });
   logger.setLogLevel(level as LogLevel);
   resetConfig();
-  installGrantEnforcement();
+  onAwsClientsCreated((clients) => {
+    enforceGrantsOn(clients);
+    if (writes !== undefined) watchWritesOn(clients, writes);
+  });
   installConfigScope();
   resetAwsClients();
 }

@@ -15,6 +15,18 @@ import { LOCAL_REGION } from '../resources.js';
 export type LocalHandler = (event: never, context: Context) => unknown;
 export type HandlerOverrides = Partial<Record<FunctionId, LocalHandler>>;
 
+/** One invocation as it ran: what the e2e bench reads to say where a request's time went. */
+export interface InvocationTrace {
+  readonly functionId: FunctionId;
+  readonly event: unknown;
+  /** Epoch ms when the handler was called and when it settled. */
+  readonly startedAt: number;
+  readonly endedAt: number;
+  readonly ok: boolean;
+}
+
+export type InvocationObserver = (trace: InvocationTrace) => void;
+
 const REPOSITORY_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 /** A handler ran past its function's timeout, as Lambda would end it. */
@@ -36,11 +48,18 @@ export class Invoker {
   readonly #access: AccessPolicy | undefined;
   readonly #loaded = new Map<FunctionId, Promise<LocalHandler>>();
   readonly #inflight = new Set<Promise<unknown>>();
+  readonly #observe: InvocationObserver | undefined;
 
-  constructor(topology: Topology, overrides: HandlerOverrides = {}, access?: AccessPolicy) {
+  constructor(
+    topology: Topology,
+    overrides: HandlerOverrides = {},
+    access?: AccessPolicy,
+    observe?: InvocationObserver,
+  ) {
     this.#topology = topology;
     this.#overrides = overrides;
     this.#access = access;
+    this.#observe = observe;
   }
 
   /** Loads a handler module now (so start-up fails fast on a broken entry). */
@@ -70,7 +89,8 @@ export class Invoker {
   async invoke(functionId: FunctionId, event: unknown): Promise<unknown> {
     const handler = await this.load(functionId);
     const { timeoutSeconds, memoryMb } = this.#topology.functions[functionId];
-    const deadline = Date.now() + timeoutSeconds * 1000;
+    const startedAt = Date.now();
+    const deadline = startedAt + timeoutSeconds * 1000;
     const scope = { functionId, ...(this.#access === undefined ? {} : { access: this.#access }) };
     const run = Promise.resolve().then(() =>
       runAsFunction(scope, () =>
@@ -90,10 +110,14 @@ export class Invoker {
         timeoutSeconds * 1000,
       );
     });
+    let ok = false;
     try {
-      return await Promise.race([run, timeout]);
+      const answer = await Promise.race([run, timeout]);
+      ok = true;
+      return answer;
     } finally {
       clearTimeout(timer);
+      this.#observe?.({ functionId, event, startedAt, endedAt: Date.now(), ok });
     }
   }
 

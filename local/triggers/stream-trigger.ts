@@ -34,6 +34,11 @@ export interface StreamTriggerOptions {
   readonly onFailure: StreamFailureDestination;
   /** Pause between empty reads of a shard (Lambda polls about four times a second). */
   readonly pollIntervalMs?: number;
+  /**
+   * Subscribes to the table's writes (local/write-wakes.ts), answering the unsubscribe: an idle
+   * shard is read again as soon as one happens, not after `pollIntervalMs`.
+   */
+  readonly onTableWrite?: (listener: () => void) => () => void;
   /** How often the stream is described to find new shards. */
   readonly discoveryIntervalMs?: number;
 }
@@ -78,6 +83,8 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
   const { signal } = controller;
   const shards = new Map<string, ShardState>();
   const loops = new Set<Promise<void>>();
+  const wakes = new Wakes();
+  const unsubscribe = options.onTableWrite?.(() => wakes.wake());
 
   const startShard = (shardId: string, iterator: string): void => {
     shards.set(shardId, 'polling');
@@ -110,6 +117,8 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
     let lastSequence: string | undefined;
     let errors = 0;
     while (iterator !== undefined && !signal.aborted) {
+      // A write seen after this point makes an empty answer stale: the shard is read again at once.
+      const writesBefore = wakes.count;
       try {
         const page: GetRecordsCommandOutput = await client.send(
           new GetRecordsCommand({ ShardIterator: iterator, Limit: trigger.batchSize }),
@@ -127,7 +136,7 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
           );
         }
         iterator = page.NextShardIterator;
-        if (records.length === 0) await realSleep(pollIntervalMs, signal);
+        if (records.length === 0 && wakes.count === writesBefore) await wakes.sleep(pollIntervalMs, signal);
       } catch (error) {
         if (signal.aborted) return;
         if (isAwsError(error, 'ResourceNotFoundException')) {
@@ -291,8 +300,34 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
 
   return {
     stop: async () => {
+      unsubscribe?.();
       controller.abort();
       await Promise.allSettled([discovery, ...loops]);
     },
   };
+}
+
+/** The table's writes as the shard loops see them: a count to compare, and idle sleeps a write ends. */
+class Wakes {
+  count = 0;
+  readonly #sleepers = new Set<AbortController>();
+
+  wake(): void {
+    this.count += 1;
+    for (const sleeper of this.#sleepers) sleeper.abort();
+  }
+
+  /** Sleeps `ms`, or less when a write happens or `signal` aborts. */
+  async sleep(ms: number, signal: AbortSignal): Promise<void> {
+    const sleeper = new AbortController();
+    const stop = (): void => sleeper.abort();
+    signal.addEventListener('abort', stop, { once: true });
+    this.#sleepers.add(sleeper);
+    try {
+      await realSleep(ms, sleeper.signal);
+    } finally {
+      this.#sleepers.delete(sleeper);
+      signal.removeEventListener('abort', stop);
+    }
+  }
 }

@@ -1,4 +1,5 @@
 import { realSleep } from '../aws/backoff.js';
+import { type CommitSignal, type CommitWatch, commitSignal } from '../commit-signal.js';
 import type { FutureRow } from '../domain/records.js';
 import { NotFoundError } from '../errors.js';
 import { isRequestId } from '../ids.js';
@@ -10,9 +11,27 @@ import { inPollSlot } from './quotas.js';
 import { parseRequest } from './request-checks.js';
 import { retrieveFutureRequest } from './schemas.js';
 
-/** First poll delay; doubles up to the cap, so a long poll costs about 30 reads, not thousands. */
-const FIRST_POLL_MS = 50;
-const MAX_POLL_MS = 1_000;
+/**
+ * How often a waiting poll re-reads the row's head. Without a commit signal (AWS, see
+ * shared/commit-signal.ts) the re-read is how a commit is noticed: every 100 ms for the first 5 s
+ * of the wait, where a short step's commit lands, then doubling up to 1 s, so a full 25 s poll makes
+ * about 70 eventually consistent reads of the head (0.5 RCU each; README "The wake-up path"). With a
+ * signal the re-read is only the fallback for commits it cannot see: from 250 ms, doubling to 1 s.
+ */
+interface PollSchedule {
+  readonly firstMs: number;
+  readonly capMs: number;
+  /** Re-read every `firstMs`, without doubling, while the wait is younger than this. */
+  readonly steadyForMs: number;
+}
+export const SHORT_POLL: PollSchedule = { firstMs: 100, capMs: 1_000, steadyForMs: 5_000 };
+export const FALLBACK_POLL: PollSchedule = { firstMs: 250, capMs: 1_000, steadyForMs: 0 };
+
+export interface RetrieveWaits {
+  readonly sleep?: (ms: number) => Promise<void>;
+  /** Default: the process's installed signal (`commitSignal()`). */
+  readonly commits?: CommitSignal;
+}
 
 export interface TryAgain {
   readonly type: 'try_again';
@@ -31,39 +50,46 @@ function notFound(requestId: string): NotFoundError {
 
 /**
  * retrieve_future: holds the poll open until the row turns terminal or `deadline` (ms since the epoch)
- * passes, reading the row with a doubling backoff. Completed: the stored result; failed: `{error,
- * category}` with status 200 (the SDK raises RequestFailedError); still pending: try_again.
- * Unknown ids and other tenants' ids are the same 404. A completed forward, forward_backward or
- * sample answers its protobuf message when the client accepts it (W2); which message comes from
- * the stored row, never from the request.
+ * passes, woken by the commit signal where there is one and re-reading the row on `PollSchedule`.
+ * Completed: the stored result; failed: `{error, category}` with status 200 (the SDK raises
+ * RequestFailedError); still pending: try_again. Unknown ids and other tenants' ids are the same
+ * 404. A completed forward, forward_backward or sample answers its protobuf message when the client
+ * accepts it (W2); which message comes from the stored row, never from the request.
  */
 export async function retrieveFuture(
   ctx: OperationContext & { readonly deadline: number; readonly acceptsProtobuf?: boolean },
   body: unknown,
-  sleep: (ms: number) => Promise<void> = realSleep,
+  waits: RetrieveWaits = {},
 ): Promise<unknown> {
   const { request_id: requestId } = parseRequest(retrieveFutureRequest, body);
   if (!isRequestId(requestId)) throw notFound(requestId);
-  // The first read is strong (the client may ask the moment its submit returned) and reads only the
-  // row's head: "not yours" and "unknown" then cost the same, whatever the row holds.
-  const head: FutureHead | undefined = await readFutureHead(
-    ctx.clients.doc,
-    ctx.tables.futures,
-    requestId,
-    true,
-  );
-  if (head === undefined || head.tenant !== ctx.tenant) throw notFound(requestId);
-  if (head.status === 'pending' && ctx.deadline > Date.now()) {
-    // Only a poll that waits holds an invocation: it takes one of the tenant's slots (quotas.ts).
-    const ended = await inPollSlot(
+  // Watching starts before the first read, so a commit that lands just after it still wakes the wait.
+  const watch = ctx.deadline > Date.now() ? (waits.commits ?? commitSignal()).watch(requestId) : undefined;
+  try {
+    // The first read is strong (the client may ask the moment its submit returned) and reads only the
+    // row's head: "not yours" and "unknown" then cost the same, whatever the row holds.
+    const head: FutureHead | undefined = await readFutureHead(
       ctx.clients.doc,
-      ctx.tables.registry,
-      { tenant: ctx.tenant, tunables: ctx.tunables, deadline: ctx.deadline },
-      () => waitWhilePending(requestId, ctx, sleep),
+      ctx.tables.futures,
+      requestId,
+      true,
     );
-    if (!ended) return { type: 'try_again', request_id: requestId, queue_state: 'active' } satisfies TryAgain;
-  } else if (head.status === 'pending') {
-    return { type: 'try_again', request_id: requestId, queue_state: 'active' } satisfies TryAgain;
+    if (head === undefined || head.tenant !== ctx.tenant) throw notFound(requestId);
+    if (head.status === 'pending' && ctx.deadline > Date.now()) {
+      // Only a poll that waits holds an invocation: it takes one of the tenant's slots (quotas.ts).
+      const ended = await inPollSlot(
+        ctx.clients.doc,
+        ctx.tables.registry,
+        { tenant: ctx.tenant, tunables: ctx.tunables, deadline: ctx.deadline },
+        () => waitWhilePending(requestId, ctx, watch, waits.sleep ?? realSleep),
+      );
+      if (!ended)
+        return { type: 'try_again', request_id: requestId, queue_state: 'active' } satisfies TryAgain;
+    } else if (head.status === 'pending') {
+      return { type: 'try_again', request_id: requestId, queue_state: 'active' } satisfies TryAgain;
+    }
+  } finally {
+    watch?.close();
   }
   // Terminal rows never change again, so the whole row is read once, strongly, for its outcome.
   const row: FutureRow | undefined = await readFuture(ctx.clients.doc, ctx.tables.futures, requestId, true);
@@ -78,20 +104,27 @@ export async function retrieveFuture(
   return ctx.acceptsProtobuf === true ? (asProtobuf(row, result) ?? result) : result;
 }
 
-/** Polls the row's head with a doubling backoff: true once it is terminal, false at the deadline. */
+/** Re-reads the row's head until it is terminal (true) or the deadline passes (false). */
 async function waitWhilePending(
   requestId: string,
   ctx: OperationContext & { readonly deadline: number },
+  watch: CommitWatch | undefined,
   sleep: (ms: number) => Promise<void>,
 ): Promise<boolean> {
-  let delay = FIRST_POLL_MS;
+  const schedule = watch === undefined ? SHORT_POLL : FALLBACK_POLL;
+  const since = Date.now();
+  let delay = schedule.firstMs;
   for (;;) {
     const left = ctx.deadline - Date.now();
     if (left <= 0) return false;
-    await sleep(Math.min(delay, left));
-    delay = Math.min(delay * 2, MAX_POLL_MS);
-    // Later reads may be eventually consistent: a stale one only delays the answer.
-    const head = await readFutureHead(ctx.clients.doc, ctx.tables.futures, requestId);
+    const pause = Math.min(delay, left);
+    let woken = false;
+    if (watch === undefined) await sleep(pause);
+    else woken = await watch.wait(pause);
+    if (Date.now() - since >= schedule.steadyForMs) delay = Math.min(delay * 2, schedule.capMs);
+    // A woken wait reads strongly: the commit has landed, and an eventually consistent read might
+    // not show it yet. Timed re-reads may be stale: a stale one only delays the answer.
+    const head = await readFutureHead(ctx.clients.doc, ctx.tables.futures, requestId, woken);
     if (head !== undefined && head.status !== 'pending') return true;
   }
 }

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { awsClients } from '../aws/clients.js';
+import { commitSignal } from '../commit-signal.js';
 import { config } from '../config.js';
 import { logger } from '../logger.js';
 import { createPrefixStore } from '../prefix/store.js';
@@ -16,7 +17,7 @@ import { PassBatcher } from './pass-batcher.js';
 import { runSamplePart } from './sample-part.js';
 import { loadSampleStarts } from './sample-resume.js';
 import { SamplerCache } from './sampler-cache.js';
-import type { WorkerClients, WorkerOptions, WorkItemOutcome } from './types.js';
+import type { PartOutcome, WorkerClients, WorkerOptions, WorkItemOutcome } from './types.js';
 
 /** New tokens per sequence per backend call: how far past a cut request a sample may run. */
 export const DEFAULT_SLICE_TOKENS = 64;
@@ -110,9 +111,24 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
   };
 
   try {
+    // Each part's commit is announced as it lands, so a waiting retrieve_future answers at once
+    // instead of at its next re-read (shared/commit-signal.ts); the other parts may still be running.
+    const commits = options.commits ?? commitSignal();
+    const announce = <T extends PartOutcome>(outcome: T, requestIds: () => string[]): T => {
+      if (outcome.outcome === 'committed') commits.committed(requestIds());
+      return outcome;
+    };
     const [models, samples] = await Promise.all([
-      Promise.all(item.models.map((model) => runModelPart(model, ctx))),
-      Promise.all(item.samples.map((sample) => runSamplePart(sample, ctx))),
+      Promise.all(
+        item.models.map(async (model) =>
+          announce(await runModelPart(model, ctx), () => model.steps.map((step) => step.request_id)),
+        ),
+      ),
+      Promise.all(
+        item.samples.map(async (sample) =>
+          announce(await runSamplePart(sample, ctx), () => [sample.request_id]),
+        ),
+      ),
     ]);
     // A cut sample is back to pending and is dispatched again: its message is done.
     const retry = [...models, ...samples].some(

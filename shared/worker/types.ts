@@ -1,6 +1,7 @@
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { Backend } from '../backend/backend.js';
+import type { CommitSignal } from '../commit-signal.js';
 import type { PrefixStore } from '../prefix/store.js';
 
 /** The two clients the runtime uses; tests inject ones with fault-injecting middleware. */
@@ -83,6 +84,8 @@ export interface WorkerOptions {
   readonly sampleSliceTokens?: number;
   /** Prefix store for cuts and restores (default: the configured `prefixes` table, the runtime's client). */
   readonly prefixes?: PrefixStore;
+  /** Told each part's request ids once its commit landed (default: the installed `commitSignal()`). */
+  readonly commits?: CommitSignal;
 }
 
 /**

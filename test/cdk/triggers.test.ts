@@ -55,6 +55,15 @@ describe('triggers', () => {
     }
   });
 
+  it('holds no step back for a batching window: every stream and queue mapping on the step path answers at once', () => {
+    // A window makes every record of an idle system wait its full length (README "The wake-up path").
+    const mappings = [...mappingsOf('scheduler'), ...mappingsOf('worker')];
+    expect(mappings).toHaveLength(4);
+    for (const mapping of mappings) {
+      expect(mapping.MaximumBatchingWindowInSeconds ?? 0).toBe(0);
+    }
+  });
+
   it('bisects a failing stream batch and reports what it gives up on to the stream DLQ, never silently', () => {
     const streamMappings = mappingsOf('scheduler');
     expect(streamMappings).toHaveLength(3);

@@ -25,6 +25,7 @@ const RANKS: Readonly<Record<string, number>> = {
   'registry-keys.ts': 0,
   'payload-bytes.ts': 0,
   'fault-hook.ts': 0,
+  'commit-signal.ts': 0,
   'stack-outputs.ts': 0,
   'topology.ts': 1,
   'config.ts': 2,

@@ -1,0 +1,98 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { retrieveFuture } from '../../shared/api/retrieve.js';
+import { type CommitSignal, InProcessCommitSignal, NO_COMMIT_SIGNAL } from '../../shared/commit-signal.js';
+import { runWorkItem } from '../../shared/worker/index.js';
+import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
+
+let h: WorkerHarness;
+
+beforeAll(async () => {
+  h = await WorkerHarness.start();
+});
+
+afterAll(() => h?.cloud.clients.dynamo.destroy());
+
+/**
+ * The signal as the local runtime installs it, but with retrieve_future's timed re-reads pushed out
+ * to a minute: a poll that answers within the test can only have been woken by the commit.
+ */
+function wakeOnlySignal(): { signal: CommitSignal; inner: InProcessCommitSignal; announced: string[] } {
+  const inner = new InProcessCommitSignal();
+  const announced: string[] = [];
+  const signal: CommitSignal = {
+    committed: (ids) => {
+      const list = [...ids];
+      announced.push(...list);
+      inner.committed(list);
+    },
+    watch: (requestId) => {
+      const watch = inner.watch(requestId);
+      return { wait: () => watch.wait(60_000), close: () => watch.close() };
+    },
+  };
+  return { signal, inner, announced };
+}
+
+describe('commits wake waiting retrieve_future polls (shared/commit-signal.ts)', () => {
+  it('a poll held open on a pending future answers the result once the worker announces its commit', async () => {
+    const { signal, inner, announced } = wakeOnlySignal();
+    const acme = h.tenant('acme');
+    const created = await acme.createModel(4, 7);
+    const pass = await acme.pass('forward_backward', created.model_id, crossEntropy(textDatum('wake me')));
+    const poll = (requestId: string) =>
+      retrieveFuture(
+        { ...acme.ctx(), deadline: Date.now() + 60_000 },
+        { request_id: requestId },
+        { commits: signal, sleep: () => new Promise(() => {}) },
+      );
+    const answers = Promise.all([poll(created.request_id), poll(pass)]);
+    let settled = false;
+    void answers.then(() => (settled = true));
+
+    const dispatched = await h.dispatch({ only: (row) => row.model_id === created.model_id });
+    expect(dispatched).toBeDefined();
+    // Nothing has committed yet: both polls are still waiting.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(settled).toBe(false);
+
+    const outcome = await runWorkItem(dispatched!.manifest, { backend: h.backend, commits: signal });
+    expect(outcome.models.map((model) => model.outcome)).toEqual(['committed']);
+    expect(announced).toEqual([created.request_id, pass]);
+    const [, passAnswer] = await answers;
+    expect(passAnswer).toMatchObject({ metrics: expect.any(Object) });
+    expect(inner.watched).toBe(0);
+  });
+
+  it('a work item delivered again commits nothing and announces nothing', async () => {
+    const { signal, announced } = wakeOnlySignal();
+    const beta = h.tenant('beta');
+    const created = await beta.createModel(2, 1);
+    const dispatched = await h.dispatch({ only: (row) => row.model_id === created.model_id });
+    await runWorkItem(dispatched!.manifest, { backend: h.backend, commits: signal });
+    expect(announced).toEqual([created.request_id]);
+    const again = await runWorkItem(dispatched!.manifest, { backend: h.backend, commits: signal });
+    expect(again.models.map((model) => model.outcome)).toEqual(['not_inflight']);
+    expect(announced).toEqual([created.request_id]);
+  });
+
+  it('with no signal (AWS) the poll re-reads every 100 ms, not on a doubling backoff', async () => {
+    const gamma = h.tenant('gamma');
+    const created = await gamma.createModel(2, 2);
+    const pauses: number[] = [];
+    const answer = await retrieveFuture(
+      { ...gamma.ctx(), deadline: Date.now() + 1_500 },
+      { request_id: created.request_id },
+      {
+        commits: NO_COMMIT_SIGNAL,
+        sleep: (ms) => {
+          pauses.push(ms);
+          return new Promise((resolve) => setTimeout(resolve, 5));
+        },
+      },
+    );
+    expect(answer).toMatchObject({ type: 'try_again' });
+    // Pauses near the deadline are cut short by it; none is ever longer than 100 ms within 5 s.
+    expect(pauses.slice(0, 10)).toEqual(Array.from({ length: 10 }, () => 100));
+    expect(Math.max(...pauses)).toBe(100);
+  });
+});
