@@ -618,10 +618,15 @@ function canonicalTick(scene: Scene, meter: Metered) {
       return s3.send(command as GetObjectCommand);
     },
   } as unknown as S3Client;
-  return measured('canonical_pb', meter, async () => {
+  return tickReadingPayloadsWith('canonical_pb', scene, meter, redirected);
+}
+
+/** The current tick, its payloads read by the scheduler's own `readPayloads` through `payloadS3`. */
+function tickReadingPayloadsWith(side: string, scene: Scene, meter: Metered, payloadS3: S3Client) {
+  return measured(side, meter, async () => {
     const adapters: SchedulerAdapters = {
       ...schedulerAdapters(scene.settings, meter.clients),
-      readPayloads: (ids) => readPayloads(redirected, scene.settings.bucket, ids),
+      readPayloads: (ids) => readPayloads(payloadS3, scene.settings.bucket, ids),
     };
     const outcome = await runTick({ settings: scene.settings, adapters });
     return { dispatched: outcome.counters.steps_dispatched, workItems: outcome.counters.work_items };
@@ -646,14 +651,7 @@ function requestFloorTick(scene: Scene, meter: Metered) {
       return { Metadata: {}, Body: { transformToByteArray: async () => empty } };
     },
   } as unknown as S3Client;
-  return measured('request_floor', meter, async () => {
-    const adapters: SchedulerAdapters = {
-      ...schedulerAdapters(scene.settings, meter.clients),
-      readPayloads: (ids) => readPayloads(dropping, scene.settings.bucket, ids),
-    };
-    const outcome = await runTick({ settings: scene.settings, adapters });
-    return { dispatched: outcome.counters.steps_dispatched, workItems: outcome.counters.work_items };
-  });
+  return tickReadingPayloadsWith('request_floor', scene, meter, dropping);
 }
 
 function ratio(baseline: number, ours: number): number {

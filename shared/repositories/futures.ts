@@ -1,7 +1,8 @@
 import type { S3Client } from '@aws-sdk/client-s3';
 import { GetObjectCommand } from '@aws-sdk/client-s3';
-import { type DynamoDBDocumentClient, GetCommand } from '@aws-sdk/lib-dynamodb';
+import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { batchGetByKey } from '../aws/batch-get.js';
+import { getItem } from '../aws/get-item.js';
 import type { TransactItem } from '../aws/transact.js';
 import { config } from '../config.js';
 import type {
@@ -63,16 +64,12 @@ export async function readFutureHead(
   requestId: string,
   consistent = false,
 ): Promise<FutureHead | undefined> {
-  const answer = await doc.send(
-    new GetCommand({
-      TableName: table,
-      Key: { request_id: requestId },
-      ConsistentRead: consistent,
-      ProjectionExpression: 'request_id, tenant, #status, request_type',
-      ExpressionAttributeNames: { '#status': 'status' },
-    }),
-  );
-  return answer.Item as FutureHead | undefined;
+  return getItem<FutureHead>(doc, table, { request_id: requestId }, consistent, [
+    'request_id',
+    'tenant',
+    'status',
+    'request_type',
+  ]);
 }
 
 export async function readFuture(
@@ -81,14 +78,7 @@ export async function readFuture(
   requestId: string,
   consistent = false,
 ): Promise<FutureRow | undefined> {
-  const answer = await doc.send(
-    new GetCommand({
-      TableName: table,
-      Key: { request_id: requestId },
-      ConsistentRead: consistent,
-    }),
-  );
-  return answer.Item as FutureRow | undefined;
+  return getItem<FutureRow>(doc, table, { request_id: requestId }, consistent);
 }
 
 /**

@@ -1,4 +1,4 @@
-import { type DynamoDBDocumentClient, GetCommand, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { type DynamoDBDocumentClient, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { batchGetByKey } from '../aws/batch-get.js';
 import { writeIfCondition } from '../aws/conditional.js';
 import { getItem } from '../aws/get-item.js';
@@ -39,14 +39,12 @@ export async function requireModel(
   modelId: string,
   tenant: string,
 ): Promise<ModelSummary> {
-  const answer = await doc.send(
-    new GetCommand({
-      TableName: table,
-      Key: modelKey(modelId),
-      ProjectionExpression: 'model_id, tenant, base_model, lora_config',
-    }),
-  );
-  const row = answer.Item as ModelSummary | undefined;
+  const row = await getItem<ModelSummary>(doc, table, modelKey(modelId), false, [
+    'model_id',
+    'tenant',
+    'base_model',
+    'lora_config',
+  ]);
   if (row === undefined || row.tenant !== tenant) throw modelNotFound(modelId);
   return row;
 }
