@@ -1,7 +1,9 @@
 import { App, RemovalPolicy } from 'aws-cdk-lib';
 import { readDeployContext } from '../shared/config.js';
+import { topology } from '../shared/topology.js';
 import { addNagChecks } from './nag.js';
 import { TinkerServerlessStack } from './stack.js';
+import { withoutIndexes } from './staging.js';
 
 /**
  * The CDK app. Options come from context (`cdk.json` or `-c key=value`):
@@ -9,6 +11,8 @@ import { TinkerServerlessStack } from './stack.js';
  * - `referenceWorker` (default true): deploy the reference CPU worker Lambda
  * - `removalPolicy`: `retain` (default) or `destroy`, for the tables, bucket and log groups
  * - `tokenizerId` (default unset): get_info's tokenizer_id, an id the clients can load (see the stack)
+ * - `omitIndexes` (default unset): comma-separated index names left out of this deploy, to add a
+ *   table's indexes one stack update at a time (cdk/staging.ts)
  * - the limits (README "Limits"): `apiRatePerSecond`, `apiBurst`, `apiReservedConcurrency`,
  *   `workerReservedConcurrency`, and the api's quotas `submitsPerSecond`, `longPollsPerTenant`,
  *   `operatorReadsPerSecond` (defaults in shared/config.ts)
@@ -30,7 +34,13 @@ if (removalPolicyName !== 'retain' && removalPolicyName !== 'destroy') {
 
 const { limits, apiQuotaEnv } = readDeployContext((key) => app.node.tryGetContext(key));
 
+const omitIndexes = (context('omitIndexes') ?? '')
+  .split(',')
+  .map((name) => name.trim())
+  .filter((name) => name !== '');
+
 const stack = new TinkerServerlessStack(app, 'TinkerServerless', {
+  ...(omitIndexes.length > 0 ? { topology: withoutIndexes(topology, omitIndexes) } : {}),
   limits,
   apiQuotaEnv,
   stackName: context('stackName') ?? 'tinker-serverless',

@@ -140,7 +140,7 @@ async function createTables(
 
 /**
  * Creates the table, or reuses the one a persistent local cloud kept from an earlier start. A kept
- * table made before the topology declared its stream gets the declared one; returns the stream's ARN.
+ * table made before the topology declared its stream or an index gets them; returns the stream's ARN.
  */
 async function ensureTable(
   input: CreateTableCommandInput,
@@ -153,6 +153,11 @@ async function ensureTable(
     if (!isAwsError(error, 'ResourceInUseException')) throw error;
   }
   const { Table: table } = await dynamo.send(new DescribeTableCommand({ TableName: input.TableName }));
+  await addMissingIndexes(
+    input,
+    new Set(table?.GlobalSecondaryIndexes?.map((index) => index.IndexName)),
+    dynamo,
+  );
   const wanted = input.StreamSpecification;
   const current = table?.StreamSpecification;
   if (
@@ -171,6 +176,30 @@ async function ensureTable(
     new UpdateTableCommand({ TableName: input.TableName, StreamSpecification: wanted }),
   );
   return updated.TableDescription?.LatestStreamArn;
+}
+
+/**
+ * One UpdateTable per index, as DynamoDB takes them. The index is built from the items already
+ * there; records written before their listing keys existed (C1) simply stay out of it.
+ */
+async function addMissingIndexes(
+  input: CreateTableCommandInput,
+  existing: ReadonlySet<string | undefined>,
+  dynamo: DynamoDBClient,
+): Promise<void> {
+  for (const index of input.GlobalSecondaryIndexes ?? []) {
+    if (existing.has(index.IndexName)) continue;
+    const keyNames = new Set(index.KeySchema?.map((key) => key.AttributeName));
+    await dynamo.send(
+      new UpdateTableCommand({
+        TableName: input.TableName,
+        AttributeDefinitions: input.AttributeDefinitions?.filter((attribute) =>
+          keyNames.has(attribute.AttributeName),
+        ),
+        GlobalSecondaryIndexUpdates: [{ Create: index }],
+      }),
+    );
+  }
 }
 
 async function hasTimeToLive(

@@ -200,6 +200,38 @@ export const LIVE_PROJECTION = [
   'tokens',
 ] as const;
 
+/**
+ * The registry's listing indexes (C1), both sparse: only records that carry the partition attribute
+ * are in them. `by_owner` holds a tenant's committed checkpoints (`ckpt#<tenant>`) and sessions
+ * (`session#<tenant>`), and the published-checkpoint markers (`public`); `by_parent` a run's
+ * checkpoints (`run#<model_id>`) and a session's training runs and sampling sessions
+ * (`session#<session_id>`). Keys are built in shared/domain/listing-keys.ts.
+ */
+export const BY_OWNER_INDEX = 'by_owner';
+export const BY_PARENT_INDEX = 'by_parent';
+/** The models table's index of a tenant's training runs, newest first by `created_at` (C1). */
+export const BY_TENANT_INDEX = 'by_tenant';
+
+/**
+ * What a listing row needs besides the keys, for both registry indexes: a checkpoint's identity,
+ * status, time and lifecycle fields (`expires_at`, `public`, `size_bytes`: C3-C5), a session's or sampling session's
+ * id, a training run's model id. Changing a projection rebuilds the index, so the lifecycle's fields
+ * are projected from the start.
+ */
+export const LISTING_PROJECTION = [
+  'tenant',
+  'status',
+  'model_id',
+  'kind',
+  'name',
+  'created_at',
+  'session_id',
+  'sampling_session_id',
+  'expires_at',
+  'public',
+  'size_bytes',
+] as const;
+
 const WORKER_TIMEOUT_SECONDS = 300;
 
 /** The pool this stack's scheduler serves (the `POOL` setting). */
@@ -242,7 +274,15 @@ export const topology: Topology = {
       envVar: 'MODELS_TABLE',
       partitionKey: { name: 'model_id', type: 'S' },
       stream: 'NEW_AND_OLD_IMAGES',
-      indexes: [],
+      indexes: [
+        {
+          // Keys only: a page of runs is then read from the rows by key (shared/repositories/listings.ts).
+          name: BY_TENANT_INDEX,
+          partitionKey: { name: 'tenant', type: 'S' },
+          sortKey: { name: 'created_at', type: 'N' },
+          projection: { type: 'KEYS_ONLY' },
+        },
+      ],
     },
     registry: {
       // Small records keyed by a typed prefix: API keys, sessions, sampling sessions, per-model seq
@@ -254,7 +294,20 @@ export const topology: Topology = {
       timeToLiveAttribute: 'ttl',
       // Keys only, for the scheduler's one trigger on it: an operator lifting the pool's drain.
       stream: 'KEYS_ONLY',
-      indexes: [],
+      indexes: [
+        {
+          name: BY_OWNER_INDEX,
+          partitionKey: { name: 'owner_key', type: 'S' },
+          sortKey: { name: 'list_sort', type: 'S' },
+          projection: { type: 'INCLUDE', nonKeyAttributes: LISTING_PROJECTION },
+        },
+        {
+          name: BY_PARENT_INDEX,
+          partitionKey: { name: 'parent_key', type: 'S' },
+          sortKey: { name: 'list_sort', type: 'S' },
+          projection: { type: 'INCLUDE', nonKeyAttributes: LISTING_PROJECTION },
+        },
+      ],
     },
     prefixes: {
       name: 'prefixes',
@@ -307,8 +360,9 @@ export const topology: Topology = {
         tables: {
           // query-index: the status page's data reads the live index as a tick does (operator keys only).
           futures: ['get', 'put', 'query-index'],
-          // batch-get: the status page reads the models the live index names.
-          models: ['get', 'batch-get', 'put'],
+          // batch-get: the status page reads the models the live index names, and a page of training
+          // runs its rows. query-index: the runs of a tenant (by_tenant, C1).
+          models: ['get', 'batch-get', 'put', 'query-index'],
           registry: [
             // Keys are looked up by their hash, never written: the operator CLI mints and revokes them.
             // The pool controls are read for the status page; the CLI sets them.
@@ -323,9 +377,13 @@ export const topology: Topology = {
             },
             // Also updated: a session's heartbeat, and the seq counter by every training submit.
             { keyPrefixes: [key.session, key.seqCounter], actions: ['get', 'put', 'update'] },
+            // A page of training runs reads their seq counters (last request time, C1) in batches.
+            { keyPrefixes: [key.seqCounter], actions: ['batch-get'] },
             // Quota counters (repositories/quotas.ts): a conditional update per window or poll, and
             // the put that reaps a tenant's expired poll leases.
             { keyPrefixes: [key.rate, key.polls], actions: ['put', 'update'] },
+            // The listings (C1): checkpoints, sessions and runs from the by_owner and by_parent indexes.
+            'query-index',
           ],
         },
         bucket: [

@@ -1,5 +1,6 @@
 import { type ForwardBackwardInput, passInputFromJson } from '../backend/pass-input.js';
 import type { Tunables } from '../config.js';
+import { listSortKey, ownerKey, parentKey } from '../domain/listing-keys.js';
 import {
   baseModelId,
   type CheckpointKind,
@@ -82,9 +83,9 @@ export function telemetry(body: unknown): { status: 'accepted' } {
 /** Tags and metadata are kept on the session record, which must stay well under the 400 KB item limit. */
 const SESSION_METADATA_MAX_BYTES = 16 * 1024;
 
-export async function createSession(ctx: OperationContext, body: unknown) {
-  const request = parseRequest(schemas.createSessionRequest, body);
-  const metadataBytes = Buffer.byteLength(canonicalJson(request.user_metadata ?? {}));
+/** Also create_model's: its metadata is kept on the model row, answered by GET training_runs (C1). */
+function checkMetadataBytes(metadata: Readonly<Record<string, unknown>> | null | undefined): void {
+  const metadataBytes = Buffer.byteLength(canonicalJson(metadata ?? {}));
   if (metadataBytes > SESSION_METADATA_MAX_BYTES) {
     throw new ValidationError(
       `user_metadata: ${metadataBytes} bytes exceeds the limit of ${SESSION_METADATA_MAX_BYTES}`,
@@ -94,6 +95,11 @@ export async function createSession(ctx: OperationContext, body: unknown) {
       },
     );
   }
+}
+
+export async function createSession(ctx: OperationContext, body: unknown) {
+  const request = parseRequest(schemas.createSessionRequest, body);
+  checkMetadataBytes(request.user_metadata);
   const sessionId = mintId('session', ctx.now);
   await putSession(ctx.clients.doc, ctx.tables.registry, {
     pk: registryKey.session(sessionId),
@@ -104,6 +110,9 @@ export async function createSession(ctx: OperationContext, body: unknown) {
     ...(request.user_metadata ? { user_metadata: request.user_metadata } : {}),
     created_at: ctx.now,
     last_seen: ctx.now,
+    // The tenant's sessions, newest first (by_owner, C1).
+    owner_key: ownerKey.sessions(ctx.tenant),
+    list_sort: listSortKey(ctx.now, sessionId),
   });
   return { type: 'create_session' as const, session_id: sessionId };
 }
@@ -116,6 +125,7 @@ export async function sessionHeartbeat(ctx: OperationContext, body: unknown) {
 
 export async function createModel(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.createModelRequest, body);
+  checkMetadataBytes(request.user_metadata);
   await requireSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant);
   const loraConfig = {
     rank: request.lora_config.rank,
@@ -140,6 +150,7 @@ export async function createModel(ctx: OperationContext, body: unknown): Promise
       modelSeqId: request.model_seq_id,
       baseModel: request.base_model,
       loraConfig,
+      ...(request.user_metadata ? { userMetadata: request.user_metadata } : {}),
       payload: serializePayload(payload),
       now: ctx.now,
     },
@@ -482,6 +493,9 @@ export async function createSamplingSession(ctx: OperationContext, body: unknown
         session_id: request.session_id,
         ...target,
         created_at: ctx.now,
+        // A sampler of its session (by_parent, C1).
+        parent_key: parentKey.session(request.session_id),
+        list_sort: listSortKey(ctx.now, samplingSessionId),
       },
       samplingSessionSeqId: request.sampling_session_seq_id,
       digest: sha256Hex(canonicalJson({ model_path: request.model_path, base_model: request.base_model })),

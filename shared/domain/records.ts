@@ -109,7 +109,10 @@ export interface ModelRow {
   readonly lease_until?: number;
   readonly attempts: number;
   readonly last_completed_at?: number;
+  /** Also the `by_tenant` sort key: a tenant's training runs, newest first (C1). */
   readonly created_at: number;
+  /** create_model's, as sent (any JSON values; the TrainingRun answer stringifies them, C1). */
+  readonly user_metadata?: Readonly<Record<string, unknown>>;
 }
 
 export interface LoraConfig {
@@ -137,6 +140,21 @@ export interface CheckpointNameRecord {
   /** Derived from the request id, so two workers running the same step name the same content. */
   readonly content_id: string;
   readonly blob_key?: string;
+  /**
+   * Set by the commit (C1): its time, and the listing keys of `by_owner` (`ckpt#<tenant>`) and
+   * `by_parent` (`run#<model_id>`); absent while pending, so only committed names are listed. An
+   * unnamed sampler save's record carries `created_at` only: it is reached through its sampling
+   * session, never listed.
+   */
+  readonly created_at?: number;
+  readonly owner_key?: string;
+  readonly parent_key?: string;
+  readonly list_sort?: string;
+  /** ms; absent = never expires (C5). */
+  readonly expires_at?: number;
+  /** Published (C4). */
+  readonly public?: true;
+  readonly size_bytes?: number;
 }
 
 /** `registry` item `claim#<request_id>`: a sample is claimed per request, not per model (R4). */
@@ -177,7 +195,11 @@ export interface SeqCounterRecord {
   readonly seq: number;
   readonly last_seq_id: number;
   readonly unloaded?: boolean;
+  /** When the model's last training request was submitted: a training run's last request time (C1). */
   readonly updated_at: number;
+  /** `by_parent` `session#<session_id>` and `list_sort`: the training runs of a session (C1). */
+  readonly parent_key?: string;
+  readonly list_sort?: string;
 }
 
 /** `registry` item `key#<sha256 of the key>`: the key itself is never stored. */
@@ -207,6 +229,9 @@ export interface SessionRecord {
   readonly user_metadata?: Readonly<Record<string, unknown>>;
   readonly created_at: number;
   readonly last_seen: number;
+  /** `by_owner` `session#<tenant>` and `list_sort`: the tenant's sessions, newest first (C1). */
+  readonly owner_key?: string;
+  readonly list_sort?: string;
 }
 
 /**
@@ -224,6 +249,9 @@ export interface SamplingSessionRecord {
   readonly checkpoint_id?: string;
   readonly model_path?: string;
   readonly created_at: number;
+  /** `by_parent` `session#<session_id>` and `list_sort`: the sampler ids of a session (C1). */
+  readonly parent_key?: string;
+  readonly list_sort?: string;
 }
 
 /** Idempotency of create_sampling_session, `idem#ss#<session>#<sampling_session_seq_id>`. */

@@ -1,5 +1,6 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { TransactItem } from '../aws/transact.js';
+import { checkpointListingKeys } from '../domain/listing-keys.js';
 import { type CheckpointKind, type CheckpointNameRecord, registryKey } from '../domain/records.js';
 import { formatCheckpointPath, parseCheckpointPath } from '../domain/tinker-path.js';
 import { NotFoundError, ValidationError } from '../errors.js';
@@ -84,11 +85,18 @@ export function checkpointNotFound(path: string, field: string): NotFoundError {
 
 /** What a save's commit does to the name record its intake reserved. */
 export type CheckpointEffect =
-  | { readonly action: 'commit'; readonly pk: string; readonly blob_key: string }
+  | {
+      readonly action: 'commit';
+      readonly pk: string;
+      readonly blob_key: string;
+      /** Who and what the checkpoint is, for its listing keys (C1); absent for an unnamed sampler save. */
+      readonly listing?: Pick<CheckpointNameRecord, 'tenant' | 'model_id' | 'kind' | 'name'>;
+    }
   | { readonly action: 'release'; readonly pk: string };
 
 /**
- * A save's name record in its commit, as a transaction item: `SET status = committed, blob_key` on
+ * A save's name record in its commit, as a transaction item: `SET status = committed, blob_key` and
+ * the commit time, with the listing keys that put it in `by_owner` and `by_parent` (C1), on
  * `request_id = :mine` (write-once: only the request that reserved the name fills it); a failed save
  * deletes its still-pending reservation on the same condition, so the name is free and never
  * half-made.
@@ -97,19 +105,28 @@ export function checkpointEffectItem(
   table: string,
   effect: CheckpointEffect,
   requestId: string,
+  now: number,
 ): TransactItem {
   if (effect.action === 'commit') {
+    const keys = effect.listing === undefined ? undefined : checkpointListingKeys(effect.listing, now);
     return {
       Update: {
         TableName: table,
         Key: { pk: effect.pk },
-        UpdateExpression: 'SET #status = :committed, blob_key = :blob',
+        UpdateExpression:
+          keys === undefined
+            ? 'SET #status = :committed, blob_key = :blob, created_at = :now'
+            : 'SET #status = :committed, blob_key = :blob, created_at = :now, owner_key = :owner, parent_key = :parent, list_sort = :sort',
         ConditionExpression: 'request_id = :mine',
         ExpressionAttributeNames: { '#status': 'status' },
         ExpressionAttributeValues: {
           ':committed': 'committed',
           ':blob': effect.blob_key,
           ':mine': requestId,
+          ':now': now,
+          ...(keys === undefined
+            ? {}
+            : { ':owner': keys.owner_key, ':parent': keys.parent_key, ':sort': keys.list_sort }),
         },
       },
     };

@@ -1,4 +1,5 @@
 import type { TransactItem } from '../aws/transact.js';
+import { listSortKey, parentKey } from '../domain/listing-keys.js';
 import {
   type CheckpointNameRecord,
   type ModelRow,
@@ -32,6 +33,7 @@ export interface CreateModelIntake {
   readonly modelSeqId: number;
   readonly baseModel: string;
   readonly loraConfig: ModelRow['lora_config'];
+  readonly userMetadata?: ModelRow['user_metadata'];
   readonly payload: SerializedPayload;
   readonly now: number;
 }
@@ -70,6 +72,7 @@ export async function submitCreateModel(input: CreateModelIntake, store: IntakeS
           applied_through: 0,
           attempts: 0,
           created_at: input.now,
+          ...(input.userMetadata === undefined ? {} : { user_metadata: input.userMetadata }),
         };
         const counter: SeqCounterRecord = {
           pk: registryKey.seqCounter(input.modelId),
@@ -80,6 +83,9 @@ export async function submitCreateModel(input: CreateModelIntake, store: IntakeS
           seq: 1,
           last_seq_id: 0,
           updated_at: input.now,
+          // A training run of its session (by_parent, C1).
+          parent_key: parentKey.session(input.sessionId),
+          list_sort: listSortKey(input.now, input.modelId),
         };
         return {
           answer: { request_id: input.requestId, model_id: input.modelId },

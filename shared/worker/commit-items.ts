@@ -68,7 +68,7 @@ export function modelCommitTransaction(commit: ModelCommit, tables: CommitTables
     items.push(futureEndItem(tables.futures, step.request_id, step.outcome, commit.now));
     targets.push({ kind: 'future', request_id: step.request_id });
     if (step.checkpoint !== undefined) {
-      items.push(checkpointEffectItem(tables.registry, step.checkpoint, step.request_id));
+      items.push(checkpointEffectItem(tables.registry, step.checkpoint, step.request_id, commit.now));
       targets.push({ kind: 'checkpoint', request_id: step.request_id });
     }
     if (step.sampling_session !== undefined) {

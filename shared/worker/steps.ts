@@ -1,4 +1,5 @@
 import type { AdamParams, Backend, BackendState, LoraConfigInput } from '../backend/backend.js';
+import { listSortKey, parentKey } from '../domain/listing-keys.js';
 import { type FutureError, registryKey, type SamplingSessionRecord } from '../domain/records.js';
 import { StepUserError } from '../errors.js';
 import { issuedPath } from '../repositories/checkpoints.js';
@@ -146,18 +147,34 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
       const contentId = checkpointContentId(step.request_id);
       const key = storageKeys.checkpoint(modelId, contentId);
       part.saved.set(contentId, { key, bytes });
-      const checkpoint: CheckpointEffect = { action: 'commit', pk: payload.checkpoint.pk, blob_key: key };
+      const session = 'sampling_session' in payload ? payload.sampling_session : undefined;
+      const checkpoint: CheckpointEffect = {
+        action: 'commit',
+        pk: payload.checkpoint.pk,
+        blob_key: key,
+        // Named saves are listed (C1); an unnamed sampler save is reached through its sampling session.
+        ...(session === undefined
+          ? {
+              listing: {
+                tenant: model.tenant,
+                model_id: modelId,
+                kind: payload.checkpoint.kind,
+                name: payload.checkpoint.name,
+              },
+            }
+          : {}),
+      };
       // From the name, not the payload's `path`: a payload stored before W5 carries the legacy form.
       const path = issuedPath(payload.checkpoint);
       if (step.request_type === 'save_weights') {
         return completed(step, results.saveWeightsResult(path), { checkpoint });
       }
-      const session = 'sampling_session' in payload ? payload.sampling_session : undefined;
       if (session === undefined) {
         return completed(step, results.saveWeightsForSamplerResult({ path }), {
           checkpoint,
         });
       }
+      const createdAt = env.now();
       const record: SamplingSessionRecord = {
         pk: registryKey.samplingSession(session.sampling_session_id),
         sampling_session_id: session.sampling_session_id,
@@ -167,7 +184,9 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
         base_model: session.base_model,
         checkpoint_id: contentId,
         model_path: path,
-        created_at: env.now(),
+        created_at: createdAt,
+        parent_key: parentKey.session(session.session_id),
+        list_sort: listSortKey(createdAt, session.sampling_session_id),
       };
       return completed(
         step,

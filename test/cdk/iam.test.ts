@@ -298,8 +298,14 @@ describe('IAM', () => {
       'sqs:GetQueueAttributes queue:work.Arn',
       'sqs:GetQueueAttributes queue:workDlq.Arn',
     ]);
-    // A Query on the live index, not a Scan, and on no other index or table.
-    expect(api.filter((p) => p.includes('/index/'))).toEqual(['dynamodb:Query table:futures.Arn/index/live']);
+    // Queries of the live index (the status page) and of the listing indexes (C1), never a Scan,
+    // and on no other index or table.
+    expect(api.filter((p) => p.includes('/index/'))).toEqual([
+      'dynamodb:Query table:futures.Arn/index/live',
+      'dynamodb:Query table:models.Arn/index/by_tenant',
+      'dynamodb:Query table:registry.Arn/index/by_owner',
+      'dynamodb:Query table:registry.Arn/index/by_parent',
+    ]);
     expect(api.filter((p) => p.startsWith('dynamodb:Scan'))).toEqual([]);
     expect(api.filter((p) => p.includes('table:prefixes'))).toEqual([]);
     // Its intake transactions are puts and updates (`write`); no function sends a condition check.
@@ -342,7 +348,11 @@ describe('IAM', () => {
 
   it('conditions every registry statement on dynamodb:LeadingKeys: no role reaches the whole registry', () => {
     for (const functionId of FUNCTION_IDS) {
-      const onRegistry = sorted(permissions(functionId)).filter((p) => p.includes('table:registry.Arn'));
+      // An index Query names no table key, so it cannot be conditioned: only the api's listing
+      // queries (C1) reach the registry's indexes, and only with Query (the test above).
+      const onRegistry = sorted(permissions(functionId)).filter(
+        (p) => p.includes('table:registry.Arn') && !p.startsWith('dynamodb:Query table:registry.Arn/index/'),
+      );
       expect(onRegistry.length).toBeGreaterThan(0);
       for (const permission of onRegistry) {
         expect(permission).toMatch(
@@ -411,6 +421,11 @@ describe('IAM', () => {
       'dynamodb:PutItem table:futures.Arn',
       'dynamodb:PutItem table:models.Arn',
       'dynamodb:Query table:futures.Arn/index/live',
+      'dynamodb:Query table:models.Arn/index/by_tenant',
+    ]);
+    // A page of training runs reads their seq counters in a batch, and nothing else of the registry.
+    expect(dynamo.filter((p) => p.startsWith('dynamodb:BatchGetItem table:registry'))).toEqual([
+      `dynamodb:BatchGetItem table:registry.Arn if ${leadingKeysCondition(['seq#'])}`,
     ]);
     // Keys and controls it only reads.
     expect(dynamo).toContain(

@@ -1,6 +1,17 @@
 import { Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
-import { LIVE_INDEX, LIVE_PROJECTION, physicalName, TABLE_IDS, topology } from '../../shared/topology.js';
+import { withoutIndexes } from '../../cdk/staging.js';
+import {
+  BY_OWNER_INDEX,
+  BY_PARENT_INDEX,
+  BY_TENANT_INDEX,
+  LISTING_PROJECTION,
+  LIVE_INDEX,
+  LIVE_PROJECTION,
+  physicalName,
+  TABLE_IDS,
+  topology,
+} from '../../shared/topology.js';
 import { logicalIdWhere, properties, synth, TEST_PREFIX } from './support/synth.js';
 
 const { template } = synth();
@@ -33,6 +44,49 @@ describe('tables', () => {
     for (const heavy of ['payload_key', 'result', 'result_key', 'error']) {
       expect(projection.NonKeyAttributes).not.toContain(heavy);
     }
+  });
+
+  it('builds the sparse listing indexes (C1): by_owner and by_parent on the registry, by_tenant on models', () => {
+    const registry = tableProps('registry').GlobalSecondaryIndexes as Array<Record<string, unknown>>;
+    expect(registry.map((index) => index.IndexName)).toEqual([BY_OWNER_INDEX, BY_PARENT_INDEX]);
+    for (const [index, partition] of [
+      [registry[0]!, 'owner_key'],
+      [registry[1]!, 'parent_key'],
+    ] as const) {
+      expect(index.KeySchema).toEqual([
+        { AttributeName: partition, KeyType: 'HASH' },
+        { AttributeName: 'list_sort', KeyType: 'RANGE' },
+      ]);
+      const projection = index.Projection as { ProjectionType: string; NonKeyAttributes: string[] };
+      expect(projection.ProjectionType).toBe('INCLUDE');
+      expect([...projection.NonKeyAttributes].sort()).toEqual([...LISTING_PROJECTION].sort());
+      // Blob keys and request ids stay out: a listing row never needs them.
+      for (const heavy of ['blob_key', 'request_id', 'path', 'user_metadata']) {
+        expect(projection.NonKeyAttributes).not.toContain(heavy);
+      }
+    }
+    const models = tableProps('models');
+    expect(models.GlobalSecondaryIndexes).toEqual([
+      {
+        IndexName: BY_TENANT_INDEX,
+        KeySchema: [
+          { AttributeName: 'tenant', KeyType: 'HASH' },
+          { AttributeName: 'created_at', KeyType: 'RANGE' },
+        ],
+        Projection: { ProjectionType: 'KEYS_ONLY' },
+      },
+    ]);
+    expect(models.AttributeDefinitions).toContainEqual({ AttributeName: 'created_at', AttributeType: 'N' });
+  });
+
+  it('stages indexes with omitIndexes: the stack then has one new index per table, and a typo is refused', () => {
+    const staged = synth({ topology: withoutIndexes(topology, [BY_PARENT_INDEX]) }).template;
+    const name = physicalName(TEST_PREFIX, topology.tables.registry.name);
+    const registry = properties(staged, logicalIdWhere(staged, 'AWS::DynamoDB::Table', 'TableName', name));
+    expect((registry.GlobalSecondaryIndexes as Array<{ IndexName: string }>).map((i) => i.IndexName)).toEqual(
+      [BY_OWNER_INDEX],
+    );
+    expect(() => withoutIndexes(topology, ['by_parnet'])).toThrow(/by_parnet/);
   });
 
   it('gives every table the stream view, TTL and keys its declaration names', () => {

@@ -3,9 +3,16 @@ import { DeleteObjectCommand, GetObjectCommand, NoSuchKey, PutObjectCommand } fr
 import { GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { GetCommand, PutCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { provisionResources } from '../../local/resources.js';
 import { awsClients } from '../../shared/aws/clients.js';
 import { config } from '../../shared/config.js';
-import { LIVE_INDEX, LIVE_PROJECTION, topology } from '../../shared/topology.js';
+import {
+  BY_OWNER_INDEX,
+  LIVE_INDEX,
+  LIVE_PROJECTION,
+  type Topology,
+  topology,
+} from '../../shared/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 
 describe('local cloud resources', () => {
@@ -27,6 +34,46 @@ describe('local cloud resources', () => {
       new DescribeTimeToLiveCommand({ TableName: cloud.names.tables.registry }),
     );
     expect(ttl.TimeToLiveDescription?.AttributeName).toBe('ttl');
+  });
+
+  it('adds the indexes a kept table lacks (a data dir from before the listing indexes)', async () => {
+    const prefix = `${cloud.prefix}old`;
+    const withoutIndexes: Topology = {
+      ...topology,
+      tables: {
+        ...topology.tables,
+        registry: { ...topology.tables.registry, indexes: [] },
+        models: { ...topology.tables.models, indexes: [] },
+      },
+    };
+    const old = await provisionResources(withoutIndexes, prefix, cloud.clients);
+    const record = {
+      pk: 'session#s1',
+      owner_key: 'session#t1',
+      list_sort: '0000000000001#s1',
+      session_id: 's1',
+    };
+    await cloud.clients.doc.send(new PutCommand({ TableName: old.tables.registry, Item: record }));
+    const kept = await provisionResources(topology, prefix, cloud.clients);
+    for (const id of ['registry', 'models'] as const) {
+      const { Table } = await cloud.clients.dynamo.send(
+        new DescribeTableCommand({ TableName: kept.tables[id] }),
+      );
+      expect(Table?.GlobalSecondaryIndexes?.map((index) => index.IndexName).sort()).toEqual(
+        topology.tables[id].indexes.map((index) => index.name).sort(),
+      );
+    }
+    // Built from the items already there, and a third start changes nothing.
+    await provisionResources(topology, prefix, cloud.clients);
+    const page = await cloud.clients.doc.send(
+      new QueryCommand({
+        TableName: kept.tables.registry,
+        IndexName: BY_OWNER_INDEX,
+        KeyConditionExpression: 'owner_key = :o',
+        ExpressionAttributeValues: { ':o': 'session#t1' },
+      }),
+    );
+    expect(page.Items).toEqual([record]);
   });
 
   it('round-trips items and serves the sparse live index with only its projection', async () => {

@@ -32,7 +32,15 @@ function fullestStep(type: TrainingRequestType, index: number): StepCommit {
     outcome: { status: 'completed', result_key: `results/r${index}.json` },
   };
   if (type === 'save_weights')
-    return { ...step, checkpoint: { action: 'commit', pk: 'ckpt#a', blob_key: 'k' } };
+    return {
+      ...step,
+      checkpoint: {
+        action: 'commit',
+        pk: 'ckpt#a',
+        blob_key: 'k',
+        listing: { tenant: 't', model_id: 'model-a', kind: 'weights', name: 'w1' },
+      },
+    };
   if (type === 'save_weights_for_sampler') {
     return {
       ...step,
@@ -119,13 +127,31 @@ describe('the model commit transaction (E4)', () => {
       },
       tables,
     );
+    // Committed at the commit's time, into the tenant's and the run's listings (C1).
     expect(items[2]?.Update).toMatchObject({
       TableName: 'p-registry',
       Key: { pk: 'ckpt#a' },
-      UpdateExpression: 'SET #status = :committed, blob_key = :blob',
+      UpdateExpression:
+        'SET #status = :committed, blob_key = :blob, created_at = :now, owner_key = :owner, parent_key = :parent, list_sort = :sort',
       ConditionExpression: 'request_id = :mine',
-      ExpressionAttributeValues: { ':committed': 'committed', ':blob': 'k', ':mine': 'r5' },
+      ExpressionAttributeValues: {
+        ':committed': 'committed',
+        ':blob': 'k',
+        ':mine': 'r5',
+        ':now': 1234,
+        ':owner': 'ckpt#t',
+        ':parent': 'run#model-a',
+        ':sort': '0000000001234#model-a#weights#w1',
+      },
     });
+    // An unnamed sampler save (no listing) is committed with its time but stays out of the listings.
+    const unnamed = modelCommitTransaction(
+      { ...base, steps: [fullestStep('save_weights_for_sampler', 7)] },
+      tables,
+    );
+    expect(unnamed.items[2]?.Update?.UpdateExpression).toBe(
+      'SET #status = :committed, blob_key = :blob, created_at = :now',
+    );
     expect(items[4]?.Delete).toMatchObject({
       Key: { pk: 'ckpt#c' },
       ConditionExpression: 'request_id = :mine AND #status = :pending',

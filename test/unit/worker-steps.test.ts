@@ -152,7 +152,12 @@ describe('executeStep: each request type against the backend, with Tinker result
         status: 'completed',
         result: { path: `tinker://${MODEL}/weights/w1`, type: 'save_weights' },
       },
-      checkpoint: { action: 'commit', pk: ref('weights', 'w1').pk, blob_key: saveKey },
+      checkpoint: {
+        action: 'commit',
+        pk: ref('weights', 'w1').pk,
+        blob_key: saveKey,
+        listing: { tenant: 'acme', model_id: MODEL, kind: 'weights', name: 'w1' },
+      },
     });
     expect(part.saved.get(checkpointContentId(save.request_id))?.bytes).toEqual(
       await backend.exportWeights(direct, 'training'),
@@ -170,6 +175,7 @@ describe('executeStep: each request type against the backend, with Tinker result
       result: { path: `tinker://${MODEL}/sampler_weights/s1`, type: 'save_weights_for_sampler' },
     });
     expect(named.sampling_session).toBeUndefined();
+    expect(named.checkpoint).toMatchObject({ listing: { kind: 'sampler', name: 's1' } });
 
     const unnamedStep = step('save_weights_for_sampler', {
       request_type: 'save_weights_for_sampler',
@@ -197,7 +203,11 @@ describe('executeStep: each request type against the backend, with Tinker result
       checkpoint_id: checkpointContentId(unnamedStep.request_id),
       model_path: `tinker://${MODEL}/sampler_weights/samp-1`,
       created_at: 1000,
+      // One of its session's samplers (GET sessions/{id}, C1).
+      parent_key: 'session#sess-1',
+      list_sort: '0000000001000#samp-1',
     });
+    expect(unnamed.checkpoint).not.toHaveProperty('listing');
 
     // Train on, then load the checkpoint saved earlier in this part (from memory, no cloud).
     direct = (await backend.forwardBackward(direct, typed(input('more')))).state;
