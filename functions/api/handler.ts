@@ -15,6 +15,7 @@ export async function handler(
   const response = await handleApiRequest({
     method: event.requestContext.http.method,
     path: event.rawPath,
+    ...(event.rawQueryString ? { query: event.rawQueryString } : {}),
     headers: event.headers ?? {},
     ...(body === undefined ? {} : { body }),
     ...(context ? { remainingMs: context.getRemainingTimeInMillis() } : {}),

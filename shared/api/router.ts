@@ -17,16 +17,20 @@ import { acceptsProtobuf, BinaryAnswer, PROTOBUF_CONTENT_TYPE, ProtobufBody } fr
 import { type ApiDeps, resolveApiDeps } from './deps.js';
 import { boundMessage } from './describe.js';
 import * as ops from './operations.js';
+import { parseQuery, type QueryParams } from './query.js';
 import { checkSubmitQuota } from './quotas.js';
 import { checkBodyBytes, parseJsonBody } from './request-checks.js';
 import { retrieveFuture } from './retrieve.js';
 import { compileRoutes } from './route-matcher.js';
+import * as runs from './runs.js';
 import { handleStatusRoute } from './status-routes.js';
 
 /** An HTTP request as the edge sees it, independent of API Gateway's event shape. */
 export interface ApiRequest {
   readonly method: string;
   readonly path: string;
+  /** The query string as sent, without its `?` (API Gateway's `rawQueryString`); parsed here only. */
+  readonly query?: string;
   /** Header names in any case. */
   readonly headers: Readonly<Record<string, string | undefined>>;
   /** The body's bytes as the client sent them (API Gateway's base64 already undone). */
@@ -61,6 +65,8 @@ export interface RouteContext extends ops.OperationContext {
   readonly deadline: number;
   /** The request's `Accept` lists `application/x-protobuf` (retrieve_future answers in it, W2). */
   readonly acceptsProtobuf: boolean;
+  /** The query string's parameters, each with every value it was given (see shared/api/query.ts). */
+  readonly query: QueryParams;
 }
 
 /**
@@ -102,6 +108,19 @@ const ROUTES: Readonly<Record<string, Route>> = {
   get_info: { methods: POST, run: ops.getInfo },
   weights_info: { methods: POST, run: ops.weightsInfo },
   'samplers/{sampler_id}': { methods: ['GET'], run: (ctx, _body, params) => ops.getSampler(ctx, params) },
+  // Listings (C1): reads only; another tenant's run or session answers as an unknown one (C6).
+  training_runs: { methods: ['GET'], run: (ctx) => runs.listTrainingRuns(ctx) },
+  'training_runs/{run_id}': {
+    methods: ['GET'],
+    run: (ctx, _body, params) => runs.getTrainingRun(ctx, params),
+  },
+  'training_runs/{run_id}/checkpoints': {
+    methods: ['GET'],
+    run: (ctx, _body, params) => runs.listRunCheckpoints(ctx, params),
+  },
+  checkpoints: { methods: ['GET'], run: (ctx) => runs.listUserCheckpoints(ctx) },
+  sessions: { methods: ['GET'], run: (ctx) => runs.listSessions(ctx) },
+  'sessions/{session_id}': { methods: ['GET'], run: (ctx, _body, params) => runs.getSession(ctx, params) },
 };
 const ROUTE_MATCHER = compileRoutes(ROUTES);
 
@@ -251,6 +270,7 @@ export async function handleApiRequest(
     // Before the body is read: a refused submit costs one write and stores nothing.
     if (route.submit === true) await checkSubmitQuota(doc, api.tables.registry, tenant, tunables, now);
     const body = readBody(request, route, tunables);
+    const query = parseQuery(request.query);
     const pollMs = Math.min(
       tunables.longPollSeconds * 1000,
       request.remainingMs === undefined ? Number.POSITIVE_INFINITY : request.remainingMs - DEADLINE_MARGIN_MS,
@@ -263,6 +283,7 @@ export async function handleApiRequest(
         tunables,
         deadline: now + Math.max(0, pollMs),
         acceptsProtobuf: acceptsProtobuf(header(request, 'accept')),
+        query,
       },
       body,
       params,

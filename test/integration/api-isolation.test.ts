@@ -197,6 +197,28 @@ const probes: Probe[] = [
     get: (ids) => `samplers/${ids.samplingSession}`,
     field: 'sampler_id',
   },
+  // The listings (C1, C6): another tenant's run or session is an unknown one, in either scope (none
+  // of the owner's checkpoints is published).
+  ...['', '?access_scope=owned', '?access_scope=accessible'].flatMap((scope): Probe[] => [
+    {
+      endpoint: `training_runs/{run_id}${scope}`,
+      body: () => ({}),
+      get: (ids) => `training_runs/${ids.model}${scope}`,
+      field: 'run_id',
+    },
+    {
+      endpoint: `sessions/{session_id}${scope}`,
+      body: () => ({}),
+      get: (ids) => `sessions/${ids.session}${scope}`,
+      field: 'session_id',
+    },
+  ]),
+  {
+    endpoint: 'training_runs/{run_id}/checkpoints',
+    body: () => ({}),
+    get: (ids) => `training_runs/${ids.model}/checkpoints`,
+    field: 'run_id',
+  },
 ];
 
 function withIds(text: string, from: typeof owned, to: typeof owned): string {
@@ -225,6 +247,25 @@ describe('tenant isolation on every endpoint', () => {
       expect(await api.counts()).toEqual(before);
     },
   );
+
+  it("another tenant's listings show none of the owner's runs, checkpoints or sessions", async () => {
+    for (const scope of ['owned', 'accessible']) {
+      const runs = await rival.raw('GET', `/api/v1/training_runs?access_scope=${scope}`);
+      expect(runs.status).toBe(200);
+      expect(runs.body).toMatchObject({ cursor: { total_count: 1 } });
+      expect(JSON.stringify(runs.body)).not.toContain(owned.model);
+      const sessions = await rival.raw('GET', `/api/v1/sessions?access_scope=${scope}`);
+      expect(sessions.body).toEqual({ sessions: [rivalSession] });
+    }
+    const checkpoints = await rival.raw('GET', '/api/v1/checkpoints');
+    expect(checkpoints.body).toEqual({ checkpoints: [], cursor: { offset: 0, limit: 100, total_count: 0 } });
+    const mine = await owner.raw('GET', '/api/v1/training_runs');
+    expect(
+      (mine.body as { training_runs: { training_run_id: string }[] }).training_runs.map(
+        (r) => r.training_run_id,
+      ),
+    ).toEqual([owned.model]);
+  });
 
   it('the owner still sees and uses everything', async () => {
     expect(await owner.heartbeat(owned.session)).toEqual({ type: 'session_heartbeat' });

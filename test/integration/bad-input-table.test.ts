@@ -1886,6 +1886,62 @@ function realHeaders(given: BadRequest['headers']): BadRequest['headers'] {
   );
 }
 
+/** The listings' query parameters (C1): each bad one is a 400 naming it; unknown ids are 404s. */
+const listings: BadRequest[] = [
+  ...(
+    [
+      ['training_runs?limit=0', 'limit'],
+      ['training_runs?limit=1001', 'limit'],
+      ['training_runs?limit=abc', 'limit'],
+      ['training_runs?offset=-1', 'offset'],
+      ['training_runs?access_scope=everyone', 'access_scope'],
+      ['checkpoints?limit=1.5', 'limit'],
+      ['checkpoints?limit=10&limit=20', 'limit'],
+      ['checkpoints?offset=%2B1', 'offset'],
+      ['sessions?offset=1e3', 'offset'],
+      ['sessions?access_scope=', 'access_scope'],
+      ['sessions?limit=', 'limit'],
+      ['sessions/<session>?access_scope=all', 'access_scope'],
+      ['training_runs/<model>?access_scope=public', 'access_scope'],
+    ] as const
+  ).map(
+    ([path, field]): BadRequest => ({
+      name: `GET ${path}`,
+      method: 'GET',
+      path,
+      status: 400,
+      field,
+      error: new RegExp(`^${field}: `),
+    }),
+  ),
+  {
+    name: 'GET training_runs/ of an unknown run',
+    method: 'GET',
+    path: 'training_runs/model-nobody',
+    status: 404,
+    field: 'run_id',
+    error: /training run model-nobody not found/,
+  },
+  {
+    name: 'GET the checkpoints of an unknown run',
+    method: 'GET',
+    path: 'training_runs/model-nobody/checkpoints',
+    status: 404,
+    field: 'run_id',
+    error: /training run model-nobody not found/,
+  },
+  {
+    name: 'GET sessions/ of an unknown session',
+    method: 'GET',
+    path: 'sessions/sess-nobody',
+    status: 404,
+    field: 'session_id',
+    error: /session sess-nobody not found/,
+  },
+  { name: 'POST training_runs', path: 'training_runs', body: () => ({}), status: 405, error: /use GET/ },
+  { name: 'DELETE sessions/{id}', method: 'DELETE', path: 'sessions/x', status: 405, error: /use GET/ },
+];
+
 describe.each([
   ['JSON syntax', syntax],
   ['wrong types', types],
@@ -1898,6 +1954,7 @@ describe.each([
   ['headers and content types', headers],
   ['paths and methods', routes],
   ['read endpoints', reads],
+  ['listings', listings],
 ] as const)('%s', (_group, cases) => {
   it.each(cases)('$name -> $status', (testCase) => checkRefused(testCase));
 });
@@ -1915,7 +1972,8 @@ async function checkRefused(testCase: BadRequest, options: { namesField?: boolea
   const raw = testCase.body?.();
   const body =
     raw === undefined || typeof raw === 'string' || Buffer.isBuffer(raw) ? raw : JSON.stringify(raw);
-  const path = testCase.path.startsWith('/') ? testCase.path : `/api/v1/${testCase.path}`;
+  const named = testCase.path.replace('<session>', ids.session).replace('<model>', ids.model);
+  const path = named.startsWith('/') ? named : `/api/v1/${named}`;
   const answer = await send(testCase.method ?? 'POST', path, body, realHeaders(testCase.headers));
   expect(answer.status).toBe(testCase.status);
   const error = answer.body as { error?: unknown; field?: unknown };

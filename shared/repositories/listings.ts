@@ -1,0 +1,316 @@
+import { type DynamoDBDocumentClient, QueryCommand } from '@aws-sdk/lib-dynamodb';
+import { batchGetByKey } from '../aws/batch-get.js';
+import { getItem } from '../aws/get-item.js';
+import { isLiveCheckpoint } from '../domain/checkpoint-live.js';
+import { ownerKey, parentKey } from '../domain/listing-keys.js';
+import {
+  type CheckpointRow,
+  type LatestCheckpoints,
+  latestOfEachKind,
+  type RunFacts,
+} from '../domain/listing-views.js';
+import { type CheckpointKind, type ModelRow, registryKey, registryPrefix } from '../domain/records.js';
+import { BY_OWNER_INDEX, BY_PARENT_INDEX, BY_TENANT_INDEX } from '../topology.js';
+import type { Tables } from './tables.js';
+
+/**
+ * The listing reads (C1, docs/design.md#c1): Queries of the registry's `by_owner` and `by_parent`
+ * indexes and of the models table's `by_tenant`, and reads by key of the rows a page names. Never a
+ * Scan. Index reads are eventually consistent (GSIs offer nothing else): a commit may show up in a
+ * listing a moment after its future completes.
+ */
+
+type Item = Record<string, unknown>;
+
+interface IndexQuery {
+  readonly table: string;
+  readonly index: string;
+  readonly partitionName: string;
+  readonly partition: string;
+  readonly newestFirst: boolean;
+  /** Items a call may read; the query goes on until `enough` says so or the partition ends. */
+  readonly pageSize?: number;
+  readonly enough?: (items: readonly Item[]) => boolean;
+}
+
+/** Every item of one index partition in sort order, page by page (1 MB or `pageSize` each). */
+async function queryPartition(doc: DynamoDBDocumentClient, query: IndexQuery): Promise<Item[]> {
+  const items: Item[] = [];
+  let start: Item | undefined;
+  do {
+    const page = await doc.send(
+      new QueryCommand({
+        TableName: query.table,
+        IndexName: query.index,
+        KeyConditionExpression: '#p = :p',
+        ExpressionAttributeNames: { '#p': query.partitionName },
+        ExpressionAttributeValues: { ':p': query.partition },
+        ScanIndexForward: !query.newestFirst,
+        ExclusiveStartKey: start,
+        ...(query.pageSize === undefined ? {} : { Limit: query.pageSize }),
+      }),
+    );
+    items.push(...(page.Items ?? []));
+    start = page.LastEvaluatedKey;
+  } while (start !== undefined && !(query.enough?.(items) ?? false));
+  return items;
+}
+
+const KINDS: ReadonlySet<string> = new Set<CheckpointKind>(['weights', 'sampler']);
+
+/** A projected checkpoint item as a row, when it is one and is live (C5: expired ones never show). */
+function liveCheckpointRow(item: Item, now: number): CheckpointRow | undefined {
+  const { model_id, kind, name, created_at, status, expires_at, size_bytes } = item;
+  if (typeof model_id !== 'string' || typeof name !== 'string' || typeof created_at !== 'number') {
+    return undefined;
+  }
+  if (typeof kind !== 'string' || !KINDS.has(kind) || typeof status !== 'string') return undefined;
+  const expiresAt = typeof expires_at === 'number' ? expires_at : undefined;
+  if (
+    !isLiveCheckpoint(
+      { status: status as 'committed', ...(expiresAt === undefined ? {} : { expires_at: expiresAt }) },
+      now,
+    )
+  ) {
+    return undefined;
+  }
+  return {
+    model_id,
+    kind: kind as CheckpointKind,
+    name,
+    created_at,
+    ...(expiresAt === undefined ? {} : { expires_at: expiresAt }),
+    ...(item.public === true ? { public: true } : {}),
+    ...(typeof size_bytes === 'number' ? { size_bytes } : {}),
+  };
+}
+
+function liveRows(items: readonly Item[], now: number): CheckpointRow[] {
+  return items.flatMap((item) => liveCheckpointRow(item, now) ?? []);
+}
+
+/** The tenant's live checkpoints, newest first: its whole `ckpt#<tenant>` partition of `by_owner`. */
+export async function listTenantCheckpoints(
+  doc: DynamoDBDocumentClient,
+  registry: string,
+  tenant: string,
+  now: number,
+): Promise<CheckpointRow[]> {
+  const items = await queryPartition(doc, {
+    table: registry,
+    index: BY_OWNER_INDEX,
+    partitionName: 'owner_key',
+    partition: ownerKey.checkpoints(tenant),
+    newestFirst: true,
+  });
+  return liveRows(items, now);
+}
+
+/** The run's live checkpoints, newest first: its `run#<model_id>` partition of `by_parent`. */
+export async function listRunCheckpoints(
+  doc: DynamoDBDocumentClient,
+  registry: string,
+  modelId: string,
+  now: number,
+): Promise<CheckpointRow[]> {
+  const items = await queryPartition(doc, {
+    table: registry,
+    index: BY_PARENT_INDEX,
+    partitionName: 'parent_key',
+    partition: parentKey.run(modelId),
+    newestFirst: true,
+  });
+  return liveRows(items, now);
+}
+
+/** Index items a call reads when looking for a run's newest checkpoints: most runs need one call. */
+const LATEST_PAGE = 25;
+
+/**
+ * The run's newest live training and sampler checkpoints (only published ones when `publicOnly`):
+ * `run#<model_id>` newest first, page by page, until both kinds are found or the run has no more.
+ */
+export async function latestRunCheckpoints(
+  doc: DynamoDBDocumentClient,
+  registry: string,
+  modelId: string,
+  now: number,
+  publicOnly = false,
+): Promise<LatestCheckpoints> {
+  const keep = (items: readonly Item[]) =>
+    liveRows(items, now).filter((row) => !publicOnly || row.public === true);
+  const items = await queryPartition(doc, {
+    table: registry,
+    index: BY_PARENT_INDEX,
+    partitionName: 'parent_key',
+    partition: parentKey.run(modelId),
+    newestFirst: true,
+    pageSize: LATEST_PAGE,
+    enough: (read) => {
+      const latest = latestOfEachKind(keep(read));
+      return latest.weights !== undefined && latest.sampler !== undefined;
+    },
+  });
+  return latestOfEachKind(keep(items));
+}
+
+/** Whether any live checkpoint of the run is published (C4): what makes another tenant's run readable. */
+export async function runHasPublishedCheckpoint(
+  doc: DynamoDBDocumentClient,
+  registry: string,
+  modelId: string,
+  now: number,
+): Promise<boolean> {
+  const items = await queryPartition(doc, {
+    table: registry,
+    index: BY_PARENT_INDEX,
+    partitionName: 'parent_key',
+    partition: parentKey.run(modelId),
+    newestFirst: true,
+    enough: (read) => liveRows(read, now).some((row) => row.public === true),
+  });
+  return liveRows(items, now).some((row) => row.public === true);
+}
+
+/** The tenant's training run ids, newest first: its `by_tenant` partition (keys only). */
+export async function listTenantRunIds(
+  doc: DynamoDBDocumentClient,
+  models: string,
+  tenant: string,
+): Promise<string[]> {
+  const items = await queryPartition(doc, {
+    table: models,
+    index: BY_TENANT_INDEX,
+    partitionName: 'tenant',
+    partition: tenant,
+    newestFirst: true,
+  });
+  return items.flatMap((item) => (typeof item.model_id === 'string' ? [item.model_id] : []));
+}
+
+/**
+ * The runs of every published-checkpoint marker (`public` partition of `by_owner`, written by the
+ * lifecycle, C4), newest publication first, each once.
+ */
+export async function listPublishedRunIds(doc: DynamoDBDocumentClient, registry: string): Promise<string[]> {
+  const items = await queryPartition(doc, {
+    table: registry,
+    index: BY_OWNER_INDEX,
+    partitionName: 'owner_key',
+    partition: ownerKey.published,
+    newestFirst: true,
+  });
+  const ids = items.flatMap((item) => (typeof item.model_id === 'string' ? [item.model_id] : []));
+  return [...new Set(ids)];
+}
+
+/** What a TrainingRun needs of the model row: fixed at create_model. */
+const RUN_ATTRIBUTES = ['model_id', 'tenant', 'base_model', 'lora_config', 'created_at', 'user_metadata'];
+
+type RunRow = Pick<
+  ModelRow,
+  'model_id' | 'tenant' | 'base_model' | 'lora_config' | 'created_at' | 'user_metadata'
+>;
+
+function runFacts(row: RunRow, lastRequestAt: unknown): RunFacts {
+  return {
+    model_id: row.model_id,
+    tenant: row.tenant,
+    base_model: row.base_model,
+    lora_rank: row.lora_config.rank,
+    created_at: row.created_at,
+    ...(typeof lastRequestAt === 'number' ? { last_request_at: lastRequestAt } : {}),
+    ...(row.user_metadata === undefined ? {} : { user_metadata: row.user_metadata }),
+  };
+}
+
+/**
+ * The runs of `modelIds` that exist, in the order given: their model rows and seq counters (last
+ * request time), read by key in batches, eventually consistent (a listing, not a decision).
+ */
+export async function readRuns(
+  doc: DynamoDBDocumentClient,
+  tables: Tables<'models' | 'registry'>,
+  modelIds: readonly string[],
+): Promise<RunFacts[]> {
+  if (modelIds.length === 0) return [];
+  const [rows, counters] = await Promise.all([
+    batchGetByKey(doc, modelIds, {
+      table: tables.models,
+      keyName: 'model_id',
+      consistent: false,
+      attributes: RUN_ATTRIBUTES,
+    }),
+    batchGetByKey(
+      doc,
+      modelIds.map((id) => registryKey.seqCounter(id)),
+      { table: tables.registry, keyName: 'pk', consistent: false, attributes: ['pk', 'updated_at'] },
+    ),
+  ]);
+  return modelIds.flatMap((id) => {
+    const row = rows.get(id) as RunRow | undefined;
+    if (row === undefined) return [];
+    return [runFacts(row, counters.get(registryKey.seqCounter(id))?.updated_at)];
+  });
+}
+
+/** One run by id, or undefined when it does not exist. */
+export async function readRun(
+  doc: DynamoDBDocumentClient,
+  tables: Tables<'models' | 'registry'>,
+  modelId: string,
+): Promise<RunFacts | undefined> {
+  const [row, counter] = await Promise.all([
+    getItem<RunRow>(doc, tables.models, { model_id: modelId }, false, RUN_ATTRIBUTES),
+    getItem<{ updated_at?: number }>(doc, tables.registry, { pk: registryKey.seqCounter(modelId) }, false, [
+      'updated_at',
+    ]),
+  ]);
+  return row === undefined ? undefined : runFacts(row, counter?.updated_at);
+}
+
+/** The tenant's session ids, newest first: its `session#<tenant>` partition of `by_owner`. */
+export async function listTenantSessionIds(
+  doc: DynamoDBDocumentClient,
+  registry: string,
+  tenant: string,
+): Promise<string[]> {
+  const items = await queryPartition(doc, {
+    table: registry,
+    index: BY_OWNER_INDEX,
+    partitionName: 'owner_key',
+    partition: ownerKey.sessions(tenant),
+    newestFirst: true,
+  });
+  return items.flatMap((item) => (typeof item.session_id === 'string' ? [item.session_id] : []));
+}
+
+/** A session's training runs and sampling sessions, oldest first: its partition of `by_parent`. */
+export async function sessionMembers(
+  doc: DynamoDBDocumentClient,
+  registry: string,
+  sessionId: string,
+): Promise<{ training_run_ids: string[]; sampler_ids: string[] }> {
+  const items = await queryPartition(doc, {
+    table: registry,
+    index: BY_PARENT_INDEX,
+    partitionName: 'parent_key',
+    partition: parentKey.session(sessionId),
+    newestFirst: false,
+  });
+  const training_run_ids: string[] = [];
+  const sampler_ids: string[] = [];
+  for (const item of items) {
+    const pk = item.pk;
+    if (typeof pk !== 'string') continue;
+    if (pk.startsWith(registryPrefix.seqCounter) && typeof item.model_id === 'string') {
+      training_run_ids.push(item.model_id);
+    } else if (
+      pk.startsWith(registryPrefix.samplingSession) &&
+      typeof item.sampling_session_id === 'string'
+    ) {
+      sampler_ids.push(item.sampling_session_id);
+    }
+  }
+  return { training_run_ids, sampler_ids };
+}
