@@ -178,8 +178,12 @@ async function ensureTable(
   return updated.TableDescription?.LatestStreamArn;
 }
 
+/** How long a kept table's new index may take to build before the start gives up. */
+const INDEX_BUILD_TIMEOUT_MS = 120_000;
+
 /**
- * One UpdateTable per index, as DynamoDB takes them. The index is built from the items already
+ * One UpdateTable per index, each waited for until it is active: DynamoDB builds one index at a time,
+ * and a handler must not query one still backfilling. The index is built from the items already
  * there; records written before their listing keys existed (C1) simply stay out of it.
  */
 async function addMissingIndexes(
@@ -199,6 +203,22 @@ async function addMissingIndexes(
         GlobalSecondaryIndexUpdates: [{ Create: index }],
       }),
     );
+    await waitForIndex(input.TableName, index.IndexName, dynamo);
+  }
+}
+
+async function waitForIndex(
+  tableName: string | undefined,
+  indexName: string | undefined,
+  dynamo: DynamoDBClient,
+): Promise<void> {
+  const deadline = Date.now() + INDEX_BUILD_TIMEOUT_MS;
+  for (;;) {
+    const { Table: table } = await dynamo.send(new DescribeTableCommand({ TableName: tableName }));
+    const index = table?.GlobalSecondaryIndexes?.find((candidate) => candidate.IndexName === indexName);
+    if (table?.TableStatus === 'ACTIVE' && index?.IndexStatus === 'ACTIVE') return;
+    if (Date.now() > deadline) throw new Error(`index ${indexName} of ${tableName} is still not active`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }
 

@@ -1,8 +1,13 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { DescribeTableCommand, DescribeTimeToLiveCommand } from '@aws-sdk/client-dynamodb';
 import { DeleteObjectCommand, GetObjectCommand, NoSuchKey, PutObjectCommand } from '@aws-sdk/client-s3';
 import { GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { GetCommand, PutCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { localAwsClients } from '../../local/aws-clients.js';
+import { startLocalCloud } from '../../local/cloud.js';
 import { provisionResources } from '../../local/resources.js';
 import { awsClients } from '../../shared/aws/clients.js';
 import { config } from '../../shared/config.js';
@@ -36,8 +41,9 @@ describe('local cloud resources', () => {
     expect(ttl.TimeToLiveDescription?.AttributeName).toBe('ttl');
   });
 
-  it('adds the indexes a kept table lacks (a data dir from before the listing indexes)', async () => {
-    const prefix = `${cloud.prefix}old`;
+  it('adds the indexes a kept table lacks: a data dir from before the listing indexes, restarted', async () => {
+    // A cloud of its own in file mode, as `npm start` keeps one: stopped and started again on the folder.
+    const dataDir = mkdtempSync(join(tmpdir(), 'tinker-indexes-'));
     const withoutIndexes: Topology = {
       ...topology,
       tables: {
@@ -46,35 +52,45 @@ describe('local cloud resources', () => {
         models: { ...topology.tables.models, indexes: [] },
       },
     };
-    const old = await provisionResources(withoutIndexes, prefix, cloud.clients);
     const record = {
       pk: 'session#s1',
       owner_key: 'session#t1',
       list_sort: '0000000000001#s1',
       session_id: 's1',
     };
-    await cloud.clients.doc.send(new PutCommand({ TableName: old.tables.registry, Item: record }));
-    const kept = await provisionResources(topology, prefix, cloud.clients);
-    for (const id of ['registry', 'models'] as const) {
-      const { Table } = await cloud.clients.dynamo.send(
-        new DescribeTableCommand({ TableName: kept.tables[id] }),
+    const prefix = 'kept';
+    let local = await startLocalCloud({ dataDir });
+    try {
+      const old = await provisionResources(withoutIndexes, prefix, localAwsClients(local.endpoints));
+      await localAwsClients(local.endpoints).doc.send(
+        new PutCommand({ TableName: old.tables.registry, Item: record }),
       );
-      expect(Table?.GlobalSecondaryIndexes?.map((index) => index.IndexName).sort()).toEqual(
-        topology.tables[id].indexes.map((index) => index.name).sort(),
+      await local.stop();
+      local = await startLocalCloud({ dataDir });
+      const clients = localAwsClients(local.endpoints);
+      const kept = await provisionResources(topology, prefix, clients);
+      for (const id of ['registry', 'models'] as const) {
+        const { Table } = await clients.dynamo.send(new DescribeTableCommand({ TableName: kept.tables[id] }));
+        expect(
+          Table?.GlobalSecondaryIndexes?.map((index) => [index.IndexName, index.IndexStatus]).sort(),
+        ).toEqual(topology.tables[id].indexes.map((index) => [index.name, 'ACTIVE']).sort());
+      }
+      // Built from the items already there, and a start on a table that has them changes nothing.
+      await provisionResources(topology, prefix, clients);
+      const page = await clients.doc.send(
+        new QueryCommand({
+          TableName: kept.tables.registry,
+          IndexName: BY_OWNER_INDEX,
+          KeyConditionExpression: 'owner_key = :o',
+          ExpressionAttributeValues: { ':o': 'session#t1' },
+        }),
       );
+      expect(page.Items).toEqual([record]);
+    } finally {
+      await local.stop();
+      rmSync(dataDir, { recursive: true, force: true });
     }
-    // Built from the items already there, and a third start changes nothing.
-    await provisionResources(topology, prefix, cloud.clients);
-    const page = await cloud.clients.doc.send(
-      new QueryCommand({
-        TableName: kept.tables.registry,
-        IndexName: BY_OWNER_INDEX,
-        KeyConditionExpression: 'owner_key = :o',
-        ExpressionAttributeValues: { ':o': 'session#t1' },
-      }),
-    );
-    expect(page.Items).toEqual([record]);
-  });
+  }, 180_000);
 
   it('round-trips items and serves the sparse live index with only its projection', async () => {
     const table = cloud.names.tables.futures;
