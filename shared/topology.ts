@@ -200,6 +200,26 @@ export const LIVE_PROJECTION = [
   'tokens',
 ] as const;
 
+/**
+ * The registry's listing index (C1-C5). Partitions: `gc` (collections due, by due time: the
+ * sweeper's one Query), `public` (published checkpoints' markers), and the listings' own.
+ */
+export const BY_OWNER_INDEX = 'by_owner';
+
+/** What `by_owner` projects besides its keys: the fields a listing row or a gc round reads. */
+export const BY_OWNER_PROJECTION = [
+  'tenant',
+  'model_id',
+  'kind',
+  'name',
+  'content_id',
+  'created_at',
+  'expires_at',
+  'public',
+  'size_bytes',
+  'due',
+] as const;
+
 const WORKER_TIMEOUT_SECONDS = 300;
 
 /** The pool this stack's scheduler serves (the `POOL` setting). */
@@ -254,7 +274,15 @@ export const topology: Topology = {
       timeToLiveAttribute: 'ttl',
       // Keys only, for the scheduler's one trigger on it: an operator lifting the pool's drain.
       stream: 'KEYS_ONLY',
-      indexes: [],
+      indexes: [
+        {
+          // Sparse: only items with an `owner_key` (C1-C5; `gc` entries, `public` markers, listings).
+          name: BY_OWNER_INDEX,
+          partitionKey: { name: 'owner_key', type: 'S' },
+          sortKey: { name: 'list_sort', type: 'S' },
+          projection: { type: 'INCLUDE', nonKeyAttributes: BY_OWNER_PROJECTION },
+        },
+      ],
     },
     prefixes: {
       name: 'prefixes',
@@ -317,10 +345,12 @@ export const topology: Topology = {
               actions: ['get'],
             },
             // Written once at intake (names reserved as pending, E4), read by a retry or a lookup.
-            {
-              keyPrefixes: [key.samplingSession, key.idempotency, key.checkpointName],
-              actions: ['get', 'put'],
-            },
+            { keyPrefixes: [key.samplingSession, key.idempotency], actions: ['get', 'put'] },
+            // Checkpoint names: reserved (put), replaced by an overwrite (put), and the owner's
+            // delete, publish, TTL and a legacy archive's key (update, delete) (C2-C5); with them the
+            // content's gc entry (put when due, delete when a TTL is cleared) and the public marker.
+            { keyPrefixes: [key.checkpointName], actions: ['get', 'put', 'update', 'delete'] },
+            { keyPrefixes: [key.gcEntry, key.publicMarker], actions: ['put', 'delete'] },
             // Also updated: a session's heartbeat, and the seq counter by every training submit.
             { keyPrefixes: [key.session, key.seqCounter], actions: ['get', 'put', 'update'] },
             // Quota counters (repositories/quotas.ts): a conditional update per window or poll, and
@@ -333,6 +363,10 @@ export const topology: Topology = {
           // nothing); blobs a committed row may reference are deleted by the sweeper alone (E5).
           { prefix: 'payloads/', actions: ['put', 'get', 'delete'] },
           { prefix: 'results/', actions: ['get'] },
+          // get: what the archive route's presigned URL is signed for (C2); put, with the checkpoint
+          // blob's get, builds once the archive of a checkpoint saved before archives were.
+          { prefix: 'archives/', actions: ['get', 'put'] },
+          { prefix: 'checkpoints/', actions: ['get'] },
         ],
         // The status page shows the depths of the work queue and of both dead-letter queues; the API
         // never sends, receives or deletes a message.
@@ -464,6 +498,8 @@ export const topology: Topology = {
           { prefix: 'state/', actions: ['get', 'put'] },
           { prefix: 'results/', actions: ['put'] },
           { prefix: 'checkpoints/', actions: ['get', 'put'] },
+          // The checkpoint's archive, built at save (C2).
+          { prefix: 'archives/', actions: ['put'] },
         ],
         queues: { work: ['consume'] },
       },
@@ -490,7 +526,16 @@ export const topology: Topology = {
           futures: ['query-index', 'batch-get'],
           // scan: expired leases are found by a filtered Scan of the models table (shared/sweeper/replan.ts).
           models: ['batch-get', 'update', 'scan'],
-          registry: SCHEDULER_REGISTRY,
+          registry: [
+            ...SCHEDULER_REGISTRY,
+            // Checkpoint collection (C3, C5): one Query of by_owner's `gc` partition, then per due entry
+            // its strong read and the name record's, then the deletes of the entry (or its move to a
+            // later due time), the expired name record and its public marker.
+            'query-index',
+            { keyPrefixes: [key.gcEntry], actions: ['get', 'put', 'delete'] },
+            { keyPrefixes: [key.checkpointName], actions: ['get', 'delete'] },
+            { keyPrefixes: [key.publicMarker], actions: ['delete'] },
+          ],
         },
         bucket: [{ prefix: '', actions: ['get', 'put', 'delete', 'list'] }],
         queues: { work: ['send'] },

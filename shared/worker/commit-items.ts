@@ -1,6 +1,8 @@
 import type { TransactItem } from '../aws/transact.js';
+import { expiryOf } from '../domain/checkpoint-life.js';
 import type { SamplePrefixRef, SamplingSessionRecord } from '../domain/records.js';
 import { sha256Hex } from '../ids.js';
+import { gcEntry, gcEntryPutItem } from '../repositories/checkpoint-gc.js';
 import { type CheckpointEffect, checkpointEffectItem } from '../repositories/checkpoints.js';
 import { futureCutItem, futureEndItem, type StoredOutcome } from '../repositories/futures.js';
 import { type ModelAdvance, modelAdvanceItem } from '../repositories/models.js';
@@ -68,7 +70,7 @@ export function modelCommitTransaction(commit: ModelCommit, tables: CommitTables
     items.push(futureEndItem(tables.futures, step.request_id, step.outcome, commit.now));
     targets.push({ kind: 'future', request_id: step.request_id });
     if (step.checkpoint !== undefined) {
-      items.push(checkpointEffectItem(tables.registry, step.checkpoint, step.request_id));
+      items.push(checkpointEffectItem(tables.registry, step.checkpoint, step.request_id, commit.now));
       targets.push({ kind: 'checkpoint', request_id: step.request_id });
     }
     if (step.sampling_session !== undefined) {
