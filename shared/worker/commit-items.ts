@@ -1,8 +1,6 @@
 import type { TransactItem } from '../aws/transact.js';
-import { expiryOf } from '../domain/checkpoint-life.js';
 import type { SamplePrefixRef, SamplingSessionRecord } from '../domain/records.js';
 import { sha256Hex } from '../ids.js';
-import { gcEntry, gcEntryPutItem } from '../repositories/checkpoint-gc.js';
 import { type CheckpointEffect, checkpointEffectItem } from '../repositories/checkpoints.js';
 import { futureCutItem, futureEndItem, type StoredOutcome } from '../repositories/futures.js';
 import { type ModelAdvance, modelAdvanceItem } from '../repositories/models.js';
