@@ -153,6 +153,11 @@ async function ensureTable(
     if (!isAwsError(error, 'ResourceInUseException')) throw error;
   }
   const { Table: table } = await dynamo.send(new DescribeTableCommand({ TableName: input.TableName }));
+  await addMissingIndexes(
+    input,
+    table?.GlobalSecondaryIndexes?.map((index) => index.IndexName) ?? [],
+    dynamo,
+  );
   const wanted = input.StreamSpecification;
   const current = table?.StreamSpecification;
   if (
@@ -171,6 +176,27 @@ async function ensureTable(
     new UpdateTableCommand({ TableName: input.TableName, StreamSpecification: wanted }),
   );
   return updated.TableDescription?.LatestStreamArn;
+}
+
+/**
+ * A kept table made before the topology declared one of its indexes (the registry's `by_owner`, C3-C5)
+ * gets it, one UpdateTable per index as DynamoDB allows; DynamoDB Local backfills it at once.
+ */
+async function addMissingIndexes(
+  input: CreateTableCommandInput,
+  existing: readonly (string | undefined)[],
+  dynamo: DynamoDBClient,
+): Promise<void> {
+  for (const index of input.GlobalSecondaryIndexes ?? []) {
+    if (existing.includes(index.IndexName)) continue;
+    await dynamo.send(
+      new UpdateTableCommand({
+        TableName: input.TableName,
+        AttributeDefinitions: input.AttributeDefinitions,
+        GlobalSecondaryIndexUpdates: [{ Create: index }],
+      }),
+    );
+  }
 }
 
 async function hasTimeToLive(

@@ -29,6 +29,15 @@ export interface CheckpointGcCounters {
   collect_errors: number;
 }
 
+export const EMPTY_CHECKPOINT_GC: Readonly<CheckpointGcCounters> = {
+  entries_due: 0,
+  checkpoints_collected: 0,
+  objects_deleted: 0,
+  names_removed: 0,
+  entries_moved: 0,
+  collect_errors: 0,
+};
+
 /** Entries read per Query page and at most this many pages a round (the rest wait a minute). */
 const PAGE = 100;
 const MAX_PAGES = 10;
@@ -44,14 +53,7 @@ export async function collectCheckpoints(
   target: CheckpointGcTarget,
   now: number,
 ): Promise<CheckpointGcCounters> {
-  const counters: CheckpointGcCounters = {
-    entries_due: 0,
-    checkpoints_collected: 0,
-    objects_deleted: 0,
-    names_removed: 0,
-    entries_moved: 0,
-    collect_errors: 0,
-  };
+  const counters: CheckpointGcCounters = { ...EMPTY_CHECKPOINT_GC };
   for (let page = 0; page < MAX_PAGES; page++) {
     const keys = await dueGcEntryKeys(target.doc, target.registryTable, now, PAGE);
     counters.entries_due += keys.length;

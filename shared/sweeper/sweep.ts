@@ -7,7 +7,7 @@ import type { TickCounters } from '../scheduler/counters.js';
 import { type SchedulerSettings, schedulerSettings } from '../scheduler/settings.js';
 import { runTick, type TickOptions, type TickOutcome } from '../scheduler/tick.js';
 import { type BlobGcCounters, type BlobGcPolicy, collectGarbage, DEFAULT_BLOB_GC_POLICY } from './blob-gc.js';
-import { type CheckpointGcCounters, collectCheckpoints } from './checkpoint-gc.js';
+import { type CheckpointGcCounters, collectCheckpoints, EMPTY_CHECKPOINT_GC } from './checkpoint-gc.js';
 import { type ReplanCounters, replanExpiredLeases } from './replan.js';
 
 export interface SweepOptions {
@@ -56,10 +56,17 @@ export async function sweep(options: SweepOptions = {}): Promise<SweepReport> {
     now(),
     options.gc ?? DEFAULT_BLOB_GC_POLICY,
   );
+  // A failing collection (the by_owner index still backfilling after a deploy) must not stop the
+  // safety tick: it is retried next round.
   const checkpoints = await collectCheckpoints(
     { s3: clients.s3, doc: clients.doc, bucket: settings.bucket, registryTable: settings.tables.registry },
     now(),
-  );
+  ).catch((error: unknown): CheckpointGcCounters => {
+    logger.warn('checkpoint collection failed; the next sweep tries again', {
+      error: error instanceof Error ? error.name : String(error),
+    });
+    return { ...EMPTY_CHECKPOINT_GC, collect_errors: 1 };
+  });
   const tick = await runTick({
     settings,
     adapters: schedulerAdapters(settings, clients),

@@ -3,9 +3,16 @@ import { DeleteObjectCommand, GetObjectCommand, NoSuchKey, PutObjectCommand } fr
 import { GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { GetCommand, PutCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { provisionResources } from '../../local/resources.js';
 import { awsClients } from '../../shared/aws/clients.js';
 import { config } from '../../shared/config.js';
-import { LIVE_INDEX, LIVE_PROJECTION, topology } from '../../shared/topology.js';
+import {
+  BY_OWNER_INDEX,
+  LIVE_INDEX,
+  LIVE_PROJECTION,
+  type Topology,
+  topology,
+} from '../../shared/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 
 describe('local cloud resources', () => {
@@ -27,6 +34,22 @@ describe('local cloud resources', () => {
       new DescribeTimeToLiveCommand({ TableName: cloud.names.tables.registry }),
     );
     expect(ttl.TimeToLiveDescription?.AttributeName).toBe('ttl');
+  });
+
+  it('gives a kept table an index the topology declared after it was made (by_owner, C3-C5)', async () => {
+    const prefix = `${cloud.prefix}-kept`;
+    const before: Topology = {
+      ...topology,
+      tables: { ...topology.tables, registry: { ...topology.tables.registry, indexes: [] } },
+    };
+    const kept = await provisionResources(before, prefix, cloud.clients);
+    const describe = async () =>
+      (await cloud.clients.dynamo.send(new DescribeTableCommand({ TableName: kept.tables.registry }))).Table;
+    expect((await describe())?.GlobalSecondaryIndexes).toBeUndefined();
+    await provisionResources(topology, prefix, cloud.clients);
+    expect((await describe())?.GlobalSecondaryIndexes?.map((index) => index.IndexName)).toEqual([
+      BY_OWNER_INDEX,
+    ]);
   });
 
   it('round-trips items and serves the sparse live index with only its projection', async () => {
