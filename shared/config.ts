@@ -59,6 +59,8 @@ export interface Tunables {
   readonly longPollsPerTenant: number;
   /** Authenticated reads of the status page's data per second, shared by all operators; 429 above. */
   readonly operatorReadsPerSecond: number;
+  /** Lifetime of a checkpoint archive's presigned URL (C2), seconds. */
+  readonly archiveUrlSeconds: number;
 }
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -78,6 +80,7 @@ const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number
   submitsPerSecond: ['SUBMITS_PER_SECOND', 200],
   longPollsPerTenant: ['LONG_POLLS_PER_TENANT', 64],
   operatorReadsPerSecond: ['OPERATOR_READS_PER_SECOND', 5],
+  archiveUrlSeconds: ['ARCHIVE_URL_SECONDS', 900],
 };
 
 /**

@@ -20,6 +20,9 @@ export const registryPrefix = {
   /** Every idempotency record: training steps, create_model, samples, sampling sessions, unload. */
   idempotency: 'idem#',
   checkpointName: 'ckpt#',
+  /** A published checkpoint's listing marker (C4) and a content's pending collection (C3, C5). */
+  publicMarker: 'pub#',
+  gcEntry: 'gc#',
   sampleClaim: 'claim#',
   /** The scheduler's per-pool tick lock. */
   tickLock: 'tick#',
@@ -57,6 +60,10 @@ export const registryKey = {
   /** Write-once checkpoint names (E4). `kind` is `weights` or `sampler`. */
   checkpointName: (modelId: string, kind: 'weights' | 'sampler', name: string) =>
     `${p.checkpointName}${modelId}#${kind}#${name}`,
+  /** The listing marker of a published checkpoint: one per name, beside its name record. */
+  publicMarker: (modelId: string, kind: 'weights' | 'sampler', name: string) =>
+    `${p.publicMarker}${modelId}#${kind}#${name}`,
+  gcEntry: (contentId: string) => `${p.gcEntry}${contentId}`,
   /** Per-request sample claim (R4: samples are claimed per request, not per model). */
   sampleClaim: (requestId: string) => `${p.sampleClaim}${requestId}`,
   tickLock: (pool: string) => `${p.tickLock}${pool}`,

@@ -8,6 +8,8 @@ export const storageKeys = {
   workItem: (workItemId: string) => `work/${workItemId}.json`,
   modelState: (modelId: string, epoch: number) => `state/${modelId}/${epoch}.bin`,
   checkpoint: (modelId: string, contentId: string) => `checkpoints/${modelId}/${contentId}.bin`,
+  /** The checkpoint's tar (C2), built once from its blob; what the archive route's presigned URL names. */
+  archive: (modelId: string, contentId: string) => `archives/${modelId}/${contentId}.tar`,
 } as const;
 
 /** Content id of a checkpoint, derived from the request that saves it (E4). */

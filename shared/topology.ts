@@ -203,7 +203,8 @@ export const LIVE_PROJECTION = [
 /**
  * The registry's listing indexes (C1), both sparse: only records that carry the partition attribute
  * are in them. `by_owner` holds a tenant's committed checkpoints (`ckpt#<tenant>`) and sessions
- * (`session#<tenant>`), and the published-checkpoint markers (`public`); `by_parent` a run's
+ * (`session#<tenant>`), the published-checkpoint markers (`public`) and the collections due (`gc`,
+ * by due time: the sweeper's one Query); `by_parent` a run's
  * checkpoints (`run#<model_id>`) and a session's training runs and sampling sessions
  * (`session#<session_id>`). Keys are built in shared/domain/listing-keys.ts.
  */
@@ -230,6 +231,9 @@ export const LISTING_PROJECTION = [
   'expires_at',
   'public',
   'size_bytes',
+  // The sweeper's round over the `gc` partition (C3, C5): what is due, and whose content.
+  'content_id',
+  'due',
 ] as const;
 
 const WORKER_TIMEOUT_SECONDS = 300;
@@ -371,10 +375,12 @@ export const topology: Topology = {
               actions: ['get'],
             },
             // Written once at intake (names reserved as pending, E4), read by a retry or a lookup.
-            {
-              keyPrefixes: [key.samplingSession, key.idempotency, key.checkpointName],
-              actions: ['get', 'put'],
-            },
+            { keyPrefixes: [key.samplingSession, key.idempotency], actions: ['get', 'put'] },
+            // Checkpoint names: reserved (put), replaced by an overwrite (put), and the owner's
+            // delete, publish, TTL and a legacy archive's key (update, delete) (C2-C5); with them the
+            // content's gc entry (put when due, delete when a TTL is cleared) and the public marker.
+            { keyPrefixes: [key.checkpointName], actions: ['get', 'put', 'update', 'delete'] },
+            { keyPrefixes: [key.gcEntry, key.publicMarker], actions: ['put', 'delete'] },
             // Also updated: a session's heartbeat, and the seq counter by every training submit.
             { keyPrefixes: [key.session, key.seqCounter], actions: ['get', 'put', 'update'] },
             // A page of training runs reads their seq counters (last request time, C1) in batches.
@@ -391,6 +397,10 @@ export const topology: Topology = {
           // nothing); blobs a committed row may reference are deleted by the sweeper alone (E5).
           { prefix: 'payloads/', actions: ['put', 'get', 'delete'] },
           { prefix: 'results/', actions: ['get'] },
+          // get: what the archive route's presigned URL is signed for (C2); put, with the checkpoint
+          // blob's get, builds once the archive of a checkpoint saved before archives were.
+          { prefix: 'archives/', actions: ['get', 'put'] },
+          { prefix: 'checkpoints/', actions: ['get'] },
         ],
         // The status page shows the depths of the work queue and of both dead-letter queues; the API
         // never sends, receives or deletes a message.
@@ -522,6 +532,8 @@ export const topology: Topology = {
           { prefix: 'state/', actions: ['get', 'put'] },
           { prefix: 'results/', actions: ['put'] },
           { prefix: 'checkpoints/', actions: ['get', 'put'] },
+          // The checkpoint's archive, built at save (C2).
+          { prefix: 'archives/', actions: ['put'] },
         ],
         queues: { work: ['consume'] },
       },
@@ -548,7 +560,16 @@ export const topology: Topology = {
           futures: ['query-index', 'batch-get'],
           // scan: expired leases are found by a filtered Scan of the models table (shared/sweeper/replan.ts).
           models: ['batch-get', 'update', 'scan'],
-          registry: SCHEDULER_REGISTRY,
+          registry: [
+            ...SCHEDULER_REGISTRY,
+            // Checkpoint collection (C3, C5): one Query of by_owner's `gc` partition, then per due entry
+            // its strong read and the name record's, then the deletes of the entry (or its move to a
+            // later due time), the expired name record and its public marker.
+            'query-index',
+            { keyPrefixes: [key.gcEntry], actions: ['get', 'put', 'delete'] },
+            { keyPrefixes: [key.checkpointName], actions: ['get', 'delete'] },
+            { keyPrefixes: [key.publicMarker], actions: ['delete'] },
+          ],
         },
         bucket: [{ prefix: '', actions: ['get', 'put', 'delete', 'list'] }],
         queues: { work: ['send'] },

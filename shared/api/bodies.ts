@@ -22,6 +22,15 @@ export class BinaryAnswer {
   ) {}
 }
 
+/** An answer with its own status and headers (the archive's 302 with `Location`, C2); `body` is JSON. */
+export class HttpAnswer {
+  constructor(
+    readonly status: number,
+    readonly body: unknown,
+    readonly headers: Readonly<Record<string, string>>,
+  ) {}
+}
+
 /** True when an `Accept` header lists the protobuf type (the SDK sends it with other types). */
 export function acceptsProtobuf(accept: string | undefined): boolean {
   return accept?.toLowerCase().includes(PROTOBUF_CONTENT_TYPE) === true;

@@ -73,6 +73,7 @@ export async function weightsInfo(ctx: OperationContext, body: unknown): Promise
     'any',
     ctx.tenant,
     field,
+    { now: ctx.now, access: 'read' },
   );
   if (checkpoint.status !== 'committed') {
     if (await staleReservation(ctx.clients.doc, ctx.tables.futures, checkpoint))
@@ -81,12 +82,16 @@ export async function weightsInfo(ctx: OperationContext, body: unknown): Promise
       context: { field },
     });
   }
-  const model = await requireModel(ctx.clients.doc, ctx.tables.models, checkpoint.model_id, ctx.tenant).catch(
-    (error) => {
-      // The checkpoint's model is the tenant's by construction; a missing row still reads as "not found".
-      throw error instanceof NotFoundError ? checkpointNotFound(path, field) : error;
-    },
-  );
+  // The checkpoint's owner's model: the caller's, or a published one's (C4).
+  const model = await requireModel(
+    ctx.clients.doc,
+    ctx.tables.models,
+    checkpoint.model_id,
+    checkpoint.tenant,
+  ).catch((error) => {
+    // The checkpoint's model is its owner's by construction; a missing row still reads as "not found".
+    throw error instanceof NotFoundError ? checkpointNotFound(path, field) : error;
+  });
   const lora = model.lora_config;
   return {
     base_model: model.base_model,

@@ -13,7 +13,7 @@ import { formatCheckpointPath } from '../domain/tinker-path.js';
 import { RetryLaterError, ValidationError } from '../errors.js';
 import { deriveId, deriveSeed, mintId, mintRequestId, sha256Hex } from '../ids.js';
 import { canonicalJson, serializeBinaryPayload, serializePayload } from '../payload-store.js';
-import { issuedPath, resolveCheckpoint } from '../repositories/checkpoints.js';
+import { checkpointNotFound, issuedPath, resolveCheckpoint } from '../repositories/checkpoints.js';
 import type { IntakeStore } from '../repositories/intake.js';
 import {
   createSamplingSession as storeSamplingSession,
@@ -310,6 +310,7 @@ export async function saveWeights(ctx: OperationContext, body: unknown): Promise
     request_type: 'save_weights',
     seq_id: request.seq_id,
     checkpoint: ref,
+    ...(request.ttl_seconds == null ? {} : { ttl_seconds: request.ttl_seconds }),
   };
   return submitTrainingStep(
     {
@@ -322,6 +323,8 @@ export async function saveWeights(ctx: OperationContext, body: unknown): Promise
       payload: serializePayload(payload),
       counter,
       reservation: reservation(ref, ctx.tenant, requestId),
+      overwrite: request.overwrite === true,
+      ...(request.ttl_seconds == null ? {} : { ttlSeconds: request.ttl_seconds }),
       now: ctx.now,
     },
     ctx,
@@ -348,6 +351,7 @@ export async function saveWeightsForSampler(ctx: OperationContext, body: unknown
       request_type: 'save_weights_for_sampler',
       seq_id: request.seq_id,
       checkpoint: checkpointRef(request.model_id, 'sampler', request.path),
+      ...(request.ttl_seconds == null ? {} : { ttl_seconds: request.ttl_seconds }),
     };
   } else {
     const samplingSessionId = deriveId('sampling', request.model_id, request.seq_id);
@@ -361,6 +365,7 @@ export async function saveWeightsForSampler(ctx: OperationContext, body: unknown
         sampling_session_seq_id: request.sampling_session_seq_id ?? 0,
         base_model: counter.base_model,
       },
+      ...(request.ttl_seconds == null ? {} : { ttl_seconds: request.ttl_seconds }),
     };
   }
   return submitTrainingStep(
@@ -374,6 +379,7 @@ export async function saveWeightsForSampler(ctx: OperationContext, body: unknown
       payload: serializePayload(payload),
       counter,
       reservation: reservation(payload.checkpoint, ctx.tenant, requestId),
+      ...(payload.ttl_seconds === undefined ? {} : { ttlSeconds: payload.ttl_seconds }),
       now: ctx.now,
     },
     ctx,
@@ -391,6 +397,7 @@ export async function loadWeights(ctx: OperationContext, body: unknown): Promise
     'weights',
     ctx.tenant,
     'path',
+    { now: ctx.now, access: 'read' },
   );
   const payload: LoadWeightsPayload = {
     request_type: 'load_weights',
@@ -451,6 +458,7 @@ export async function createSamplingSession(ctx: OperationContext, body: unknown
       'sampler',
       ctx.tenant,
       'model_path',
+      { now: ctx.now, access: 'read' },
     );
     if (checkpoint.status !== 'committed') {
       throw new RetryLaterError(
@@ -460,11 +468,12 @@ export async function createSamplingSession(ctx: OperationContext, body: unknown
         },
       );
     }
+    // The checkpoint's owner: the caller, or the tenant that published it (C4).
     const owner = await requireSeqCounter(
       ctx.clients.doc,
       ctx.tables.registry,
       checkpoint.model_id,
-      ctx.tenant,
+      checkpoint.tenant,
     );
     if (request.base_model && request.base_model !== owner.base_model) {
       throw new ValidationError(
@@ -513,6 +522,21 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Fut
     request.sampling_session_id,
     ctx.tenant,
   );
+  // A session on a checkpoint deleted, expired or unpublished since it was made names nothing (C3-C5).
+  if (session.checkpoint_id !== undefined && session.model_path !== undefined) {
+    const checkpoint = await resolveCheckpoint(
+      ctx.clients.doc,
+      ctx.tables.registry,
+      session.model_path,
+      'sampler',
+      ctx.tenant,
+      'sampling_session_id',
+      { now: ctx.now, access: 'read' },
+    );
+    if (checkpoint.content_id !== session.checkpoint_id) {
+      throw checkpointNotFound(session.model_path, 'sampling_session_id');
+    }
+  }
   const payload: SamplePayload = {
     request_type: 'sample',
     sampling_session_id: session.sampling_session_id,

@@ -55,12 +55,15 @@ export interface SaveWeightsPayload {
   readonly seq_id: number;
   /** Reserved (status pending) at intake; the commit fills it in (E4). */
   readonly checkpoint: CheckpointRef;
+  /** The commit sets `expires_at` = its time + this (C5); absent = never expires. */
+  readonly ttl_seconds?: number;
 }
 
 export interface SaveWeightsForSamplerPayload {
   readonly request_type: 'save_weights_for_sampler';
   readonly seq_id: number;
   readonly checkpoint: CheckpointRef;
+  readonly ttl_seconds?: number;
   /**
    * Unnamed saves only (`sampling_session_seq_id`): the sampling session the commit creates
    * (`registryKey.samplingSession(id)`, a `SamplingSessionRecord`); its id is the checkpoint's name.

@@ -13,7 +13,8 @@ import { logger } from '../logger.js';
 import { keyKind, operatorForKey, tenantForApiKey } from '../repositories/api-keys.js';
 import { NO_FAVICON, statusPageSubpath } from '../status-page/page.js';
 import { decompressZstdBounded } from '../wire/zstd.js';
-import { acceptsProtobuf, BinaryAnswer, PROTOBUF_CONTENT_TYPE, ProtobufBody } from './bodies.js';
+import { acceptsProtobuf, BinaryAnswer, HttpAnswer, PROTOBUF_CONTENT_TYPE, ProtobufBody } from './bodies.js';
+import * as lifecycle from './checkpoint-lifecycle.js';
 import { type ApiDeps, resolveApiDeps } from './deps.js';
 import { boundMessage } from './describe.js';
 import * as ops from './operations.js';
@@ -62,6 +63,8 @@ export interface ErrorBody {
 }
 
 export interface RouteContext extends ops.OperationContext {
+  /** The request's method, upper case: for a route that takes more than one (publish, C4). */
+  readonly method: string;
   readonly deadline: number;
   /** The request's `Accept` lists `application/x-protobuf` (retrieve_future answers in it, W2). */
   readonly acceptsProtobuf: boolean;
@@ -121,6 +124,26 @@ const ROUTES: Readonly<Record<string, Route>> = {
   checkpoints: { methods: ['GET'], run: (ctx) => runs.listUserCheckpoints(ctx) },
   sessions: { methods: ['GET'], run: (ctx) => runs.listSessions(ctx) },
   'sessions/{session_id}': { methods: ['GET'], run: (ctx, _body, params) => runs.getSession(ctx, params) },
+  // The checkpoint lifecycle (C2-C5); `{kind}/{name}` is the SDK's checkpoint id, slash included.
+  'training_runs/{run_id}/checkpoints/{kind}/{name}': {
+    methods: ['DELETE'],
+    run: (ctx, _body, params) => lifecycle.deleteCheckpointRoute(ctx, params),
+    submit: true,
+  },
+  'training_runs/{run_id}/checkpoints/{kind}/{name}/archive': {
+    methods: ['GET'],
+    run: (ctx, _body, params) => lifecycle.checkpointArchiveUrl(ctx, params),
+  },
+  'training_runs/{run_id}/checkpoints/{kind}/{name}/publish': {
+    methods: ['POST', 'DELETE'],
+    run: (ctx, _body, params) => lifecycle.publishCheckpointRoute(ctx, params),
+    submit: true,
+  },
+  'training_runs/{run_id}/checkpoints/{kind}/{name}/ttl': {
+    methods: ['PUT'],
+    run: (ctx, body, params) => lifecycle.setCheckpointTtlRoute(ctx, body, params),
+    submit: true,
+  },
 };
 const ROUTE_MATCHER = compileRoutes(ROUTES);
 
@@ -279,6 +302,7 @@ export async function handleApiRequest(
       {
         ...api,
         tenant,
+        method,
         now,
         tunables,
         deadline: now + Math.max(0, pollMs),
@@ -288,6 +312,8 @@ export async function handleApiRequest(
       body,
       params,
     );
+    if (result instanceof HttpAnswer)
+      return { status: result.status, body: result.body, headers: result.headers };
     if (result instanceof BinaryAnswer) {
       return { status: 200, headers: { 'content-type': result.contentType }, raw: result.bytes };
     }

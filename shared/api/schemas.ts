@@ -197,13 +197,43 @@ export const forwardBackwardRequest = z.object({
 export const protobufPassIds = z.object(modelRequest);
 export const forwardRequest = z.object({ ...modelRequest, forward_input: forwardBackwardInput });
 export const optimStepRequest = z.object({ ...modelRequest, adam_params: adamParams });
-export const saveWeightsRequest = z.object({ ...modelRequest, path: checkpointName });
+/**
+ * A checkpoint's TTL (C5): whole seconds > 0, or null/absent for never. Capped at 100 years so an
+ * expiry in milliseconds stays a safe integer.
+ */
+export const ttlSeconds = z
+  .int()
+  .min(1, { error: 'must be a whole number of seconds > 0, or null for no expiry' })
+  .max(100 * 365 * 24 * 3600);
+
+export const saveWeightsRequest = z.object({
+  ...modelRequest,
+  path: checkpointName,
+  ttl_seconds: ttlSeconds.nullish(),
+  /** Replace a committed checkpoint of this name (its old content is collected, C3). */
+  overwrite: z.boolean().nullish(),
+});
+
+/** `PUT .../ttl`: a TTL from now, or null to clear it. The member is required (the SDK always sends it). */
+export const setTtlRequest = z.object({ ttl_seconds: ttlSeconds.nullable() });
+
+/** `training_runs/{run_id}/checkpoints/{kind}/{name}[/...]` route parameters. */
+export const checkpointRouteParams = z.object({
+  run_id: idString,
+  kind: z.enum(['weights', 'sampler_weights'], { error: 'must be weights or sampler_weights' }),
+  // Any name a checkpoint can have, the sampling session ids of unnamed sampler saves included.
+  name: z
+    .string()
+    .regex(/^[A-Za-z0-9_.-]{1,255}$/, { error: 'must be 1-255 letters, digits, _ . -' })
+    .refine((name) => name !== '.' && name !== '..', { error: 'must not be . or ..' }),
+});
 
 export const saveWeightsForSamplerRequest = z
   .object({
     ...modelRequest,
     path: checkpointName.nullish(),
     sampling_session_seq_id: sequenceNumber(0).nullish(),
+    ttl_seconds: ttlSeconds.nullish(),
   })
   .superRefine((request, ctx) => {
     const named = request.path !== undefined && request.path !== null;

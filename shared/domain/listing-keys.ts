@@ -26,6 +26,8 @@ export const ownerKey = {
   sessions: (tenant: string) => `session#${tenant}`,
   /** Published-checkpoint markers, of every tenant (C4: written by the lifecycle). */
   published: 'public',
+  /** Checkpoint contents the sweeper collects once due, by due time (C3, C5). */
+  gc: 'gc',
 } as const;
 
 /** `parent_key` partitions of `by_parent`. */

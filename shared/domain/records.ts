@@ -150,11 +150,50 @@ export interface CheckpointNameRecord {
   readonly owner_key?: string;
   readonly parent_key?: string;
   readonly list_sort?: string;
-  /** ms; absent = never expires (C5). */
+  /** Epoch ms after which the checkpoint reads as absent (`isLiveCheckpoint`); absent = never (C5). */
   readonly expires_at?: number;
-  /** Published (C4). */
+  /** Readable by every tenant (C4); absent = the owner's only. */
   readonly public?: true;
+  /** Bytes of the stored checkpoint blob. */
   readonly size_bytes?: number;
+  /** S3 key of the checkpoint's tar archive (C2); absent on checkpoints saved before archives. */
+  readonly archive_key?: string;
+}
+
+/**
+ * `registry` item `gc#<content_id>`: a checkpoint's content the sweeper collects once `due` (C3, C5).
+ * Written with a TTL'd commit or `PUT .../ttl` (due = the expiry), by a delete or an overwrite (due =
+ * then). In GSI `by_owner`'s `gc` partition, sorted by due time (`gcSortKey`), so the sweeper finds
+ * what is due with one Query and never a scan.
+ */
+export interface GcEntryRecord {
+  readonly pk: string;
+  readonly owner_key: 'gc';
+  readonly list_sort: string;
+  readonly due: number;
+  readonly content_id: string;
+  /** The name record this content was saved under; removed only while it still names this content. */
+  readonly name_pk: string;
+  /** Blob and archive keys to delete. */
+  readonly blob_keys: readonly string[];
+}
+
+/**
+ * `registry` item `pub#<model_id>#<kind>#<name>`: a published checkpoint's marker in GSI `by_owner`'s
+ * `public` partition (same `list_sort` as the name record), so listings of what a tenant may read
+ * find every published checkpoint with one Query (C4). The name record's `public` decides access;
+ * the marker only lists.
+ */
+export interface PublicMarkerRecord {
+  readonly pk: string;
+  readonly owner_key: 'public';
+  readonly list_sort: string;
+  readonly name_pk: string;
+  readonly content_id: string;
+  readonly tenant: string;
+  readonly model_id: string;
+  readonly kind: CheckpointKind;
+  readonly name: string;
 }
 
 /** `registry` item `claim#<request_id>`: a sample is claimed per request, not per model (R4). */

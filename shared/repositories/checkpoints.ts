@@ -1,9 +1,12 @@
-import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { DeleteCommand, type DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { writeIfCondition } from '../aws/conditional.js';
 import type { TransactItem } from '../aws/transact.js';
+import { type CheckpointRouteKey, expiryOf, isLiveCheckpoint } from '../domain/checkpoint-life.js';
 import { checkpointListingKeys } from '../domain/listing-keys.js';
 import { type CheckpointKind, type CheckpointNameRecord, registryKey } from '../domain/records.js';
 import { formatCheckpointPath, parseCheckpointPath } from '../domain/tinker-path.js';
 import { NotFoundError, ValidationError } from '../errors.js';
+import { storageKeys } from '../storage-keys.js';
 import { readFuture } from './futures.js';
 import { readRegistryItem } from './registry.js';
 
@@ -44,10 +47,31 @@ export function issuedPath(record: Pick<CheckpointNameRecord, 'model_id' | 'kind
 }
 
 /**
- * Resolves a `tinker://` path to the tenant's checkpoint name record: of the wanted kind, or of
- * either (`any`). Every form the parser accepts resolves, the legacy sampler form included. A path
- * of the wrong shape or kind is a 400; a checkpoint that does not exist, or is another tenant's, a
- * 404. The record may still be pending (reserved, not yet committed): callers decide what that means.
+ * Who may use a checkpoint (C4): `owner`, the tenant that saved it (delete, publish, TTL); `read`,
+ * also any tenant while it is published (load, sample, weights_info, archive).
+ */
+export type CheckpointAccess = 'owner' | 'read';
+
+export interface CheckpointLookup {
+  readonly now: number;
+  readonly access: CheckpointAccess;
+}
+
+/** Whether `tenant` may see the record at all: anything else answers as an unknown checkpoint (C6). */
+export function mayAccess(
+  record: Pick<CheckpointNameRecord, 'tenant' | 'public'>,
+  tenant: string,
+  access: CheckpointAccess,
+): boolean {
+  return record.tenant === tenant || (access === 'read' && record.public === true);
+}
+
+/**
+ * Resolves a `tinker://` path to a checkpoint name record the tenant may use (`lookup.access`): of
+ * the wanted kind, or of either (`any`). Every form the parser accepts resolves, the legacy sampler
+ * form included. A path of the wrong shape or kind is a 400; a checkpoint that does not exist, is
+ * another tenant's (and not published to `read`), or is committed but expired (C5), a 404. The
+ * record may still be pending (reserved, not yet committed): callers decide what that means.
  */
 export async function resolveCheckpoint(
   doc: DynamoDBDocumentClient,
@@ -56,6 +80,7 @@ export async function resolveCheckpoint(
   kind: CheckpointKind | 'any',
   tenant: string,
   field: string,
+  lookup: CheckpointLookup,
 ): Promise<CheckpointNameRecord> {
   const parsed = parseCheckpointPath(path);
   const expected = EXPECTED_PATH[kind];
@@ -74,8 +99,72 @@ export async function resolveCheckpoint(
     table,
     registryKey.checkpointName(parsed.modelId, parsed.kind, parsed.name),
   );
-  if (record === undefined || record.tenant !== tenant) throw checkpointNotFound(path, field);
+  if (record === undefined || !mayAccess(record, tenant, lookup.access))
+    throw checkpointNotFound(path, field);
+  if (record.status === 'committed' && !isLiveCheckpoint(record, lookup.now)) {
+    throw checkpointNotFound(path, field);
+  }
   return record;
+}
+
+/**
+ * The live, committed checkpoint a lifecycle route names (`checkpointKeyFromRoute`), or the 404 of
+ * an unknown one: absent, pending, expired, or not the tenant's to use this way (C6).
+ */
+export async function requireLiveCheckpoint(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  key: CheckpointRouteKey,
+  tenant: string,
+  lookup: CheckpointLookup,
+): Promise<CheckpointNameRecord> {
+  const record = await readCheckpointName(
+    doc,
+    table,
+    registryKey.checkpointName(key.modelId, key.kind, key.name),
+  );
+  if (
+    record === undefined ||
+    !mayAccess(record, tenant, lookup.access) ||
+    !isLiveCheckpoint(record, lookup.now)
+  ) {
+    throw checkpointNotFound(formatCheckpointPath(key), 'checkpoint_id');
+  }
+  return record;
+}
+
+/** The S3 objects of a checkpoint's content: its blob and, when built, its archive. */
+export function checkpointObjectKeys(
+  record: Pick<CheckpointNameRecord, 'model_id' | 'content_id' | 'blob_key' | 'archive_key'>,
+): string[] {
+  const blob = record.blob_key ?? storageKeys.checkpoint(record.model_id, record.content_id);
+  return record.archive_key === undefined ? [blob] : [blob, record.archive_key];
+}
+
+/**
+ * Holds while the record is the live, committed content the caller read, owned by `tenant`: every
+ * lifecycle write is conditioned on it, so a delete, expiry or overwrite racing it wins and the
+ * route answers 404 (C3-C5).
+ */
+export function liveOwnedCondition(
+  record: Pick<CheckpointNameRecord, 'tenant' | 'content_id'>,
+  now: number,
+): {
+  readonly ConditionExpression: string;
+  readonly ExpressionAttributeNames: Record<string, string>;
+  readonly ExpressionAttributeValues: Record<string, unknown>;
+} {
+  return {
+    ConditionExpression:
+      'tenant = :tenant AND content_id = :content AND #status = :committed AND (attribute_not_exists(expires_at) OR expires_at > :now)',
+    ExpressionAttributeNames: { '#status': 'status' },
+    ExpressionAttributeValues: {
+      ':tenant': record.tenant,
+      ':content': record.content_id,
+      ':committed': 'committed',
+      ':now': now,
+    },
+  };
 }
 
 /** The one answer for a path naming no checkpoint of the caller's: unknown, another tenant's, or dead. */
@@ -88,18 +177,24 @@ export type CheckpointEffect =
   | {
       readonly action: 'commit';
       readonly pk: string;
+      readonly model_id: string;
+      readonly content_id: string;
       readonly blob_key: string;
+      /** The archive built from the blob at save (C2). */
+      readonly archive_key?: string;
+      readonly size_bytes?: number;
+      /** `expires_at` = the commit's time + this (C5). */
+      readonly ttl_seconds?: number;
       /** Who and what the checkpoint is, for its listing keys (C1); absent for an unnamed sampler save. */
       readonly listing?: Pick<CheckpointNameRecord, 'tenant' | 'model_id' | 'kind' | 'name'>;
     }
   | { readonly action: 'release'; readonly pk: string };
 
 /**
- * A save's name record in its commit, as a transaction item: `SET status = committed, blob_key` and
- * the commit time, with the listing keys that put it in `by_owner` and `by_parent` (C1), on
- * `request_id = :mine` (write-once: only the request that reserved the name fills it); a failed save
- * deletes its still-pending reservation on the same condition, so the name is free and never
- * half-made.
+ * A save's name record in its commit, as a transaction item: `SET status = committed, blob_key, ...`
+ * on `request_id = :mine` (write-once: only the request that reserved the name fills it); a failed
+ * save deletes its still-pending reservation on the same condition, so the name is free and never
+ * half-made. `now` is the commit's time: the checkpoint's `created_at`, and the start of its TTL.
  */
 export function checkpointEffectItem(
   table: string,
@@ -108,26 +203,41 @@ export function checkpointEffectItem(
   now: number,
 ): TransactItem {
   if (effect.action === 'commit') {
-    const keys = effect.listing === undefined ? undefined : checkpointListingKeys(effect.listing, now);
+    const sets = ['#status = :committed', 'blob_key = :blob', 'created_at = :now'];
+    const values: Record<string, unknown> = {
+      ':committed': 'committed',
+      ':blob': effect.blob_key,
+      ':mine': requestId,
+      ':now': now,
+    };
+    if (effect.archive_key !== undefined) {
+      sets.push('archive_key = :archive');
+      values[':archive'] = effect.archive_key;
+    }
+    if (effect.size_bytes !== undefined) {
+      sets.push('size_bytes = :size');
+      values[':size'] = effect.size_bytes;
+    }
+    if (effect.ttl_seconds !== undefined) {
+      sets.push('expires_at = :expires');
+      values[':expires'] = expiryOf(now, effect.ttl_seconds);
+    }
+    if (effect.listing !== undefined) {
+      // The listing keys put it in `by_owner` and `by_parent` (C1).
+      const keys = checkpointListingKeys(effect.listing, now);
+      sets.push('owner_key = :owner', 'parent_key = :parent', 'list_sort = :sort');
+      values[':owner'] = keys.owner_key;
+      values[':parent'] = keys.parent_key;
+      values[':sort'] = keys.list_sort;
+    }
     return {
       Update: {
         TableName: table,
         Key: { pk: effect.pk },
-        UpdateExpression:
-          keys === undefined
-            ? 'SET #status = :committed, blob_key = :blob, created_at = :now'
-            : 'SET #status = :committed, blob_key = :blob, created_at = :now, owner_key = :owner, parent_key = :parent, list_sort = :sort',
+        UpdateExpression: `SET ${sets.join(', ')}`,
         ConditionExpression: 'request_id = :mine',
         ExpressionAttributeNames: { '#status': 'status' },
-        ExpressionAttributeValues: {
-          ':committed': 'committed',
-          ':blob': effect.blob_key,
-          ':mine': requestId,
-          ':now': now,
-          ...(keys === undefined
-            ? {}
-            : { ':owner': keys.owner_key, ':parent': keys.parent_key, ':sort': keys.list_sort }),
-        },
+        ExpressionAttributeValues: values,
       },
     };
   }
@@ -166,4 +276,50 @@ export function checkpointReserveItem(
       ExpressionAttributeValues: { ':stale': staleRequestId, ':pending': 'pending' },
     },
   };
+}
+
+/**
+ * `save_weights` with `overwrite` over a committed name (or over an expired one, which reads as
+ * absent): the new reservation replaces the record on the old content's id, so a concurrent delete,
+ * publish or second overwrite makes one of them plan again. The caller adds the old content's gc
+ * entry and drops its public marker in the same transaction (C3).
+ */
+export function checkpointReplaceItem(
+  table: string,
+  reservation: CheckpointNameRecord,
+  old: Pick<CheckpointNameRecord, 'content_id'>,
+): TransactItem {
+  return {
+    Put: {
+      TableName: table,
+      Item: { ...reservation },
+      ConditionExpression: 'content_id = :old AND #status = :committed',
+      ExpressionAttributeNames: { '#status': 'status' },
+      ExpressionAttributeValues: { ':old': old.content_id, ':committed': 'committed' },
+    },
+  };
+}
+
+/**
+ * The sweeper's removal of a name record whose content expired (C5), only while it still holds that
+ * content and that expiry has passed: a name since deleted, replaced or given a new TTL is kept.
+ * `false` when the condition failed (nothing to remove).
+ */
+export function deleteExpiredCheckpointName(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  namePk: string,
+  contentId: string,
+  now: number,
+): Promise<boolean> {
+  return writeIfCondition(() =>
+    doc.send(
+      new DeleteCommand({
+        TableName: table,
+        Key: { pk: namePk },
+        ConditionExpression: 'content_id = :content AND expires_at <= :now',
+        ExpressionAttributeValues: { ':content': contentId, ':now': now },
+      }),
+    ),
+  );
 }

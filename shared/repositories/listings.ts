@@ -1,7 +1,7 @@
 import { type DynamoDBDocumentClient, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { batchGetByKey } from '../aws/batch-get.js';
 import { getItem } from '../aws/get-item.js';
-import { isLiveCheckpoint } from '../domain/checkpoint-live.js';
+import { isLiveCheckpoint } from '../domain/checkpoint-life.js';
 import { ownerKey, parentKey } from '../domain/listing-keys.js';
 import {
   type CheckpointRow,

@@ -1,4 +1,5 @@
 import type { TransactItem } from '../aws/transact.js';
+import { isLiveCheckpoint } from '../domain/checkpoint-life.js';
 import { listSortKey, parentKey } from '../domain/listing-keys.js';
 import {
   type CheckpointNameRecord,
@@ -9,9 +10,17 @@ import {
 } from '../domain/records.js';
 import { IdempotencyConflictError, ValidationError } from '../errors.js';
 import type { SerializedPayload } from '../payload-store.js';
-import { checkpointReserveItem, readCheckpointName, staleReservation } from './checkpoints.js';
+import { storageKeys } from '../storage-keys.js';
+import { gcEntry, gcEntryPutItem } from './checkpoint-gc.js';
+import {
+  checkpointReplaceItem,
+  checkpointReserveItem,
+  readCheckpointName,
+  staleReservation,
+} from './checkpoints.js';
 import { findOriginalFuture, type IntakeStore, newFutureItems, putOnce, runIntake } from './intake.js';
 import { modelCreateItem } from './models.js';
+import { publicMarkerDeleteItem } from './public-markers.js';
 import {
   modelNotFound,
   requireSeqCounter,
@@ -124,6 +133,15 @@ export interface TrainingStepIntake {
   readonly counter: SeqCounterRecord;
   /** save_weights / save_weights_for_sampler: the write-once name reserved in the same transaction. */
   readonly reservation?: CheckpointNameRecord;
+  /** save_weights `overwrite`: a committed checkpoint of the name is replaced (C3). */
+  readonly overwrite?: boolean;
+  /**
+   * A save's TTL (C5). Its content's gc entry is written here, due at the earliest the checkpoint can
+   * expire (now + ttl; the commit sets `expires_at` from its own, later, time), and not by the
+   * commit: the planner budgets a commit's actions from the live index alone (R6), where a TTL is
+   * not visible, so a commit must not grow with one. The sweeper moves an early entry to the expiry.
+   */
+  readonly ttlSeconds?: number;
   readonly now: number;
 }
 
@@ -165,7 +183,9 @@ export async function submitTrainingStep(
           return { answer: { request_id: original.request_id, model_id: input.modelId } };
         }
         if (counter.unloaded) throw modelNotFound(input.modelId, 'is unloaded');
-        const reservation = input.reservation && (await reserveName(input.reservation, input.modelId, store));
+        const reservation =
+          input.reservation &&
+          (await reserveName(input.reservation, input.modelId, input.overwrite === true, input.now, store));
         const seq = counter.seq + 1;
         const items: TransactItem[] = [
           ...newFutureItems(store.tables, {
@@ -187,7 +207,20 @@ export async function submitTrainingStep(
             now: input.now,
           }),
         ];
-        if (reservation) items.push(reservation);
+        if (reservation) items.push(...reservation);
+        if (input.reservation && input.ttlSeconds !== undefined) {
+          const content = input.reservation;
+          const record = {
+            pk: content.pk,
+            model_id: content.model_id,
+            content_id: content.content_id,
+            blob_key: storageKeys.checkpoint(content.model_id, content.content_id),
+            archive_key: storageKeys.archive(content.model_id, content.content_id),
+          };
+          items.push(
+            gcEntryPutItem(store.tables.registry, gcEntry(record, input.now + input.ttlSeconds * 1000)),
+          );
+        }
         return { answer, items };
       },
     },
@@ -195,20 +228,37 @@ export async function submitTrainingStep(
   );
 }
 
-/** The name's reservation (`checkpointReserveItem`), or a 400 when the name is taken. */
+/**
+ * The name's reservation (`checkpointReserveItem`), or a 400 when the name is taken. A committed
+ * name is replaced when the save asks to `overwrite` it, and so is one that has expired (it reads as
+ * absent, C5): the reservation takes the record over, the old content gets a gc entry due now and
+ * loses its public marker, all in the submit's transaction (C3).
+ */
 async function reserveName(
   reservation: CheckpointNameRecord,
   modelId: string,
+  overwrite: boolean,
+  now: number,
   store: IntakeStore,
-): Promise<TransactItem> {
+): Promise<TransactItem[]> {
   const { clients, tables } = store;
   const existing = await readCheckpointName(clients.doc, tables.registry, reservation.pk);
-  if (existing === undefined) return checkpointReserveItem(tables.registry, reservation);
+  if (existing === undefined) return [checkpointReserveItem(tables.registry, reservation)];
   if (await staleReservation(clients.doc, tables.futures, existing)) {
-    return checkpointReserveItem(tables.registry, reservation, existing.request_id);
+    return [checkpointReserveItem(tables.registry, reservation, existing.request_id)];
+  }
+  const expired = existing.status === 'committed' && !isLiveCheckpoint(existing, now);
+  if (existing.status === 'committed' && (overwrite || expired)) {
+    return [
+      checkpointReplaceItem(tables.registry, reservation, existing),
+      gcEntryPutItem(tables.registry, gcEntry(existing, now)),
+      publicMarkerDeleteItem(tables.registry, existing),
+    ];
   }
   throw new ValidationError(
-    `path: checkpoint name "${reservation.name}" is already used for model ${modelId} (names are write-once)`,
+    `path: checkpoint name "${reservation.name}" is already used for model ${modelId} (names are write-once${
+      reservation.kind === 'weights' ? '; save_weights with overwrite=true replaces it' : ''
+    })`,
     { context: { field: 'path' } },
   );
 }

@@ -7,6 +7,7 @@ import type { TickCounters } from '../scheduler/counters.js';
 import { type SchedulerSettings, schedulerSettings } from '../scheduler/settings.js';
 import { runTick, type TickOptions, type TickOutcome } from '../scheduler/tick.js';
 import { type BlobGcCounters, type BlobGcPolicy, collectGarbage, DEFAULT_BLOB_GC_POLICY } from './blob-gc.js';
+import { type CheckpointGcCounters, collectCheckpoints, EMPTY_CHECKPOINT_GC } from './checkpoint-gc.js';
 import { type ReplanCounters, replanExpiredLeases } from './replan.js';
 
 export interface SweepOptions {
@@ -23,12 +24,13 @@ export interface SweepOptions {
 export interface SweepReport {
   readonly replan: ReplanCounters;
   readonly gc: BlobGcCounters;
+  readonly checkpoints: CheckpointGcCounters;
   readonly tick: TickCounters & { readonly status: TickOutcome['status'] };
 }
 
 /**
  * The sweeper's round (every minute): re-plan models whose lease ended (E2), delete blobs no
- * committed row references (E5), then a safety tick, which also dispatches whatever a lost stream
+ * committed row references (E5), collect deleted and expired checkpoints (C3, C5), then a safety tick, which also dispatches whatever a lost stream
  * record left waiting. Expired sample claims need no step here: the planner treats them as
  * unclaimed and the next claim replaces them; TTL removes claim items later. Requests that must end
  * without running (an unloaded model, a missing payload, K failed attempts) are ended by fail steps
@@ -54,6 +56,17 @@ export async function sweep(options: SweepOptions = {}): Promise<SweepReport> {
     now(),
     options.gc ?? DEFAULT_BLOB_GC_POLICY,
   );
+  // A failing collection (the by_owner index still backfilling after a deploy) must not stop the
+  // safety tick: it is retried next round.
+  const checkpoints = await collectCheckpoints(
+    { s3: clients.s3, doc: clients.doc, bucket: settings.bucket, registryTable: settings.tables.registry },
+    now(),
+  ).catch((error: unknown): CheckpointGcCounters => {
+    logger.warn('checkpoint collection failed; the next sweep tries again', {
+      error: error instanceof Error ? error.name : String(error),
+    });
+    return { ...EMPTY_CHECKPOINT_GC, collect_errors: 1 };
+  });
   const tick = await runTick({
     settings,
     adapters: schedulerAdapters(settings, clients),
@@ -61,7 +74,7 @@ export async function sweep(options: SweepOptions = {}): Promise<SweepReport> {
     now,
     ...(options.remainingMs === undefined ? {} : { remainingMs: options.remainingMs }),
   });
-  const report: SweepReport = { replan, gc, tick: { status: tick.status, ...tick.counters } };
-  logger.info('sweep', { replan, gc, tick: report.tick });
+  const report: SweepReport = { replan, gc, checkpoints, tick: { status: tick.status, ...tick.counters } };
+  logger.info('sweep', { replan, gc, checkpoints, tick: report.tick });
   return report;
 }

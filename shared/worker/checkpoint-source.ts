@@ -1,6 +1,8 @@
-import type { CheckpointNameRecord } from '../domain/records.js';
-import { InfrastructureError, StepUserError } from '../errors.js';
-import { readCheckpointName } from '../repositories/checkpoints.js';
+import { isLiveCheckpoint } from '../domain/checkpoint-life.js';
+import { type CheckpointNameRecord, registryKey } from '../domain/records.js';
+import { parseCheckpointPath } from '../domain/tinker-path.js';
+import { InfrastructureError, isAwsError, StepUserError } from '../errors.js';
+import { mayAccess, readCheckpointName } from '../repositories/checkpoints.js';
 import { readFuture } from '../repositories/futures.js';
 import type { Tables } from '../repositories/tables.js';
 import { storageKeys } from '../storage-keys.js';
@@ -22,6 +24,9 @@ export async function loadCheckpointBytes(
     readonly clients: WorkerClients;
     readonly tables: Tables<'futures' | 'registry'>;
     readonly bucket: string;
+    /** The loading model's tenant: the owner's, or any while the checkpoint is published (C4). */
+    readonly tenant: string;
+    readonly now: number;
   },
 ): Promise<Uint8Array> {
   const { clients, tables, bucket } = store;
@@ -32,16 +37,26 @@ export async function loadCheckpointBytes(
     tables.registry,
     ref.pk,
   );
-  if (record === undefined || record.content_id !== ref.content_id) {
-    throw new StepUserError(`path: checkpoint ${ref.path} does not exist (its save did not succeed)`, {
-      context: { field: 'path' },
-    });
+  if (
+    record === undefined ||
+    record.content_id !== ref.content_id ||
+    !mayAccess(record, store.tenant, 'read')
+  ) {
+    throw new StepUserError(
+      `path: checkpoint ${ref.path} does not exist (its save did not succeed, or it was deleted or replaced)`,
+      { context: { field: 'path' } },
+    );
   }
   if (record.status === 'committed') {
-    return getBytes(
-      clients.s3,
+    // Expired reads as absent at once, collected or not (C5): a user error, never a retry.
+    if (!isLiveCheckpoint(record, store.now)) {
+      throw new StepUserError(`path: checkpoint ${ref.path} has expired`, { context: { field: 'path' } });
+    }
+    return checkpointBlob(
+      clients,
       bucket,
       record.blob_key ?? storageKeys.checkpoint(record.model_id, record.content_id),
+      ref.path,
     );
   }
   const saver = await readFuture(clients.doc, tables.futures, record.request_id, true);
@@ -51,4 +66,59 @@ export async function loadCheckpointBytes(
     });
   }
   throw new InfrastructureError(`checkpoint ${ref.path} is not saved yet`, { context: { pk: ref.pk } });
+}
+
+/**
+ * A checkpoint's blob. Missing means collected (a delete or an expiry whose record went after the
+ * check above): the user's error, not a retry that could only end in a server error.
+ */
+export async function checkpointBlob(
+  clients: WorkerClients,
+  bucket: string,
+  key: string,
+  path: string,
+): Promise<Uint8Array> {
+  try {
+    return await getBytes(clients.s3, bucket, key);
+  } catch (error) {
+    if (error instanceof InfrastructureError && isAwsError(error.cause, 'NoSuchKey', 'NotFound')) {
+      throw new StepUserError(`checkpoint ${path} was deleted`, { context: { field: 'path' } });
+    }
+    throw error;
+  }
+}
+
+/**
+ * Checks a sampler checkpoint a sample names is still what its sampling session was made on: the
+ * same content, live, readable by the sample's tenant. A session made before W5 carries no path: its
+ * blob is read as is (`checkpointBlob` still turns a collected one into the user's error).
+ */
+export async function requireLiveSamplerCheckpoint(
+  checkpoint: { readonly content_id: string; readonly path?: string },
+  store: {
+    readonly clients: WorkerClients;
+    readonly tables: Tables<'registry'>;
+    readonly tenant: string;
+    readonly now: number;
+  },
+): Promise<void> {
+  if (checkpoint.path === undefined) return;
+  const parsed = parseCheckpointPath(checkpoint.path);
+  if (parsed === undefined) return;
+  const record = await readCheckpointName(
+    store.clients.doc,
+    store.tables.registry,
+    registryKey.checkpointName(parsed.modelId, parsed.kind, parsed.name),
+  );
+  if (
+    record === undefined ||
+    record.content_id !== checkpoint.content_id ||
+    !mayAccess(record, store.tenant, 'read') ||
+    !isLiveCheckpoint(record, store.now)
+  ) {
+    throw new StepUserError(
+      `model_path: checkpoint ${checkpoint.path} of this sampling session no longer exists (deleted, expired, replaced or unpublished)`,
+      { context: { field: 'model_path' } },
+    );
+  }
 }

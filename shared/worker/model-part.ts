@@ -112,7 +112,12 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
           }),
         ),
       ),
-      ...[...part.saved.values()].map((blob) => putBytes(clients.s3, ctx.bucket, blob.key, blob.bytes)),
+      ...[...part.saved.values()].flatMap((blob) => [
+        putBytes(clients.s3, ctx.bucket, blob.key, blob.bytes),
+        ...(blob.archive === undefined
+          ? []
+          : [putBytes(clients.s3, ctx.bucket, blob.archive.key, blob.archive.bytes)]),
+      ]),
     ]);
     await ctx.emit({ kind: 'model-written', model_id: model.model_id, state_ref: stateRef });
     faultHook.crash('worker:after-state-write');

@@ -6,6 +6,7 @@ import { logger } from '../logger.js';
 import type { CutRow, PrefixPointer } from '../prefix/types.js';
 import { readSampleClaim, releaseSampleClaim } from '../repositories/sample-claims.js';
 import type { WorkItemSample } from '../scheduling/work-item.js';
+import { requireLiveSamplerCheckpoint } from './checkpoint-source.js';
 import { commitSample, returnSampleToPending } from './commit.js';
 import { AbandonedError, type RunContext, type SamplingContext, stopIfAborted } from './context.js';
 import type { CutParticipant } from './cut.js';
@@ -156,6 +157,15 @@ function resumeOf(progress: ReadonlyMap<number, Progress>): (SequencePrefix | nu
 async function generate(sample: WorkItemSample, ctx: RunContext): Promise<Generated> {
   try {
     const payload = parseSamplePayload(sample.request_id, sample.payload);
+    if (payload.checkpoint !== undefined) {
+      // Deleted, expired or unpublished since the session was made: this sample's user error (C3-C5).
+      await requireLiveSamplerCheckpoint(payload.checkpoint, {
+        clients: ctx.clients,
+        tables: ctx.tables,
+        tenant: sample.tenant,
+        now: ctx.now(),
+      });
+    }
     const sampler = await ctx.samplers.get(payload.base_model, payload.checkpoint);
     const request = sampleRequestOf(sample.request_id, payload);
     const sampling = ctx.sampling;

@@ -1,6 +1,6 @@
 import type { Backend, SamplerModel } from '../backend/backend.js';
 import { storageKeys } from '../storage-keys.js';
-import { getBytes } from './blobs.js';
+import { checkpointBlob } from './checkpoint-source.js';
 import type { WorkerClients } from './types.js';
 
 /**
@@ -39,10 +39,11 @@ export class SamplerCache {
     checkpoint: { readonly model_id: string; readonly content_id: string } | undefined,
   ): Promise<SamplerModel> {
     if (checkpoint === undefined) return this.backend.loadSampler(baseModel, null);
-    const bytes = await getBytes(
-      this.clients.s3,
+    const bytes = await checkpointBlob(
+      this.clients,
       this.bucket,
       storageKeys.checkpoint(checkpoint.model_id, checkpoint.content_id),
+      `${checkpoint.model_id}/${checkpoint.content_id}`,
     );
     return this.backend.loadSampler(baseModel, bytes);
   }

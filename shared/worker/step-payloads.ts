@@ -67,10 +67,15 @@ export const stepPayloadSchemas = {
   forward: z.object({ request_type: z.literal('forward'), input: passInputJson }),
   forward_backward: z.object({ request_type: z.literal('forward_backward'), input: passInputJson }),
   optim_step: z.object({ request_type: z.literal('optim_step'), adam_params: z.unknown() }),
-  save_weights: z.object({ request_type: z.literal('save_weights'), checkpoint: checkpointRef }),
+  save_weights: z.object({
+    request_type: z.literal('save_weights'),
+    checkpoint: checkpointRef,
+    ttl_seconds: z.int().positive().optional(),
+  }),
   save_weights_for_sampler: z.object({
     request_type: z.literal('save_weights_for_sampler'),
     checkpoint: checkpointRef,
+    ttl_seconds: z.int().positive().optional(),
     sampling_session: z
       .object({
         sampling_session_id: z.string().min(1),
@@ -93,7 +98,14 @@ export type CheckpointRefPayload = z.infer<typeof checkpointRef>;
 export const samplePayloadSchema = z.object({
   request_type: z.literal('sample'),
   base_model: z.string().min(1),
-  checkpoint: z.object({ model_id: z.string().min(1), content_id: z.string().min(1) }).optional(),
+  // `path` (sessions made since W5 carry it) lets the worker check the checkpoint is still live (C3-C5).
+  checkpoint: z
+    .object({
+      model_id: z.string().min(1),
+      content_id: z.string().min(1),
+      path: z.string().min(1).optional(),
+    })
+    .optional(),
   num_samples: z.number(),
   prompt: modelInputJson,
   sampling_params: z.looseObject({ seed: z.number() }),

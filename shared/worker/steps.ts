@@ -1,7 +1,10 @@
 import type { AdamParams, Backend, BackendState, LoraConfigInput } from '../backend/backend.js';
+import { checkpointArchive } from '../checkpoints/archive.js';
 import { listSortKey, parentKey } from '../domain/listing-keys.js';
 import { type FutureError, registryKey, type SamplingSessionRecord } from '../domain/records.js';
 import { StepUserError } from '../errors.js';
+import { requestIdTime } from '../ids.js';
+import { logger } from '../logger.js';
 import { issuedPath } from '../repositories/checkpoints.js';
 import type { Tables } from '../repositories/tables.js';
 import type { WorkItemModel, WorkItemStep } from '../scheduling/work-item.js';
@@ -25,7 +28,15 @@ export interface PartState {
   stateChanged: boolean;
   unloaded: boolean;
   /** Checkpoints saved by earlier steps of this part, by content id; written to S3 before the commit. */
-  readonly saved: Map<string, { readonly key: string; readonly bytes: Uint8Array }>;
+  readonly saved: Map<
+    string,
+    {
+      readonly key: string;
+      readonly bytes: Uint8Array;
+      /** Its tar (C2), written beside it. */
+      readonly archive?: { readonly key: string; readonly bytes: Uint8Array };
+    }
+  >;
 }
 
 export type StepResult =
@@ -91,6 +102,29 @@ function releaseOnFailure(step: WorkItemStep): { checkpoint?: CheckpointEffect }
   }
 }
 
+/**
+ * A checkpoint's tar, or none when the backend's blob is not one the archive builder reads (a
+ * backend other than the reference one): the save still succeeds, without `archive_key`.
+ */
+function archiveOf(
+  bytes: Uint8Array,
+  requestId: string,
+  modelId: string,
+  contentId: string,
+): { readonly key: string; readonly bytes: Uint8Array } | undefined {
+  const submitted = requestIdTime(requestId);
+  try {
+    const tar = checkpointArchive(bytes, { createdAtMs: Number.isFinite(submitted) ? submitted : 0 });
+    return { key: storageKeys.archive(modelId, contentId), bytes: tar };
+  } catch (error) {
+    logger.warn('checkpoint saved without an archive', {
+      content_id: contentId,
+      error: error instanceof Error ? error.message : String(error),
+    });
+    return undefined;
+  }
+}
+
 function requireState(part: PartState, modelId: string): BackendState {
   if (part.state === undefined) {
     throw new StepUserError(`Model ${modelId} has no weights: its create_model did not succeed`);
@@ -146,12 +180,20 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
       const bytes = await backend.exportWeights(requireState(part, modelId), kind);
       const contentId = checkpointContentId(step.request_id);
       const key = storageKeys.checkpoint(modelId, contentId);
-      part.saved.set(contentId, { key, bytes });
+      // The archive is built once, here, from the exported blob (C2): the route only presigns it. Its
+      // mtimes are the save's submit time (its request id's), so every attempt writes the same bytes.
+      const archive = archiveOf(bytes, step.request_id, modelId, contentId);
+      part.saved.set(contentId, { key, bytes, ...(archive === undefined ? {} : { archive }) });
       const session = 'sampling_session' in payload ? payload.sampling_session : undefined;
       const checkpoint: CheckpointEffect = {
         action: 'commit',
         pk: payload.checkpoint.pk,
+        model_id: modelId,
+        content_id: contentId,
         blob_key: key,
+        ...(archive === undefined ? {} : { archive_key: archive.key }),
+        size_bytes: bytes.length,
+        ...(payload.ttl_seconds === undefined ? {} : { ttl_seconds: payload.ttl_seconds }),
         // Named saves are listed (C1); an unnamed sampler save is reached through its sampling session.
         ...(session === undefined
           ? {
@@ -197,7 +239,11 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
     case 'load_weights': {
       const payload = parseStepPayload('load_weights', step.request_id, step.payload);
       const saved = new Map([...part.saved].map(([id, blob]) => [id, blob.bytes]));
-      const bytes = await loadCheckpointBytes(payload.checkpoint, saved, env);
+      const bytes = await loadCheckpointBytes(payload.checkpoint, saved, {
+        ...env,
+        tenant: env.model.tenant,
+        now: env.now(),
+      });
       part.state = await backend.importWeights(requireState(part, modelId), bytes, {
         optimizer: payload.optimizer,
       });

@@ -348,8 +348,8 @@ describe('IAM', () => {
 
   it('conditions every registry statement on dynamodb:LeadingKeys: no role reaches the whole registry', () => {
     for (const functionId of FUNCTION_IDS) {
-      // An index Query names no table key, so it cannot be conditioned: only the api's listing
-      // queries (C1) reach the registry's indexes, and only with Query (the test above).
+      // An index Query names no table key, so it cannot be conditioned: only the api's listings
+      // (C1) and the sweeper's gc round (C5) query the registry's indexes, and only with Query.
       const onRegistry = sorted(permissions(functionId)).filter(
         (p) => p.includes('table:registry.Arn') && !p.startsWith('dynamodb:Query table:registry.Arn/index/'),
       );
@@ -359,6 +359,22 @@ describe('IAM', () => {
           /^dynamodb:\w+ table:registry\.Arn if \{"ForAllValues:StringLike":\{"dynamodb:LeadingKeys":\[.+\]\},"Null":\{"dynamodb:LeadingKeys":"false"\}\}$/,
         );
       }
+    }
+  });
+
+  it("queries the registry's sparse listing indexes only from the api (C1) and the sweeper (its gc partition, C3, C5)", () => {
+    // The indexes hold only items with an owner_key or a parent_key (listing rows, gc entries, public
+    // markers), projected to listing fields: never an API key hash, a counter's state or a control. A
+    // `query-index` grant covers every declared index of its table.
+    const registryIndexes = [
+      'dynamodb:Query table:registry.Arn/index/by_owner',
+      'dynamodb:Query table:registry.Arn/index/by_parent',
+    ];
+    for (const functionId of FUNCTION_IDS) {
+      const indexQueries = sorted(permissions(functionId)).filter((p) =>
+        p.includes('table:registry.Arn/index/'),
+      );
+      expect(indexQueries).toEqual(functionId === 'sweeper' || functionId === 'api' ? registryIndexes : []);
     }
   });
 
@@ -375,23 +391,38 @@ describe('IAM', () => {
     );
   });
 
-  it.each(['scheduler', 'sweeper'] as const)(
-    'keeps the %s to its tick lock, sample claims and drain flag in the registry',
-    (functionId) => {
-      const onRegistry = sorted(permissions(functionId)).filter((p) => p.includes('table:registry.Arn'));
-      expect(onRegistry).toEqual(
-        sorted([
-          ...['PutItem', 'UpdateItem', 'DeleteItem'].map(
-            (action) => `dynamodb:${action} table:registry.Arn if ${leadingKeysCondition(['tick#'])}`,
-          ),
-          ...['BatchGetItem', 'PutItem', 'DeleteItem'].map(
-            (action) => `dynamodb:${action} table:registry.Arn if ${leadingKeysCondition(['claim#'])}`,
-          ),
-          `dynamodb:GetItem table:registry.Arn if ${leadingKeysCondition(['drain#'])}`,
-        ]),
-      );
-    },
-  );
+  const tickRegistry = [
+    ...['PutItem', 'UpdateItem', 'DeleteItem'].map(
+      (action) => `dynamodb:${action} table:registry.Arn if ${leadingKeysCondition(['tick#'])}`,
+    ),
+    ...['BatchGetItem', 'PutItem', 'DeleteItem'].map(
+      (action) => `dynamodb:${action} table:registry.Arn if ${leadingKeysCondition(['claim#'])}`,
+    ),
+    `dynamodb:GetItem table:registry.Arn if ${leadingKeysCondition(['drain#'])}`,
+  ];
+
+  it('keeps the scheduler to its tick lock, sample claims and drain flag in the registry', () => {
+    const onRegistry = sorted(permissions('scheduler')).filter((p) => p.includes('table:registry.Arn'));
+    expect(onRegistry).toEqual(sorted(tickRegistry));
+  });
+
+  it("keeps the sweeper to the tick's records and checkpoint collection: gc entries, expired names, markers", () => {
+    const onRegistry = sorted(permissions('sweeper')).filter((p) => p.includes('table:registry.Arn'));
+    expect(onRegistry).toEqual(
+      sorted([
+        ...tickRegistry,
+        'dynamodb:Query table:registry.Arn/index/by_owner',
+        'dynamodb:Query table:registry.Arn/index/by_parent',
+        ...['GetItem', 'PutItem', 'DeleteItem'].map(
+          (action) => `dynamodb:${action} table:registry.Arn if ${leadingKeysCondition(['gc#'])}`,
+        ),
+        ...['GetItem', 'DeleteItem'].map(
+          (action) => `dynamodb:${action} table:registry.Arn if ${leadingKeysCondition(['ckpt#'])}`,
+        ),
+        `dynamodb:DeleteItem table:registry.Arn if ${leadingKeysCondition(['pub#'])}`,
+      ]),
+    );
+  });
 
   it('lets no function write API keys, operator keys or pool controls (the operator CLI does)', () => {
     for (const functionId of FUNCTION_IDS) {
@@ -403,14 +434,18 @@ describe('IAM', () => {
     }
   });
 
-  it('gives the api exactly the DynamoDB actions it sends: no delete, no batch write, updates on three kinds', () => {
+  it('gives the api exactly the DynamoDB actions it sends: deletes only of checkpoint lifecycle records, no batch write', () => {
     const dynamo = sorted(permissions('api')).filter((p) => p.startsWith('dynamodb:'));
-    expect(
-      dynamo.filter((p) => /^dynamodb:(DeleteItem|BatchWriteItem|Scan|ConditionCheckItem) /.test(p)),
-    ).toEqual([]);
-    // The seq counter (every training submit), the session heartbeat and the quota counters; never a
-    // future or a model.
+    expect(dynamo.filter((p) => /^dynamodb:(BatchWriteItem|Scan|ConditionCheckItem) /.test(p))).toEqual([]);
+    // The owner's delete, unpublish and TTL clearing (C3-C5): a name record, its gc entry, its marker.
+    expect(dynamo.filter((p) => p.startsWith('dynamodb:DeleteItem '))).toEqual([
+      `dynamodb:DeleteItem table:registry.Arn if ${leadingKeysCondition(['ckpt#'])}`,
+      `dynamodb:DeleteItem table:registry.Arn if ${leadingKeysCondition(['gc#', 'pub#'])}`,
+    ]);
+    // The seq counter (every training submit), the session heartbeat, the quota counters and the
+    // owner's checkpoint changes (publish, TTL, a legacy archive's key); never a future or a model.
     expect(dynamo.filter((p) => p.startsWith('dynamodb:UpdateItem '))).toEqual([
+      `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['ckpt#'])}`,
       `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['rate#', 'polls#'])}`,
       `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['session#', 'seq#'])}`,
     ]);
@@ -448,11 +483,17 @@ describe('IAM', () => {
       's3:ListBucket bucket.Arn',
       's3:PutObject bucket.Arn/work/*',
     ]);
+    // archives/: GetObject is what the archive route's presigned URL is signed for (C2); PutObject and
+    // the checkpoint blob's GetObject build the archive of a checkpoint saved before archives were.
     expect(sorted(permissions('api')).filter((p) => p.startsWith('s3:'))).toEqual([
+      's3:AbortMultipartUpload bucket.Arn/archives/*',
       's3:AbortMultipartUpload bucket.Arn/payloads/*',
       's3:DeleteObject bucket.Arn/payloads/*',
+      's3:GetObject bucket.Arn/archives/*',
+      's3:GetObject bucket.Arn/checkpoints/*',
       's3:GetObject bucket.Arn/payloads/*',
       's3:GetObject bucket.Arn/results/*',
+      's3:PutObject bucket.Arn/archives/*',
       's3:PutObject bucket.Arn/payloads/*',
     ]);
     // Only the sweeper deletes blobs (E5); the API may delete only under payloads/ (the payload of an

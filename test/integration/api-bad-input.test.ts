@@ -72,6 +72,8 @@ afterAll(async () => {
 interface BadRequest {
   readonly name: string;
   readonly endpoint: string;
+  /** POST unless given (the checkpoint lifecycle routes, C2-C5). */
+  readonly method?: string;
   /** A JSON value, or a string sent verbatim. */
   readonly body: () => unknown;
   readonly headers?: Record<string, string>;
@@ -88,7 +90,105 @@ const sample = (params: Record<string, unknown>, extra: Record<string, unknown> 
   ...extra,
 });
 
+/** `{model}` is the tenant's model, filled in when the case is sent (ids are made in beforeAll). */
+const checkpointRoute = (kind: string, name: string, suffix = '') =>
+  `training_runs/{model}/checkpoints/${kind}/${name}${suffix}`;
+
+/** TTLs (C5) at save and by PUT, and the lifecycle routes' ids: 400s, or 404 for a checkpoint not live. */
+const lifecycleCases: BadRequest[] = [
+  ...([0, -1, 1.5, '60', true] as const).flatMap((ttl): BadRequest[] => [
+    {
+      name: `save_weights with ttl_seconds ${JSON.stringify(ttl)}`,
+      endpoint: 'save_weights',
+      body: () => ({ model_id: ids.model, seq_id: 20, path: 'ttl-bad', ttl_seconds: ttl }),
+      status: 400,
+      field: 'ttl_seconds',
+      error: /ttl_seconds/,
+    },
+    {
+      name: `PUT ttl with ttl_seconds ${JSON.stringify(ttl)}`,
+      method: 'PUT',
+      endpoint: checkpointRoute('sampler_weights', 'ready-sampler', '/ttl'),
+      body: () => ({ ttl_seconds: ttl }),
+      status: 400,
+      field: 'ttl_seconds',
+      error: /ttl_seconds/,
+    },
+  ]),
+  {
+    name: 'save_weights_for_sampler with ttl_seconds 0',
+    endpoint: 'save_weights_for_sampler',
+    body: () => ({ model_id: ids.model, seq_id: 20, path: 'ttl-bad', ttl_seconds: 0 }),
+    status: 400,
+    field: 'ttl_seconds',
+    error: /ttl_seconds/,
+  },
+  {
+    name: 'save_weights with overwrite not a boolean',
+    endpoint: 'save_weights',
+    body: () => ({ model_id: ids.model, seq_id: 20, path: 'taken', overwrite: 'yes' }),
+    status: 400,
+    field: 'overwrite',
+    error: /overwrite/,
+  },
+  {
+    name: 'PUT ttl without ttl_seconds',
+    method: 'PUT',
+    endpoint: checkpointRoute('sampler_weights', 'ready-sampler', '/ttl'),
+    body: () => ({}),
+    status: 400,
+    field: 'ttl_seconds',
+    error: /ttl_seconds/,
+  },
+  {
+    name: 'a lifecycle route with a kind that is not weights or sampler_weights',
+    method: 'PUT',
+    endpoint: checkpointRoute('adapters', 'ready-sampler', '/ttl'),
+    body: () => ({ ttl_seconds: 60 }),
+    status: 400,
+    field: 'kind',
+    error: /kind/,
+  },
+  {
+    name: 'a lifecycle route with a name that is not a checkpoint name',
+    method: 'POST',
+    endpoint: checkpointRoute('weights', 'a%20b', '/publish'),
+    body: () => undefined,
+    status: 400,
+    field: 'name',
+    error: /name/,
+  },
+  {
+    name: 'delete of a checkpoint still being saved',
+    method: 'DELETE',
+    endpoint: checkpointRoute('sampler_weights', 'pending-sampler'),
+    body: () => undefined,
+    status: 404,
+    field: 'checkpoint_id',
+    error: /not found/,
+  },
+  {
+    name: 'archive of an unknown checkpoint',
+    method: 'GET',
+    endpoint: checkpointRoute('weights', 'never-saved', '/archive'),
+    body: () => undefined,
+    status: 404,
+    field: 'checkpoint_id',
+    error: /not found/,
+  },
+  {
+    name: 'publish of a weights name whose save is pending',
+    method: 'POST',
+    endpoint: checkpointRoute('weights', 'taken', '/publish'),
+    body: () => undefined,
+    status: 404,
+    field: 'checkpoint_id',
+    error: /not found/,
+  },
+];
+
 const cases: BadRequest[] = [
+  ...lifecycleCases,
   {
     name: 'malformed JSON',
     endpoint: 'forward_backward',
@@ -399,8 +499,8 @@ describe('bad inputs over HTTP change nothing', () => {
   it.each(cases)('$name -> $status', async (testCase) => {
     const before = await api.counts();
     const answer = await client.raw(
-      'POST',
-      `/api/v1/${testCase.endpoint}`,
+      testCase.method ?? 'POST',
+      `/api/v1/${testCase.endpoint.replace('{model}', ids.model)}`,
       testCase.body(),
       testCase.headers,
     );

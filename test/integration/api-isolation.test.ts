@@ -89,7 +89,19 @@ interface Probe {
   readonly field: string;
   /** GET routes: the path under /api/v1/ naming the id (there is no body). */
   readonly get?: (ids: typeof owned) => string;
+  /** Routes with another method: the method and the path under /api/v1/ naming the id. */
+  readonly route?: (ids: typeof owned) => { readonly method: string; readonly path: string };
 }
+
+/** The committed sampler checkpoint as a lifecycle route names it (C2-C5). */
+const samplerRoute = (ids: typeof owned) =>
+  `training_runs/${ids.model}/checkpoints/sampler_weights/shared-name`;
+const lifecycle = (method: string, suffix: string): Probe => ({
+  endpoint: `${method} training_runs/{run_id}/checkpoints/{kind}/{name}${suffix}`,
+  body: () => (suffix === '/ttl' ? { ttl_seconds: 60 } : {}),
+  route: (ids) => ({ method, path: `${samplerRoute(ids)}${suffix}` }),
+  field: 'checkpoint_id',
+});
 
 const UNKNOWN = {
   session: 'sess-0000',
@@ -219,6 +231,11 @@ const probes: Probe[] = [
     get: (ids) => `training_runs/${ids.model}/checkpoints`,
     field: 'run_id',
   },
+  lifecycle('GET', '/archive'),
+  lifecycle('DELETE', ''),
+  lifecycle('POST', '/publish'),
+  lifecycle('DELETE', '/publish'),
+  lifecycle('PUT', '/ttl'),
 ];
 
 function withIds(text: string, from: typeof owned, to: typeof owned): string {
@@ -233,10 +250,15 @@ describe('tenant isolation on every endpoint', () => {
     '$endpoint naming another tenant’s $field answers what an unknown id answers',
     async (probe) => {
       const before = await api.counts();
-      const ask = (ids: typeof owned) =>
-        probe.get === undefined
+      const ask = (ids: typeof owned) => {
+        if (probe.route !== undefined) {
+          const { method, path } = probe.route(ids);
+          return rival.raw(method, `/api/v1/${path}`, method === 'PUT' ? probe.body(ids) : undefined);
+        }
+        return probe.get === undefined
           ? rival.raw('POST', `/api/v1/${probe.endpoint}`, probe.body(ids))
           : rival.raw('GET', `/api/v1/${probe.get(ids)}`);
+      };
       const theirs = await ask(owned);
       const unknown = await ask(UNKNOWN);
       expect(theirs.status).toBe(404);

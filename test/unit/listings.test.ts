@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { choiceParam, integerParam, parseQuery } from '../../shared/api/query.js';
 import { pageRequest } from '../../shared/api/runs.js';
-import { isLiveCheckpoint } from '../../shared/domain/checkpoint-live.js';
+import { isLiveCheckpoint } from '../../shared/domain/checkpoint-life.js';
 import { checkpointListingKeys, listSortKey } from '../../shared/domain/listing-keys.js';
 import {
   type CheckpointRow,

@@ -25,26 +25,30 @@ const base: ModelCommit = {
   ],
 };
 
+/** A save's commit with everything it may carry: an archive, a size and a TTL (C5). */
+const fullestCommit = {
+  action: 'commit',
+  model_id: 'model-a',
+  content_id: 'c-r1',
+  blob_key: 'k',
+  archive_key: 'a',
+  size_bytes: 10,
+  ttl_seconds: 60,
+  listing: { tenant: 't', model_id: 'model-a', kind: 'weights', name: 'w1' },
+} as const;
+
 /** The most a step of each type can add to its model's commit. */
 function fullestStep(type: TrainingRequestType, index: number): StepCommit {
   const step: StepCommit = {
     request_id: `r${index}`,
     outcome: { status: 'completed', result_key: `results/r${index}.json` },
   };
-  if (type === 'save_weights')
-    return {
-      ...step,
-      checkpoint: {
-        action: 'commit',
-        pk: 'ckpt#a',
-        blob_key: 'k',
-        listing: { tenant: 't', model_id: 'model-a', kind: 'weights', name: 'w1' },
-      },
-    };
+  if (type === 'save_weights') return { ...step, checkpoint: { ...fullestCommit, pk: 'ckpt#a' } };
   if (type === 'save_weights_for_sampler') {
     return {
       ...step,
-      checkpoint: { action: 'commit', pk: 'ckpt#b', blob_key: 'k' },
+      // Unnamed (it has a sampling session): no listing, and none of the fields above.
+      checkpoint: { action: 'commit', pk: 'ckpt#b', model_id: 'model-a', content_id: 'c-r2', blob_key: 'k' },
       sampling_session: {
         pk: 'ss#s',
         sampling_session_id: 's',
@@ -132,13 +136,17 @@ describe('the model commit transaction (E4)', () => {
       TableName: 'p-registry',
       Key: { pk: 'ckpt#a' },
       UpdateExpression:
-        'SET #status = :committed, blob_key = :blob, created_at = :now, owner_key = :owner, parent_key = :parent, list_sort = :sort',
+        'SET #status = :committed, blob_key = :blob, created_at = :now, archive_key = :archive, size_bytes = :size, expires_at = :expires, owner_key = :owner, parent_key = :parent, list_sort = :sort',
       ConditionExpression: 'request_id = :mine',
       ExpressionAttributeValues: {
         ':committed': 'committed',
         ':blob': 'k',
         ':mine': 'r5',
         ':now': 1234,
+        ':archive': 'a',
+        ':size': 10,
+        // The TTL runs from the commit's time (C5).
+        ':expires': 1234 + 60_000,
         ':owner': 'ckpt#t',
         ':parent': 'run#model-a',
         ':sort': '0000000001234#model-a#weights#w1',

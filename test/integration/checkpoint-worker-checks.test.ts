@@ -1,0 +1,132 @@
+import { PutObjectCommand } from '@aws-sdk/client-s3';
+import { PutCommand } from '@aws-sdk/lib-dynamodb';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
+import { type CheckpointNameRecord, registryKey } from '../../shared/domain/records.js';
+import { StepUserError } from '../../shared/errors.js';
+import { storageKeys } from '../../shared/storage-keys.js';
+import { loadCheckpointBytes, requireLiveSamplerCheckpoint } from '../../shared/worker/checkpoint-source.js';
+import { SamplerCache } from '../../shared/worker/sampler-cache.js';
+import { setupTestCloud, type TestCloud } from '../support/cloud.js';
+
+/**
+ * The worker's side of C3-C5 against DynamoDB Local and fauxqs: a load or a sample queued while its
+ * checkpoint was live, run after it expired, was deleted, replaced or unpublished, fails as the
+ * user's error (a `StepUserError`: the step fails alone, no retry, no server error), and reads
+ * nothing; a published checkpoint loads for another tenant.
+ */
+let cloud: TestCloud;
+const NOW = 1_800_000_000_000;
+
+function record(name: string, extra: Partial<CheckpointNameRecord> = {}): CheckpointNameRecord {
+  const contentId = `c-${name}`;
+  return {
+    pk: registryKey.checkpointName('model-w', 'weights', name),
+    tenant: 'owner',
+    model_id: 'model-w',
+    kind: 'weights',
+    name,
+    path: `tinker://model-w/weights/${name}`,
+    request_id: name,
+    status: 'committed',
+    content_id: contentId,
+    blob_key: storageKeys.checkpoint('model-w', contentId),
+    ...extra,
+  };
+}
+
+async function store(item: CheckpointNameRecord, blob = true): Promise<void> {
+  await cloud.clients.doc.send(new PutCommand({ TableName: cloud.names.tables.registry, Item: item }));
+  if (blob) {
+    await cloud.clients.s3.send(
+      new PutObjectCommand({ Bucket: cloud.names.bucket, Key: item.blob_key, Body: Buffer.from(item.name) }),
+    );
+  }
+}
+
+const ref = (item: CheckpointNameRecord) => ({
+  pk: item.pk,
+  model_id: item.model_id,
+  kind: item.kind,
+  name: item.name,
+  path: item.path,
+  content_id: item.content_id,
+});
+
+const load = (item: CheckpointNameRecord, tenant = 'owner', now = NOW) =>
+  loadCheckpointBytes(ref(item), new Map(), {
+    clients: cloud.clients,
+    tables: cloud.names.tables,
+    bucket: cloud.names.bucket,
+    tenant,
+    now,
+  });
+
+beforeAll(async () => {
+  cloud = await setupTestCloud();
+});
+
+describe('a queued load_weights (C3-C5)', () => {
+  it('reads a live checkpoint, and fails as the user’s error once it has expired', async () => {
+    const item = record('ttl', { expires_at: NOW + 1_000 });
+    await store(item);
+    expect(Buffer.from(await load(item)).toString()).toBe('ttl');
+    await expect(load(item, 'owner', NOW + 1_000)).rejects.toThrow(StepUserError);
+    await expect(load(item, 'owner', NOW + 1_000)).rejects.toThrow(/has expired/);
+  });
+
+  it('fails as the user’s error when the name was deleted, or now holds other content', async () => {
+    const deleted = record('deleted');
+    await expect(load(deleted)).rejects.toThrow(StepUserError);
+    const replaced = record('replaced');
+    await store({ ...replaced, content_id: 'c-newer' });
+    await expect(load(replaced)).rejects.toThrow(/deleted or replaced/);
+  });
+
+  it('fails as the user’s error when the record is there but its blob was collected', async () => {
+    const item = record('collected');
+    await store(item, false);
+    const failure = await load(item).catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(StepUserError);
+    expect(String(failure)).toMatch(/was deleted/);
+  });
+
+  it('loads a published checkpoint for another tenant, and not once it is private again', async () => {
+    const item = record('shared', { public: true });
+    await store(item);
+    expect(Buffer.from(await load(item, 'reader')).toString()).toBe('shared');
+    await store({ ...item, public: undefined } as CheckpointNameRecord, false);
+    await expect(load(item, 'reader')).rejects.toThrow(StepUserError);
+  });
+});
+
+describe('a queued sample on a sampler checkpoint (C3-C5)', () => {
+  const sampler = (name: string, extra: Partial<CheckpointNameRecord> = {}): CheckpointNameRecord => ({
+    ...record(name, extra),
+    pk: registryKey.checkpointName('model-w', 'sampler', name),
+    kind: 'sampler',
+    path: `tinker://model-w/sampler_weights/${name}`,
+  });
+  const check = (item: CheckpointNameRecord, tenant = 'owner', now = NOW) =>
+    requireLiveSamplerCheckpoint(
+      { content_id: item.content_id, path: item.path },
+      { clients: cloud.clients, tables: cloud.names.tables, tenant, now },
+    );
+
+  it('passes while live and readable, and fails as the user’s error once expired, deleted or private', async () => {
+    const item = sampler('s-ttl', { expires_at: NOW + 10 });
+    await store(item, false);
+    await check(item);
+    await expect(check(item, 'owner', NOW + 10)).rejects.toThrow(StepUserError);
+    await expect(check(sampler('s-never'))).rejects.toThrow(/no longer exists/);
+    await expect(check(item, 'stranger')).rejects.toThrow(StepUserError);
+  });
+
+  it('turns a collected sampler blob into the user’s error, not a retry', async () => {
+    const samplers = new SamplerCache(new ReferenceBackend(), cloud.clients, cloud.names.bucket);
+    const failure = await samplers
+      .get('reference/byte-lm', { model_id: 'model-w', content_id: 'c-gone' })
+      .catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(StepUserError);
+  });
+});
