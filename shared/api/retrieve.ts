@@ -75,24 +75,37 @@ export async function retrieveFuture(
       true,
     );
     if (head === undefined || head.tenant !== ctx.tenant) throw notFound(requestId);
-    if (head.status === 'pending' && ctx.deadline > Date.now()) {
-      // Only a poll that waits holds an invocation: it takes one of the tenant's slots (quotas.ts).
-      const ended = await inPollSlot(
-        ctx.clients.doc,
-        ctx.tables.registry,
-        { tenant: ctx.tenant, tunables: ctx.tunables, deadline: ctx.deadline },
-        () => waitWhilePending(requestId, ctx, watch, waits.sleep ?? realSleep),
-      );
-      if (!ended)
-        return { type: 'try_again', request_id: requestId, queue_state: 'active' } satisfies TryAgain;
-    } else if (head.status === 'pending') {
-      return { type: 'try_again', request_id: requestId, queue_state: 'active' } satisfies TryAgain;
-    }
+    if (head.status !== 'pending') return await terminalAnswer(ctx, requestId, undefined);
+    if (ctx.deadline <= Date.now()) return tryAgain(requestId);
+    // Only a poll that waits holds an invocation: it takes one of the tenant's slots (quotas.ts),
+    // given back while the answer is read.
+    return await inPollSlot(
+      ctx.clients.doc,
+      ctx.tables.registry,
+      { tenant: ctx.tenant, tunables: ctx.tunables, deadline: ctx.deadline },
+      () => waitWhilePending(requestId, ctx, watch, waits.sleep ?? realSleep),
+      async (ended) =>
+        ended === 'deadline' ? tryAgain(requestId) : terminalAnswer(ctx, requestId, ended.row),
+    );
   } finally {
     watch?.close();
   }
-  // Terminal rows never change again, so the whole row is read once, strongly, for its outcome.
-  const row: FutureRow | undefined = await readFuture(ctx.clients.doc, ctx.tables.futures, requestId, true);
+}
+
+function tryAgain(requestId: string): TryAgain {
+  return { type: 'try_again', request_id: requestId, queue_state: 'active' };
+}
+
+/**
+ * The answer of a terminal row: `row` when the wait already read it whole and strongly, else read
+ * once, strongly (terminal rows never change again).
+ */
+async function terminalAnswer(
+  ctx: OperationContext & { readonly acceptsProtobuf?: boolean },
+  requestId: string,
+  known: FutureRow | undefined,
+): Promise<unknown> {
+  const row = known ?? (await readFuture(ctx.clients.doc, ctx.tables.futures, requestId, true));
   if (row === undefined) throw notFound(requestId);
   if (row.status === 'failed') {
     return {
@@ -104,28 +117,37 @@ export async function retrieveFuture(
   return ctx.acceptsProtobuf === true ? (asProtobuf(row, result) ?? result) : result;
 }
 
-/** Re-reads the row's head until it is terminal (true) or the deadline passes (false). */
+/**
+ * Re-reads the row until it is terminal or the deadline passes. A timed re-read reads the head; a
+ * read after a wake-up reads the whole row strongly, since the commit has landed and its row is what
+ * the answer needs (one read instead of the head and then the row).
+ */
 async function waitWhilePending(
   requestId: string,
   ctx: OperationContext & { readonly deadline: number },
   watch: CommitWatch | undefined,
   sleep: (ms: number) => Promise<void>,
-): Promise<boolean> {
+): Promise<{ readonly row: FutureRow | undefined } | 'deadline'> {
   const schedule = watch === undefined ? SHORT_POLL : FALLBACK_POLL;
   const since = Date.now();
   let delay = schedule.firstMs;
   for (;;) {
     const left = ctx.deadline - Date.now();
-    if (left <= 0) return false;
+    if (left <= 0) return 'deadline';
     const pause = Math.min(delay, left);
     let woken = false;
     if (watch === undefined) await sleep(pause);
     else woken = await watch.wait(pause);
     if (Date.now() - since >= schedule.steadyForMs) delay = Math.min(delay * 2, schedule.capMs);
-    // A woken wait reads strongly: the commit has landed, and an eventually consistent read might
-    // not show it yet. Timed re-reads may be stale: a stale one only delays the answer.
-    const head = await readFutureHead(ctx.clients.doc, ctx.tables.futures, requestId, woken);
-    if (head !== undefined && head.status !== 'pending') return true;
+    if (woken) {
+      // Strong: the commit has landed, and an eventually consistent read might not show it yet.
+      const row = await readFuture(ctx.clients.doc, ctx.tables.futures, requestId, true);
+      if (row !== undefined && row.status !== 'pending') return { row };
+      continue;
+    }
+    // Timed re-reads may be stale: a stale one only delays the answer.
+    const head = await readFutureHead(ctx.clients.doc, ctx.tables.futures, requestId, false);
+    if (head !== undefined && head.status !== 'pending') return { row: undefined };
   }
 }
 
