@@ -51,6 +51,11 @@ export interface LocalRuntimeOptions {
    * (the e2e bench measures either way).
    */
   readonly wakeUps?: boolean;
+  /**
+   * Every stream trigger delivers one batch per shard at a time, whatever its declared
+   * `parallelizationFactor` (the e2e bench's A/B of the side-by-side batches).
+   */
+  readonly serialStreams?: boolean;
   /** Told of every invocation once it settles (the e2e bench's per-hop breakdown); nothing is written. */
   readonly onInvocation?: InvocationObserver;
 }
@@ -136,7 +141,7 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
             pollers.push(
               await startStreamTrigger({
                 functionId,
-                trigger,
+                trigger: options.serialStreams === true ? { ...trigger, parallelizationFactor: 1 } : trigger,
                 streamArn,
                 client: streams,
                 invoker,
