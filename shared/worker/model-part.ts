@@ -48,6 +48,16 @@ export async function runModelPart(model: WorkItemModel, ctx: RunContext): Promi
 
 async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutcome> {
   const { clients, backend } = ctx;
+  // The base state is fetched while the row is read: both are reads, and the state key is immutable
+  // (E3), so the GET needs no answer from the row. Its failure counts only if the row says the part
+  // runs (a stale redelivery's base state may be collected already).
+  const baseBytes =
+    model.base_state_ref === undefined
+      ? undefined
+      : getBytes(clients.s3, ctx.bucket, model.base_state_ref).then(
+          (bytes) => ({ bytes }),
+          (error: unknown) => ({ error }),
+        );
   // A redelivered or re-planned work item stops here, before it runs or writes anything.
   const row = await readModelRow(clients.doc, ctx.tables.models, model.model_id);
   if (row?.inflight !== model.inflight) return { outcome: 'not_inflight' };
@@ -56,11 +66,10 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
   try {
     await ctx.emit({ kind: 'model-started', model_id: model.model_id, inflight: model.inflight });
     stopIfAborted(ctx.signal, lease);
+    const base = await baseBytes;
+    if (base !== undefined && 'error' in base) throw base.error;
     const part: PartState = {
-      state:
-        model.base_state_ref === undefined
-          ? undefined
-          : await backend.deserializeState(await getBytes(clients.s3, ctx.bucket, model.base_state_ref)),
+      state: base === undefined ? undefined : await backend.deserializeState(base.bytes),
       stateChanged: false,
       unloaded: false,
       saved: new Map(),
