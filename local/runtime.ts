@@ -52,10 +52,13 @@ export interface LocalRuntimeOptions {
    */
   readonly wakeUps?: boolean;
   /**
-   * Every stream trigger delivers one batch per shard at a time, whatever its declared
-   * `parallelizationFactor` (the e2e bench's A/B of the side-by-side batches).
+   * Stream triggers deliver a shard's batches side by side as their `parallelizationFactor` declares
+   * (default off: one batch per shard at a time). Here every function shares this process and the
+   * machine's cores, so a side-by-side scheduler invocation, which runs a whole look before it finds
+   * the tick lock held, slows the tick it runs beside; the e2e bench measured it slower (README "The
+   * wake-up path"). On AWS each invocation has its own CPU, and only the look's reads are extra.
    */
-  readonly serialStreams?: boolean;
+  readonly streamLanes?: boolean;
   /** Told of every invocation once it settles (the e2e bench's per-hop breakdown); nothing is written. */
   readonly onInvocation?: InvocationObserver;
 }
@@ -141,7 +144,7 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
             pollers.push(
               await startStreamTrigger({
                 functionId,
-                trigger: options.serialStreams === true ? { ...trigger, parallelizationFactor: 1 } : trigger,
+                trigger: options.streamLanes === true ? trigger : { ...trigger, parallelizationFactor: 1 },
                 streamArn,
                 client: streams,
                 invoker,

@@ -61,6 +61,7 @@ describe('local runtime: stream batches of one shard side by side', () => {
     runtime = await startCloudRuntime(cloud, {
       topology: topologyWith(factor),
       functions: ['scheduler'],
+      streamLanes: true,
       handlers: {
         scheduler: async (event: DynamoDBStreamEvent): Promise<DynamoDBBatchResponse> => {
           const entry = {
