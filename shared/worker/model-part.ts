@@ -62,7 +62,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
   const row = await readModelRow(clients.doc, ctx.tables.models, model.model_id);
   if (row?.inflight !== model.inflight) return { outcome: 'not_inflight' };
 
-  const lease = ctx.leases.hold(model.model_id, model.inflight);
+  const lease = ctx.leases.hold(model.model_id, model.inflight, row.lease_until ?? 0);
   try {
     await ctx.emit({ kind: 'model-started', model_id: model.model_id, inflight: model.inflight });
     stopIfAborted(ctx.signal, lease);
@@ -99,7 +99,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
 
     // Fence: write nothing unless this work item still holds the model (a zombie stops here).
     stopIfAborted(ctx.signal, lease);
-    if (!(await ctx.leases.renewNow(model.inflight))) throw new LeaseLostError(model.inflight);
+    if (!(await ctx.leases.stillHeld(model.inflight))) throw new LeaseLostError(model.inflight);
     const placement = { inlineMaxBytes: ctx.inlineResultMaxBytes, budget: COMMIT_INLINE_BUDGET_BYTES };
     const [stateRef, steps] = await Promise.all([
       storeState(backend, clients.s3, ctx.bucket, model.model_id, model.epoch, part),
