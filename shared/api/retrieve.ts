@@ -3,7 +3,13 @@ import { type CommitSignal, type CommitWatch, commitSignal } from '../commit-sig
 import type { FutureRow } from '../domain/records.js';
 import { NotFoundError } from '../errors.js';
 import { isRequestId } from '../ids.js';
-import { type FutureHead, readFuture, readFutureHead, readFutureResult } from '../repositories/futures.js';
+import {
+  type FutureHead,
+  type FutureOutcome,
+  readFutureHead,
+  readFutureOutcome,
+  readFutureResult,
+} from '../repositories/futures.js';
 import { encodeForwardBackwardOutput, encodeSampleResponse } from '../wire/results.js';
 import { BinaryAnswer, PROTOBUF_CONTENT_TYPE } from './bodies.js';
 import type { OperationContext } from './operations.js';
@@ -97,15 +103,15 @@ function tryAgain(requestId: string): TryAgain {
 }
 
 /**
- * The answer of a terminal row: `row` when the wait already read it whole and strongly, else read
- * once, strongly (terminal rows never change again).
+ * The answer of a terminal row: `known` when the wait already read its outcome, else read once,
+ * strongly (terminal rows never change again).
  */
 async function terminalAnswer(
   ctx: OperationContext & { readonly acceptsProtobuf?: boolean },
   requestId: string,
-  known: FutureRow | undefined,
+  known: FutureOutcome | undefined,
 ): Promise<unknown> {
-  const row = known ?? (await readFuture(ctx.clients.doc, ctx.tables.futures, requestId, true));
+  const row = known ?? (await readFutureOutcome(ctx.clients.doc, ctx.tables.futures, requestId, true));
   if (row === undefined) throw notFound(requestId);
   if (row.status === 'failed') {
     return {
@@ -118,16 +124,16 @@ async function terminalAnswer(
 }
 
 /**
- * Re-reads the row until it is terminal or the deadline passes. A timed re-read reads the head; a
- * read after a wake-up reads the whole row strongly, since the commit has landed and its row is what
- * the answer needs (one read instead of the head and then the row).
+ * Re-reads the row's outcome until it is terminal (answered with it) or the deadline passes. A pending
+ * row's outcome is its head alone, so a re-read costs what a read of the head does, and the read that
+ * finds the row terminal is the answer's (no second read).
  */
 async function waitWhilePending(
   requestId: string,
   ctx: OperationContext & { readonly deadline: number },
   watch: CommitWatch | undefined,
   sleep: (ms: number) => Promise<void>,
-): Promise<{ readonly row: FutureRow | undefined } | 'deadline'> {
+): Promise<{ readonly row: FutureOutcome } | 'deadline'> {
   const schedule = watch === undefined ? SHORT_POLL : FALLBACK_POLL;
   const since = Date.now();
   let delay = schedule.firstMs;
@@ -139,20 +145,15 @@ async function waitWhilePending(
     if (watch === undefined) await sleep(pause);
     else woken = await watch.wait(pause);
     if (Date.now() - since >= schedule.steadyForMs) delay = Math.min(delay * 2, schedule.capMs);
-    if (woken) {
-      // Strong: the commit has landed, and an eventually consistent read might not show it yet.
-      const row = await readFuture(ctx.clients.doc, ctx.tables.futures, requestId, true);
-      if (row !== undefined && row.status !== 'pending') return { row };
-      continue;
-    }
-    // Timed re-reads may be stale: a stale one only delays the answer.
-    const head = await readFutureHead(ctx.clients.doc, ctx.tables.futures, requestId, false);
-    if (head !== undefined && head.status !== 'pending') return { row: undefined };
+    // A woken wait reads strongly: the commit has landed, and an eventually consistent read might
+    // not show it yet. Timed re-reads may be stale: a stale one only delays the answer.
+    const row = await readFutureOutcome(ctx.clients.doc, ctx.tables.futures, requestId, woken);
+    if (row !== undefined && row.status !== 'pending') return { row };
   }
 }
 
 /** The result's protobuf form for the request types the SDK takes as protobuf; undefined for the rest. */
-function asProtobuf(row: FutureRow, result: unknown): BinaryAnswer | undefined {
+function asProtobuf(row: Pick<FutureRow, 'request_type'>, result: unknown): BinaryAnswer | undefined {
   switch (row.request_type) {
     case 'forward':
     case 'forward_backward':
