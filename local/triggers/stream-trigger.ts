@@ -59,7 +59,8 @@ type BatchOutcome =
 
 /**
  * Delivers a table's stream to a function as Lambda's event source mapping does: per shard, in
- * order, filtered by the trigger's patterns, in batches of at most `batchSize`. Resolves once every
+ * order (with a `parallelizationFactor` above 1, per item, in `ShardLanes`), filtered by the trigger's
+ * patterns, in batches of at most `batchSize`. Resolves once every
  * open shard has an iterator, so writes after it are seen.
  *
  * Failures follow the Lambda developer guide (DynamoDB: "Error handling" / services-dynamodb-errors,
