@@ -31,6 +31,8 @@ import { type ClientTiming, HOPS, hopBreakdown, type WorkItemHeader } from './su
  *
  * `E2E_WAKE_UPS=off` runs the stack without its wake-ups (local/runtime.ts `wakeUps`): retrieve_future
  * re-reads on the schedule it uses on AWS and the stream triggers sleep between empty reads.
+ * `E2E_STREAM_LANES=on` delivers a shard's stream batches side by side as the topology's
+ * `parallelizationFactor` declares (local/runtime.ts `streamLanes`; off by default).
  *
  * Baseline (`backend_direct`): the same requests, in the same per-model order, run directly on the
  * reference backend in this one process: no API, storage, streams, scheduler or queue. The ratio is
@@ -106,10 +108,11 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     : { models: 6, rounds: 10, sampleEvery: 2 };
   const repeats = options.quick ? 1 : 3;
   const wakeUps = process.env.E2E_WAKE_UPS !== 'off';
+  const streamLanes = process.env.E2E_STREAM_LANES === 'on';
   const traces: InvocationTrace[] = [];
   const stack = await startLocalStack({
     prefix: `bench-e2e-${Date.now().toString(36)}`,
-    runtime: { wakeUps, onInvocation: (trace) => void traces.push(trace) },
+    runtime: { wakeUps, streamLanes, onInvocation: (trace) => void traces.push(trace) },
   });
   const onSignal = () => void stack.stop().finally(() => process.exit(130));
   process.once('SIGINT', onSignal);
@@ -377,6 +380,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
             measured:
               'ours: the whole local stack as npm start runs it (HTTP API, streams, scheduler, SQS, worker Lambda)',
             wake_ups: wakeUps ? 'on' : 'off',
+            stream_lanes: streamLanes ? 'declared' : 'off',
             compared_with:
               'baseline (backend_direct): the same requests on the reference backend in one process',
           },

@@ -22,7 +22,10 @@ export interface LocalStackOptions {
   /** Keep the cloud's data here across starts (see `startLocalCloud`); default: in memory. */
   readonly dataDir?: string;
   /** Passed to the runtime as is (handler overrides, a subset of functions). */
-  readonly runtime?: Pick<LocalRuntimeOptions, 'handlers' | 'functions' | 'onInvocation' | 'wakeUps'>;
+  readonly runtime?: Pick<
+    LocalRuntimeOptions,
+    'handlers' | 'functions' | 'onInvocation' | 'wakeUps' | 'streamLanes'
+  >;
 }
 
 export interface LocalStack {

@@ -88,6 +88,11 @@ export type Trigger =
       readonly retryAttempts: number;
       /** On a handler error, split the batch and retry the halves, isolating a bad record. */
       readonly bisectBatchOnError: boolean;
+      /**
+       * Batches of one shard delivered concurrently (Lambda's ParallelizationFactor, 1-10; default 1),
+       * records of one key still in order: a record then need not wait behind a running invocation.
+       */
+      readonly parallelizationFactor?: number;
       readonly reportBatchItemFailures: true;
       readonly filters: readonly FilterPattern[];
       /**
@@ -240,6 +245,17 @@ const WORKER_TIMEOUT_SECONDS = 300;
 
 /** The pool this stack's scheduler serves (the `POOL` setting). */
 const POOL = 'default';
+
+/**
+ * Batches per shard the scheduler's futures and models mappings run at once. Safe because dispatch is
+ * already serialised: an invocation that finds a tick running only looks (reads), asks the holder of
+ * the pool's tick lock for one more pass and returns, and overlapping ticks were safe before (E7: the
+ * claim condition, not the lock, keeps them apart). It saves a record that lands while a tick runs
+ * from waiting for that invocation to end, be read and start a tick of its own. Two per mapping: the
+ * futures and models mappings of a one-shard table then run at most four invocations together, the
+ * scheduler's reserved concurrency (beyond it Lambda throttles them, and the mapping retries).
+ */
+const STEP_PATH_STREAM_PARALLELIZATION = 2;
 
 /**
  * The registry a tick touches, the scheduler's and the sweeper's safety tick alike: the tick lock
@@ -458,6 +474,7 @@ export const topology: Topology = {
           startingPosition: 'LATEST',
           retryAttempts: 10,
           bisectBatchOnError: true,
+          parallelizationFactor: STEP_PATH_STREAM_PARALLELIZATION,
           reportBatchItemFailures: true,
           onFailure: 'streamDlq',
           filters: [{ dynamodb: { NewImage: { live: { S: [{ exists: true }] } } } }],
@@ -471,6 +488,7 @@ export const topology: Topology = {
           startingPosition: 'LATEST',
           retryAttempts: 10,
           bisectBatchOnError: true,
+          parallelizationFactor: STEP_PATH_STREAM_PARALLELIZATION,
           reportBatchItemFailures: true,
           onFailure: 'streamDlq',
           filters: [

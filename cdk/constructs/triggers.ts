@@ -45,6 +45,7 @@ export function addStreamTrigger(
       maxBatchingWindow: Duration.seconds(trigger.maxBatchingWindowSeconds),
       retryAttempts: trigger.retryAttempts,
       bisectBatchOnError: trigger.bisectBatchOnError,
+      parallelizationFactor: trigger.parallelizationFactor ?? 1,
       reportBatchItemFailures: trigger.reportBatchItemFailures,
       // Grants the function's role SendMessage (and GetQueueAttributes, GetQueueUrl) on this queue only.
       onFailure: new SqsDlq(onFailure),

@@ -59,7 +59,8 @@ type BatchOutcome =
 
 /**
  * Delivers a table's stream to a function as Lambda's event source mapping does: per shard, in
- * order, filtered by the trigger's patterns, in batches of at most `batchSize`. Resolves once every
+ * order (with a `parallelizationFactor` above 1, per item, in `ShardLanes`), filtered by the trigger's
+ * patterns, in batches of at most `batchSize`. Resolves once every
  * open shard has an iterator, so writes after it are seen.
  *
  * Failures follow the Lambda developer guide (DynamoDB: "Error handling" / services-dynamodb-errors,
@@ -78,6 +79,7 @@ type BatchOutcome =
 export async function startStreamTrigger(options: StreamTriggerOptions): Promise<RunningTrigger> {
   const { client, streamArn, trigger } = options;
   const pollIntervalMs = options.pollIntervalMs ?? 250;
+  const parallelization = Math.max(1, Math.floor(trigger.parallelizationFactor ?? 1));
   const discoveryIntervalMs = options.discoveryIntervalMs ?? 2_000;
   const controller = new AbortController();
   const { signal } = controller;
@@ -113,6 +115,28 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
   }
 
   async function pollShard(shardId: string, firstIterator: string): Promise<void> {
+    const lanes =
+      parallelization > 1
+        ? new ShardLanes(
+            parallelization,
+            trigger.batchSize,
+            (batch) => deliverBatch(shardId, batch, 0),
+            signal,
+          )
+        : undefined;
+    try {
+      await readShard(shardId, firstIterator, lanes);
+    } finally {
+      // A child shard starts only once its parent is done: everything read from this one is delivered.
+      await lanes?.drained();
+    }
+  }
+
+  /**
+   * Reads a shard until it ends. With one batch at a time the read waits for each delivery, as Lambda
+   * does; with `lanes` the reader hands records over and reads on while batches are delivered.
+   */
+  async function readShard(shardId: string, firstIterator: string, lanes: ShardLanes | undefined) {
     let iterator: string | undefined = firstIterator;
     let lastSequence: string | undefined;
     let errors = 0;
@@ -130,10 +154,9 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
         const records = page.Records ?? [];
         if (records.length > 0) {
           lastSequence = records.at(-1)?.dynamodb?.SequenceNumber ?? lastSequence;
-          await deliver(
-            shardId,
-            records.map((record) => toLambdaStreamRecord(record, streamArn, options.region)),
-          );
+          const converted = records.map((record) => toLambdaStreamRecord(record, streamArn, options.region));
+          if (lanes === undefined) await deliver(shardId, converted);
+          else await lanes.add(converted.filter((record) => matchesAnyPattern(record, trigger.filters)));
         }
         iterator = page.NextShardIterator;
         if (records.length === 0 && wakes.count === writesBefore) await wakes.sleep(pollIntervalMs, signal);
@@ -330,4 +353,96 @@ class Wakes {
       signal.removeEventListener('abort', stop);
     }
   }
+}
+
+/**
+ * A shard's records delivered `factor` batches at a time, as Lambda's ParallelizationFactor does:
+ * each record goes to the lane its item's keys hash to, and each lane delivers its records in order,
+ * one batch at a time, so two records of one item never overtake each other (every table here is
+ * keyed by its partition key alone, so per item is per partition key) while records of other items
+ * need not wait. A lane that retries a failing batch holds up only its own records. The reader is
+ * held back once `factor` full batches are queued.
+ */
+class ShardLanes {
+  readonly #queues: DynamoDBRecord[][];
+  readonly #running: (Promise<void> | undefined)[];
+  readonly #roomWaiters: (() => void)[] = [];
+  #queued = 0;
+
+  constructor(
+    private readonly factor: number,
+    private readonly batchSize: number,
+    private readonly deliver: (batch: readonly DynamoDBRecord[]) => Promise<void>,
+    private readonly signal: AbortSignal,
+  ) {
+    this.#queues = Array.from({ length: factor }, () => []);
+    this.#running = Array.from({ length: factor }, () => undefined);
+    // A stopped trigger's reader must not stay parked behind a batch that will never be taken.
+    signal.addEventListener('abort', () => this.#wakeReader(), { once: true });
+  }
+
+  #wakeReader(): void {
+    for (const wake of this.#roomWaiters.splice(0)) wake();
+  }
+
+  /** Queues records (in stream order); resolves once the reader may read on. */
+  async add(records: readonly DynamoDBRecord[]): Promise<void> {
+    for (const record of records) {
+      const lane = laneOf(record, this.factor);
+      this.#queues[lane]?.push(record);
+      this.#queued += 1;
+      this.#start(lane);
+    }
+    while (this.#queued >= this.factor * this.batchSize && !this.signal.aborted) {
+      await new Promise<void>((resolve) => this.#roomWaiters.push(resolve));
+    }
+  }
+
+  /** Resolves once every queued record has been delivered (or given up on, or the trigger stopped). */
+  async drained(): Promise<void> {
+    for (;;) {
+      const running = this.#running.filter((lane) => lane !== undefined);
+      if (running.length === 0) return;
+      await Promise.allSettled(running);
+    }
+  }
+
+  #start(lane: number): void {
+    if (this.#running[lane] !== undefined) return;
+    const run = this.#drain(lane)
+      .catch((error: unknown) => {
+        if (!this.signal.aborted) logger.warn('stream lane stopped', { lane, error: error as Error });
+      })
+      .finally(() => {
+        this.#running[lane] = undefined;
+        // Records queued after the lane's last batch was taken and before it ended.
+        if ((this.#queues[lane]?.length ?? 0) > 0 && !this.signal.aborted) this.#start(lane);
+      });
+    this.#running[lane] = run;
+  }
+
+  async #drain(lane: number): Promise<void> {
+    const queue = this.#queues[lane] ?? [];
+    while (queue.length > 0 && !this.signal.aborted) {
+      const batch = queue.splice(0, this.batchSize);
+      try {
+        await this.deliver(batch);
+      } finally {
+        this.#queued -= batch.length;
+        this.#wakeReader();
+      }
+    }
+  }
+}
+
+/** The lane of a record's item: a stable hash (FNV-1a) of its keys. */
+export function laneOf(record: Pick<DynamoDBRecord, 'dynamodb'>, factor: number): number {
+  if (factor <= 1) return 0;
+  const keys = JSON.stringify(record.dynamodb?.Keys ?? {});
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < keys.length; i++) {
+    hash ^= keys.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193);
+  }
+  return (hash >>> 0) % factor;
 }

@@ -83,10 +83,13 @@ export function checkOperatorReadQuota(
 
 /**
  * Runs a long poll that ends by `deadline` in one of the tenant's LONG_POLLS_PER_TENANT slots, or
- * refuses it with 429. The slot is given back when `poll` settles; one that a crash never gives
- * back expires `POLL_LEASE_MARGIN_MS` after the deadline.
+ * refuses it with 429, then `answer`s from what the poll found. The slot is given back once `poll`
+ * settles, while `answer` runs (its reads of the result need no slot), so the release's write is off
+ * the answer's critical path; both are awaited before this settles, on every path, so a Lambda never
+ * freezes with a release in flight. A slot that a crash never gives back expires
+ * `POLL_LEASE_MARGIN_MS` after the deadline.
  */
-export async function inPollSlot<T>(
+export async function inPollSlot<T, R>(
   doc: DynamoDBDocumentClient,
   table: string,
   input: {
@@ -95,7 +98,8 @@ export async function inPollSlot<T>(
     readonly deadline: number;
   },
   poll: () => Promise<T>,
-): Promise<T> {
+  answer: (polled: T) => Promise<R>,
+): Promise<R> {
   const limit = input.tunables.longPollsPerTenant;
   const lease = await acquirePollLease(doc, table, {
     tenant: input.tenant,
@@ -112,16 +116,24 @@ export async function inPollSlot<T>(
       input.tenant,
     );
   }
+  // Never rejects: a failed release leaves the lease to expire on its own, and the answer stands.
+  const release = (): Promise<void> =>
+    releasePollLease(doc, table, { tenant: input.tenant, token: lease.token }).catch((error: unknown) => {
+      logger.warn('poll lease release failed', {
+        error: error instanceof Error ? error.name : typeof error,
+      });
+    });
+  let polled: T;
   try {
-    return await poll();
+    polled = await poll();
+  } catch (error) {
+    await release();
+    throw error;
+  }
+  const released = release();
+  try {
+    return await answer(polled);
   } finally {
-    await releasePollLease(doc, table, { tenant: input.tenant, token: lease.token }).catch(
-      (error: unknown) => {
-        // The lease then expires on its own; the poll's answer stands.
-        logger.warn('poll lease release failed', {
-          error: error instanceof Error ? error.name : typeof error,
-        });
-      },
-    );
+    await released;
   }
 }

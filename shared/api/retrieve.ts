@@ -3,7 +3,13 @@ import { type CommitSignal, type CommitWatch, commitSignal } from '../commit-sig
 import type { FutureRow } from '../domain/records.js';
 import { NotFoundError } from '../errors.js';
 import { isRequestId } from '../ids.js';
-import { type FutureHead, readFuture, readFutureHead, readFutureResult } from '../repositories/futures.js';
+import {
+  type FutureHead,
+  type FutureOutcome,
+  readFutureHead,
+  readFutureOutcome,
+  readFutureResult,
+} from '../repositories/futures.js';
 import { encodeForwardBackwardOutput, encodeSampleResponse } from '../wire/results.js';
 import { BinaryAnswer, PROTOBUF_CONTENT_TYPE } from './bodies.js';
 import type { OperationContext } from './operations.js';
@@ -75,24 +81,37 @@ export async function retrieveFuture(
       true,
     );
     if (head === undefined || head.tenant !== ctx.tenant) throw notFound(requestId);
-    if (head.status === 'pending' && ctx.deadline > Date.now()) {
-      // Only a poll that waits holds an invocation: it takes one of the tenant's slots (quotas.ts).
-      const ended = await inPollSlot(
-        ctx.clients.doc,
-        ctx.tables.registry,
-        { tenant: ctx.tenant, tunables: ctx.tunables, deadline: ctx.deadline },
-        () => waitWhilePending(requestId, ctx, watch, waits.sleep ?? realSleep),
-      );
-      if (!ended)
-        return { type: 'try_again', request_id: requestId, queue_state: 'active' } satisfies TryAgain;
-    } else if (head.status === 'pending') {
-      return { type: 'try_again', request_id: requestId, queue_state: 'active' } satisfies TryAgain;
-    }
+    if (head.status !== 'pending') return await terminalAnswer(ctx, requestId, undefined);
+    if (ctx.deadline <= Date.now()) return tryAgain(requestId);
+    // Only a poll that waits holds an invocation: it takes one of the tenant's slots (quotas.ts),
+    // given back while the answer is read.
+    return await inPollSlot(
+      ctx.clients.doc,
+      ctx.tables.registry,
+      { tenant: ctx.tenant, tunables: ctx.tunables, deadline: ctx.deadline },
+      () => waitWhilePending(requestId, ctx, watch, waits.sleep ?? realSleep),
+      async (ended) =>
+        ended === 'deadline' ? tryAgain(requestId) : terminalAnswer(ctx, requestId, ended.row),
+    );
   } finally {
     watch?.close();
   }
-  // Terminal rows never change again, so the whole row is read once, strongly, for its outcome.
-  const row: FutureRow | undefined = await readFuture(ctx.clients.doc, ctx.tables.futures, requestId, true);
+}
+
+function tryAgain(requestId: string): TryAgain {
+  return { type: 'try_again', request_id: requestId, queue_state: 'active' };
+}
+
+/**
+ * The answer of a terminal row: `known` when the wait already read its outcome, else read once,
+ * strongly (terminal rows never change again).
+ */
+async function terminalAnswer(
+  ctx: OperationContext & { readonly acceptsProtobuf?: boolean },
+  requestId: string,
+  known: FutureOutcome | undefined,
+): Promise<unknown> {
+  const row = known ?? (await readFutureOutcome(ctx.clients.doc, ctx.tables.futures, requestId, true));
   if (row === undefined) throw notFound(requestId);
   if (row.status === 'failed') {
     return {
@@ -104,19 +123,23 @@ export async function retrieveFuture(
   return ctx.acceptsProtobuf === true ? (asProtobuf(row, result) ?? result) : result;
 }
 
-/** Re-reads the row's head until it is terminal (true) or the deadline passes (false). */
+/**
+ * Re-reads the row's outcome until it is terminal (answered with it) or the deadline passes. A pending
+ * row's outcome is its head alone, so a re-read costs what a read of the head does, and the read that
+ * finds the row terminal is the answer's (no second read).
+ */
 async function waitWhilePending(
   requestId: string,
   ctx: OperationContext & { readonly deadline: number },
   watch: CommitWatch | undefined,
   sleep: (ms: number) => Promise<void>,
-): Promise<boolean> {
+): Promise<{ readonly row: FutureOutcome } | 'deadline'> {
   const schedule = watch === undefined ? SHORT_POLL : FALLBACK_POLL;
   const since = Date.now();
   let delay = schedule.firstMs;
   for (;;) {
     const left = ctx.deadline - Date.now();
-    if (left <= 0) return false;
+    if (left <= 0) return 'deadline';
     const pause = Math.min(delay, left);
     let woken = false;
     if (watch === undefined) await sleep(pause);
@@ -124,13 +147,13 @@ async function waitWhilePending(
     if (Date.now() - since >= schedule.steadyForMs) delay = Math.min(delay * 2, schedule.capMs);
     // A woken wait reads strongly: the commit has landed, and an eventually consistent read might
     // not show it yet. Timed re-reads may be stale: a stale one only delays the answer.
-    const head = await readFutureHead(ctx.clients.doc, ctx.tables.futures, requestId, woken);
-    if (head !== undefined && head.status !== 'pending') return true;
+    const row = await readFutureOutcome(ctx.clients.doc, ctx.tables.futures, requestId, woken);
+    if (row !== undefined && row.status !== 'pending') return { row };
   }
 }
 
 /** The result's protobuf form for the request types the SDK takes as protobuf; undefined for the rest. */
-function asProtobuf(row: FutureRow, result: unknown): BinaryAnswer | undefined {
+function asProtobuf(row: Pick<FutureRow, 'request_type'>, result: unknown): BinaryAnswer | undefined {
   switch (row.request_type) {
     case 'forward':
     case 'forward_backward':

@@ -85,6 +85,11 @@ interface Route {
   readonly protobuf?: boolean;
   /** Stores something: counts against the tenant's SUBMITS_PER_SECOND (shared/api/quotas.ts). */
   readonly submit?: boolean;
+  /**
+   * Every write the route makes goes through `runIntake` (repositories/intake.ts), which waits for
+   * the submit quota before writing: the quota's write then runs beside the route's parsing and reads.
+   */
+  readonly intake?: boolean;
 }
 
 const POST = ['POST'] as const;
@@ -97,16 +102,16 @@ const ROUTES: Readonly<Record<string, Route>> = {
   create_session: { methods: POST, run: ops.createSession, submit: true },
   session_heartbeat: { methods: POST, run: ops.sessionHeartbeat },
   telemetry: { methods: POST, run: (_ctx, body) => ops.telemetry(body) },
-  create_model: { methods: POST, run: ops.createModel, submit: true },
-  forward_backward: { methods: POST, run: ops.forwardBackward, protobuf: true, submit: true },
-  forward: { methods: POST, run: ops.forward, submit: true },
-  optim_step: { methods: POST, run: ops.optimStep, submit: true },
-  save_weights: { methods: POST, run: ops.saveWeights, submit: true },
-  save_weights_for_sampler: { methods: POST, run: ops.saveWeightsForSampler, submit: true },
-  load_weights: { methods: POST, run: ops.loadWeights, submit: true },
-  create_sampling_session: { methods: POST, run: ops.createSamplingSession, submit: true },
-  asample: { methods: POST, run: ops.asample, submit: true },
-  unload_model: { methods: POST, run: ops.unloadModel, submit: true },
+  create_model: { methods: POST, run: ops.createModel, submit: true, intake: true },
+  forward_backward: { methods: POST, run: ops.forwardBackward, protobuf: true, submit: true, intake: true },
+  forward: { methods: POST, run: ops.forward, submit: true, intake: true },
+  optim_step: { methods: POST, run: ops.optimStep, submit: true, intake: true },
+  save_weights: { methods: POST, run: ops.saveWeights, submit: true, intake: true },
+  save_weights_for_sampler: { methods: POST, run: ops.saveWeightsForSampler, submit: true, intake: true },
+  load_weights: { methods: POST, run: ops.loadWeights, submit: true, intake: true },
+  create_sampling_session: { methods: POST, run: ops.createSamplingSession, submit: true, intake: true },
+  asample: { methods: POST, run: ops.asample, submit: true, intake: true },
+  unload_model: { methods: POST, run: ops.unloadModel, submit: true, intake: true },
   retrieve_future: { methods: POST, run: (ctx, body) => retrieveFuture(ctx, body) },
   get_info: { methods: POST, run: ops.getInfo },
   weights_info: { methods: POST, run: ops.weightsInfo },
@@ -290,28 +295,44 @@ export async function handleApiRequest(
     const tenant = await tenantForApiKey(doc, api.tables.registry, apiKey);
     if (tenant === undefined) return await refuseTenantRoute(apiKey, api);
     const now = deps.now?.() ?? Date.now();
-    // Before the body is read: a refused submit costs one write and stores nothing.
-    if (route.submit === true) await checkSubmitQuota(doc, api.tables.registry, tenant, tunables, now);
-    const body = readBody(request, route, tunables);
-    const query = parseQuery(request.query);
-    const pollMs = Math.min(
-      tunables.longPollSeconds * 1000,
-      request.remainingMs === undefined ? Number.POSITIVE_INFINITY : request.remainingMs - DEADLINE_MARGIN_MS,
-    );
-    const result = await route.run(
-      {
-        ...api,
-        tenant,
-        method,
-        now,
-        tunables,
-        deadline: now + Math.max(0, pollMs),
-        acceptsProtobuf: acceptsProtobuf(header(request, 'accept')),
-        query,
-      },
-      body,
-      params,
-    );
+    // A refused submit costs one write and stores nothing. An intake route parses and reads while the
+    // quota is counted and waits for it before writing; any other submit waits for it first. Its
+    // refusal is the answer whatever else the request would have met, as when it was checked first.
+    const admission =
+      route.submit === true ? checkSubmitQuota(doc, api.tables.registry, tenant, tunables, now) : undefined;
+    // Awaited on every path below; this only keeps an early throw from leaving it unobserved.
+    admission?.catch(() => undefined);
+    let result: unknown;
+    try {
+      if (route.intake !== true) await admission;
+      const body = readBody(request, route, tunables);
+      const query = parseQuery(request.query);
+      const pollMs = Math.min(
+        tunables.longPollSeconds * 1000,
+        request.remainingMs === undefined
+          ? Number.POSITIVE_INFINITY
+          : request.remainingMs - DEADLINE_MARGIN_MS,
+      );
+      result = await route.run(
+        {
+          ...api,
+          tenant,
+          method,
+          now,
+          tunables,
+          deadline: now + Math.max(0, pollMs),
+          acceptsProtobuf: acceptsProtobuf(header(request, 'accept')),
+          query,
+          ...(admission === undefined ? {} : { admission }),
+        },
+        body,
+        params,
+      );
+    } catch (error) {
+      await admission;
+      throw error;
+    }
+    await admission;
     if (result instanceof HttpAnswer)
       return { status: result.status, body: result.body, headers: result.headers };
     if (result instanceof BinaryAnswer) {

@@ -72,6 +72,31 @@ export async function readFutureHead(
   ]);
 }
 
+/** The members a terminal row's answer needs: its head, and its result (inline or its key) or error. */
+export type FutureOutcome = FutureHead & Pick<FutureRow, 'result' | 'result_key' | 'error'>;
+
+/**
+ * A row's head and outcome. While the row is pending it holds neither result nor error, so this costs
+ * what the head costs; once terminal it is the whole answer (terminal rows never change again, so an
+ * eventually consistent read that shows one shows its final form).
+ */
+export async function readFutureOutcome(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  requestId: string,
+  consistent = false,
+): Promise<FutureOutcome | undefined> {
+  return getItem<FutureOutcome>(doc, table, { request_id: requestId }, consistent, [
+    'request_id',
+    'tenant',
+    'status',
+    'request_type',
+    'result',
+    'result_key',
+    'error',
+  ]);
+}
+
 export async function readFuture(
   doc: DynamoDBDocumentClient,
   table: string,
@@ -85,7 +110,11 @@ export async function readFuture(
  * The result of a completed row: inline (the JSON text; rows written before results were stored as
  * text hold a map), or the S3 object `result_key` names.
  */
-export async function readFutureResult(s3: S3Client, bucket: string, row: FutureRow): Promise<unknown> {
+export async function readFutureResult(
+  s3: S3Client,
+  bucket: string,
+  row: Pick<FutureRow, 'request_id' | 'result' | 'result_key'>,
+): Promise<unknown> {
   if (row.result_key === undefined) {
     return typeof row.result === 'string' ? (JSON.parse(row.result) as unknown) : row.result;
   }

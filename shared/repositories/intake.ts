@@ -19,6 +19,11 @@ export interface IntakeStore {
   readonly clients: Pick<AwsClients, 'doc' | 's3'>;
   readonly tables: Tables<'futures' | 'models' | 'registry'>;
   readonly bucket: string;
+  /**
+   * The submit quota's verdict, checked while the intake reads (api/router.ts): an intake awaits it
+   * before its first write, so a refused submit still stores nothing.
+   */
+  readonly admission?: Promise<void>;
 }
 
 /**
@@ -56,6 +61,7 @@ export async function runIntake<T>(
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
       const plan = await options.plan(contended);
       if (!('items' in plan)) return plan.answer;
+      await store.admission;
       if (options.payload !== undefined && payloadKey === undefined) {
         payloadKey = await putPayload(clients.s3, bucket, options.requestId, options.payload);
       }

@@ -37,6 +37,8 @@ interface Held {
   readonly controller: AbortController;
   /** What a lost lease aborts with. */
   readonly lost: () => Error;
+  /** The lease's end as last read or written by this holder (0: unknown). */
+  confirmedUntil: number;
 }
 
 /**
@@ -59,13 +61,17 @@ export class LeaseKeeper {
     this.#timer.unref();
   }
 
-  /** Starts renewing; the returned signal aborts with a `LeaseLostError` if the lease is taken over. */
-  hold(modelId: string, inflight: string): AbortSignal {
+  /**
+   * Starts renewing; the returned signal aborts with a `LeaseLostError` if the lease is taken over.
+   * `leaseUntil`: the lease's end on the row the holder just read strongly (with its `inflight`).
+   */
+  hold(modelId: string, inflight: string, leaseUntil = 0): AbortSignal {
     return this.#hold({
       key: inflight,
       subject: { model_id: modelId, inflight },
       renew: (until) => renewModelLease(this.doc, this.tables.models, modelId, inflight, until),
       lost: () => new LeaseLostError(inflight),
+      confirmedUntil: leaseUntil,
     });
   }
 
@@ -76,6 +82,7 @@ export class LeaseKeeper {
       subject: { request_id: requestId, claim_token: claimToken },
       renew: (until) => renewSampleClaim(this.doc, this.tables.registry, requestId, claimToken, until),
       lost: () => new SampleClaimLostError(requestId),
+      confirmedUntil: 0,
     });
   }
 
@@ -87,10 +94,18 @@ export class LeaseKeeper {
     this.#held.delete(sampleClaimKey(requestId, claimToken));
   }
 
-  /** Renews one model lease now; false (and the model's signal aborted) if it is lost. */
-  async renewNow(inflight: string): Promise<boolean> {
+  /**
+   * Whether the model is still this holder's before it writes its blobs: without a call while more
+   * than half of the lease this holder last confirmed is left (no re-plan can take a model whose
+   * lease is live, E2: the sweeper's re-plan is conditioned on its expiry, and the scheduler claims
+   * only a model with nothing in flight), otherwise by renewing it now (false, and the part's signal
+   * aborted, if it is lost). Safety never rests on it
+   * (E4's condition does); it keeps a stalled worker from writing blobs nothing will name.
+   */
+  async stillHeld(inflight: string): Promise<boolean> {
     const held = this.#held.get(inflight);
     if (held === undefined) return false;
+    if (held.confirmedUntil - this.now() > this.leaseMs / 2) return true;
     return this.#renew(held);
   }
 
@@ -106,7 +121,9 @@ export class LeaseKeeper {
   }
 
   async #renew(held: Held): Promise<boolean> {
-    const kept = await held.renew(this.now() + this.leaseMs);
+    const until = this.now() + this.leaseMs;
+    const kept = await held.renew(until);
+    if (kept) held.confirmedUntil = Math.max(held.confirmedUntil, until);
     // Released meanwhile (its commit removed the lease): nothing is lost.
     if (!kept && this.#held.get(held.key) === held) this.#lose(held);
     return kept;

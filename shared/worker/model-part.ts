@@ -48,19 +48,28 @@ export async function runModelPart(model: WorkItemModel, ctx: RunContext): Promi
 
 async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutcome> {
   const { clients, backend } = ctx;
+  // The base state is fetched while the row is read: both are reads, and the state key is immutable
+  // (E3), so the GET needs no answer from the row. Its failure counts only if the row says the part
+  // runs (a stale redelivery's base state may be collected already).
+  const baseBytes =
+    model.base_state_ref === undefined
+      ? undefined
+      : getBytes(clients.s3, ctx.bucket, model.base_state_ref).then(
+          (bytes) => ({ bytes }),
+          (error: unknown) => ({ error }),
+        );
   // A redelivered or re-planned work item stops here, before it runs or writes anything.
   const row = await readModelRow(clients.doc, ctx.tables.models, model.model_id);
   if (row?.inflight !== model.inflight) return { outcome: 'not_inflight' };
 
-  const lease = ctx.leases.hold(model.model_id, model.inflight);
+  const lease = ctx.leases.hold(model.model_id, model.inflight, row.lease_until ?? 0);
   try {
     await ctx.emit({ kind: 'model-started', model_id: model.model_id, inflight: model.inflight });
     stopIfAborted(ctx.signal, lease);
+    const base = await baseBytes;
+    if (base !== undefined && 'error' in base) throw base.error;
     const part: PartState = {
-      state:
-        model.base_state_ref === undefined
-          ? undefined
-          : await backend.deserializeState(await getBytes(clients.s3, ctx.bucket, model.base_state_ref)),
+      state: base === undefined ? undefined : await backend.deserializeState(base.bytes),
       stateChanged: false,
       unloaded: false,
       saved: new Map(),
@@ -90,7 +99,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
 
     // Fence: write nothing unless this work item still holds the model (a zombie stops here).
     stopIfAborted(ctx.signal, lease);
-    if (!(await ctx.leases.renewNow(model.inflight))) throw new LeaseLostError(model.inflight);
+    if (!(await ctx.leases.stillHeld(model.inflight))) throw new LeaseLostError(model.inflight);
     const placement = { inlineMaxBytes: ctx.inlineResultMaxBytes, budget: COMMIT_INLINE_BUDGET_BYTES };
     const [stateRef, steps] = await Promise.all([
       storeState(backend, clients.s3, ctx.bucket, model.model_id, model.epoch, part),

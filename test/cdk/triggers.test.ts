@@ -44,6 +44,7 @@ describe('triggers', () => {
         StartingPosition: trigger.startingPosition,
         MaximumRetryAttempts: trigger.retryAttempts,
         BisectBatchOnFunctionError: trigger.bisectBatchOnError,
+        ParallelizationFactor: trigger.parallelizationFactor ?? 1,
         FunctionResponseTypes: ['ReportBatchItemFailures'],
         DestinationConfig: {
           OnFailure: { Destination: { 'Fn::GetAtt': [queueLogicalId(trigger.onFailure), 'Arn'] } },

@@ -1,3 +1,4 @@
+import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { GetCommand, ScanCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type ApiResponse, handleApiRequest } from '../../shared/api/router.js';
@@ -107,7 +108,7 @@ describe('submits per tenant', () => {
       expect((await createModel(1)).status).toBe(200);
       const before = await storedCounts();
 
-      // The fourth submit in the window: refused before its body is read or anything is written.
+      // The fourth submit in the window: refused before anything is written.
       const refused = await createModel(2);
       expect(refused.status).toBe(429);
       expect(refused.headers).toEqual({ 'retry-after': '1', 'retry-after-ms': '900' });
@@ -131,6 +132,78 @@ describe('submits per tenant', () => {
     const throttled = metricLines.filter((line) => line.includes('"ThrottledSubmits":1'));
     expect(throttled).toHaveLength(2);
     expect(JSON.parse(throttled[0]!)).toMatchObject({ Pool: 'default', ThrottledSubmits: 1 });
+  });
+
+  it('an intake reads beside the quota write, writes nothing when refused, and the refusal is its answer', async () => {
+    nextWindow();
+    const payloads = async () =>
+      (
+        await cloud.clients.s3.send(
+          new ListObjectsV2Command({ Bucket: cloud.names.bucket, Prefix: 'payloads/' }),
+        )
+      ).KeyCount ?? 0;
+    // What the client sent and saw, in order: the seq counter's read and the quota's answer.
+    const events: string[] = [];
+    const name = 'quotaBesideReads';
+    cloud.clients.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as { Key?: { pk?: unknown } };
+        const pk = typeof input.Key?.pk === 'string' ? input.Key.pk : '';
+        if (context.commandName === 'GetItemCommand' && pk.startsWith('seq#'))
+          events.push('counter read sent');
+        try {
+          return await next(args);
+        } finally {
+          if (context.commandName === 'UpdateItemCommand' && pk.startsWith('rate#'))
+            events.push('quota answered');
+        }
+      },
+      { step: 'initialize', name, override: true },
+    );
+    try {
+      const session = await call('/api/v1/create_session', acme, {});
+      const model = await call('/api/v1/create_model', acme, {
+        session_id: (session.body as { session_id: string }).session_id,
+        model_seq_id: 0,
+        base_model: 'reference/byte-lm',
+        lora_config: { rank: 4 },
+      });
+      const modelId = (model.body as { model_id: string }).model_id;
+      const pass = (seqId: number, id = modelId) =>
+        call('/api/v1/forward_backward', acme, {
+          model_id: id,
+          seq_id: seqId,
+          forward_backward_input: {
+            data: [
+              {
+                model_input: { chunks: [{ type: 'encoded_text', tokens: [1, 2, 3] }] },
+                loss_fn_inputs: {
+                  target_tokens: { data: [2, 3, 4], dtype: 'int64', shape: [3] },
+                  weights: { data: [1, 1, 1], dtype: 'float32', shape: [3] },
+                },
+              },
+            ],
+            loss_fn: 'cross_entropy',
+          },
+        });
+      events.length = 0;
+      const accepted = await pass(1);
+      expect(accepted.status).toBe(200);
+      // The third submit of the window: its counter read went out before the quota had answered.
+      expect(events.indexOf('counter read sent')).toBeGreaterThanOrEqual(0);
+      expect(events.indexOf('counter read sent')).toBeLessThan(events.indexOf('quota answered'));
+
+      const before = { ...(await storedCounts()), payloads: await payloads() };
+      const refused = await pass(2);
+      expect(refused.status).toBe(429);
+      expect({ ...(await storedCounts()), payloads: await payloads() }).toEqual(before);
+      // Whatever else the request meets, the refusal answers: an unknown model, a malformed body.
+      expect((await pass(3, 'model-unknown')).status).toBe(429);
+      expect((await call('/api/v1/optim_step', acme, { model_id: modelId })).status).toBe(429);
+      expect({ ...(await storedCounts()), payloads: await payloads() }).toEqual(before);
+    } finally {
+      cloud.clients.doc.middlewareStack.remove(name);
+    }
   });
 
   it('bad or missing keys never count against a tenant', async () => {

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { retrieveFuture } from '../../shared/api/retrieve.js';
 import { type CommitSignal, InProcessCommitSignal, NO_COMMIT_SIGNAL } from '../../shared/commit-signal.js';
+import { config } from '../../shared/config.js';
 import { runWorkItem } from '../../shared/worker/index.js';
 import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
 
@@ -94,5 +95,55 @@ describe('commits wake waiting retrieve_future polls (shared/commit-signal.ts)',
     // Pauses near the deadline are cut short by it; none is ever longer than 100 ms within 5 s.
     expect(pauses.slice(0, 10)).toEqual(Array.from({ length: 10 }, () => 100));
     expect(Math.max(...pauses)).toBe(100);
+  });
+
+  it('with no signal (AWS) the re-read that finds the row terminal is the answer: no second, strong read', async () => {
+    const delta = h.tenant('delta');
+    const created = await delta.createModel(2, 4);
+    const pass = await delta.pass('forward_backward', created.model_id, crossEntropy(textDatum('one read')));
+    // The futures reads the poll sends (not the dispatch's or the worker's, which share the clients), strong or not.
+    const reads: boolean[] = [];
+    let working = false;
+    const name = 'retrieveReads';
+    h.cloud.clients.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as { TableName?: unknown; ConsistentRead?: unknown };
+        if (
+          !working &&
+          context.commandName === 'GetItemCommand' &&
+          input.TableName === config().table('futures')
+        )
+          reads.push(input.ConsistentRead === true);
+        return next(args);
+      },
+      { step: 'initialize', name, override: true },
+    );
+    let run: Promise<unknown> | undefined;
+    try {
+      const answer = await retrieveFuture(
+        { ...delta.ctx(), deadline: Date.now() + 30_000 },
+        { request_id: pass },
+        {
+          commits: NO_COMMIT_SIGNAL,
+          sleep: async () => {
+            // The first pause runs the work item to its commit; later ones are short.
+            if (run === undefined) {
+              working = true;
+              const dispatched = await h.dispatch({ only: (row) => row.model_id === created.model_id });
+              run = runWorkItem(dispatched!.manifest, { backend: h.backend, commits: NO_COMMIT_SIGNAL });
+              await run.finally(() => (working = false));
+            }
+            await new Promise((resolve) => setTimeout(resolve, 5));
+          },
+        },
+      );
+      expect(answer).toMatchObject({ metrics: expect.any(Object) });
+    } finally {
+      h.cloud.clients.doc.middlewareStack.remove(name);
+    }
+    // The first read (the head, strong), then eventually consistent re-reads, the last of which answered.
+    expect(reads[0]).toBe(true);
+    expect(reads.length).toBeGreaterThanOrEqual(2);
+    expect(reads.slice(1)).toEqual(reads.slice(1).map(() => false));
   });
 });

@@ -84,24 +84,34 @@ describe('retrieve_future before the tenant check (hardening finding 6)', () => 
       crossEntropy(textDatum('x'.repeat(2000))),
     );
     await drain();
-    const reads: { projection?: string }[] = [];
+    // The attributes each read asks for (undefined: the whole row).
+    const reads: (string[] | undefined)[] = [];
     const doc = h.cloud.clients.doc;
     doc.middlewareStack.add(
       (next, context) => async (args) => {
         if (context.commandName === 'GetCommand' || context.commandName === 'GetItemCommand') {
-          reads.push({ projection: (args.input as { ProjectionExpression?: string }).ProjectionExpression });
+          const input = args.input as {
+            ProjectionExpression?: string;
+            ExpressionAttributeNames?: Record<string, string>;
+          };
+          reads.push(
+            input.ProjectionExpression === undefined
+              ? undefined
+              : Object.values(input.ExpressionAttributeNames ?? {}).sort(),
+          );
         }
         return next(args);
       },
       { step: 'initialize', name: 'recordGets' },
     );
+    const head = ['request_id', 'request_type', 'status', 'tenant'];
     try {
       await expect(h.answer('rival', big)).rejects.toMatchObject({ name: 'NotFoundError' });
-      expect(reads).toEqual([{ projection: expect.not.stringContaining('result') }]);
+      expect(reads).toEqual([head]);
       reads.length = 0;
       expect(await h.answer('owner', big)).toMatchObject({ metrics: expect.any(Object) });
-      // The owner's read of the whole row comes after the head's.
-      expect(reads.map((read) => read.projection === undefined)).toEqual([false, true]);
+      // The owner's read of the outcome (head, result, result key, error) comes after the head's.
+      expect(reads).toEqual([head, [...head, 'error', 'result', 'result_key'].sort()]);
     } finally {
       doc.middlewareStack.remove('recordGets');
     }

@@ -15,8 +15,9 @@ type Handler = (event: DynamoDBStreamEvent) => Promise<DynamoDBBatchResponse>;
 const RETRY_ATTEMPTS = 2;
 
 /**
- * The scheduler's futures trigger as declared, but with few retries and reading from the start of the
- * stream, so records written before the runtime starts arrive in one batch.
+ * The scheduler's futures trigger as declared, but with few retries, one batch per shard at a time
+ * and reading from the start of the stream, so records written before the runtime starts arrive in
+ * one batch (local-runtime-stream-lanes.test.ts delivers batches side by side).
  */
 function topologyWith(bisectBatchOnError: boolean): Topology {
   const declared = topology.functions.scheduler.triggers.find(
@@ -28,6 +29,7 @@ function topologyWith(bisectBatchOnError: boolean): Topology {
     startingPosition: 'TRIM_HORIZON',
     retryAttempts: RETRY_ATTEMPTS,
     bisectBatchOnError,
+    parallelizationFactor: 1,
   };
   return {
     ...topology,
