@@ -153,6 +153,7 @@ async function ensureTable(
     if (!isAwsError(error, 'ResourceInUseException')) throw error;
   }
   const { Table: table } = await dynamo.send(new DescribeTableCommand({ TableName: input.TableName }));
+  await addMissingIndexes(input, table?.GlobalSecondaryIndexes ?? [], dynamo);
   const wanted = input.StreamSpecification;
   const current = table?.StreamSpecification;
   if (
@@ -171,6 +172,28 @@ async function ensureTable(
     new UpdateTableCommand({ TableName: input.TableName, StreamSpecification: wanted }),
   );
   return updated.TableDescription?.LatestStreamArn;
+}
+
+/**
+ * A kept table made before the topology declared one of its indexes gets it (DynamoDB Local
+ * backfills it from the items), one index per UpdateTable as DynamoDB allows.
+ */
+async function addMissingIndexes(
+  input: CreateTableCommandInput,
+  existing: readonly { IndexName?: string }[],
+  dynamo: DynamoDBClient,
+): Promise<void> {
+  const have = new Set(existing.map((index) => index.IndexName));
+  for (const index of input.GlobalSecondaryIndexes ?? []) {
+    if (have.has(index.IndexName)) continue;
+    await dynamo.send(
+      new UpdateTableCommand({
+        TableName: input.TableName,
+        AttributeDefinitions: input.AttributeDefinitions,
+        GlobalSecondaryIndexUpdates: [{ Create: index }],
+      }),
+    );
+  }
 }
 
 async function hasTimeToLive(

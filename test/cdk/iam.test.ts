@@ -298,8 +298,13 @@ describe('IAM', () => {
       'sqs:GetQueueAttributes queue:work.Arn',
       'sqs:GetQueueAttributes queue:workDlq.Arn',
     ]);
-    // A Query on the live index, not a Scan, and on no other index or table.
-    expect(api.filter((p) => p.includes('/index/'))).toEqual(['dynamodb:Query table:futures.Arn/index/live']);
+    // A Query on the futures indexes, not a Scan, and on no other table. `query-index` reaches every
+    // index the table declares; both project the same planning attributes (R6), so `live_by_model`
+    // shows the api nothing `live` does not.
+    expect(api.filter((p) => p.includes('/index/'))).toEqual([
+      'dynamodb:Query table:futures.Arn/index/live',
+      'dynamodb:Query table:futures.Arn/index/live_by_model',
+    ]);
     expect(api.filter((p) => p.startsWith('dynamodb:Scan'))).toEqual([]);
     expect(api.filter((p) => p.includes('table:prefixes'))).toEqual([]);
     // Its intake transactions are puts and updates (`write`); no function sends a condition check.
@@ -324,6 +329,7 @@ describe('IAM', () => {
     expect(onFutures).toEqual([
       'dynamodb:BatchGetItem table:futures.Arn',
       'dynamodb:Query table:futures.Arn/index/live',
+      'dynamodb:Query table:futures.Arn/index/live_by_model',
     ]);
   });
 
@@ -411,6 +417,7 @@ describe('IAM', () => {
       'dynamodb:PutItem table:futures.Arn',
       'dynamodb:PutItem table:models.Arn',
       'dynamodb:Query table:futures.Arn/index/live',
+      'dynamodb:Query table:futures.Arn/index/live_by_model',
     ]);
     // Keys and controls it only reads.
     expect(dynamo).toContain(
