@@ -53,9 +53,3 @@ function modelOf(record: DynamoDBRecord): string | undefined {
   const modelId = keys.model_id?.S;
   return modelId !== undefined && modelId !== '' && Object.keys(keys).length === 1 ? modelId : undefined;
 }
-
-/** Both scopes' reads in one (what a holder's next pass must cover when several asked). */
-export function mergeWake(a: WakeScope, b: WakeScope): WakeScope {
-  if (a.kind === 'all' || b.kind === 'all') return WAKE_ALL;
-  return wakeModels([...a.modelIds, ...b.modelIds]);
-}
