@@ -88,7 +88,7 @@ export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
   const look = await readSnapshot(ctx, wake);
   const counters = look.counters;
   const seen = new Set(look.snapshot.live.map((row) => row.request_id));
-  reportOldestPending(ctx, look.snapshot);
+  reportOldestPending(ctx, look.snapshot, wake);
   if (!plansAnything(ctx, look.snapshot)) return { status: 'idle', counters, seen };
 
   const holder = randomUUID();
@@ -133,8 +133,12 @@ function plansAnything(ctx: TickContext, snapshot: Snapshot): boolean {
   return planned.models.length > 0 || planned.samples.length > 0;
 }
 
-/** The oldest-pending alarm watches this (0 when nothing is pending). */
-function reportOldestPending(ctx: TickContext, snapshot: Snapshot): void {
+/**
+ * The oldest-pending alarm watches this (0 when nothing is pending). Only a full look knows the
+ * pool's oldest: the safety tick reports it every minute, and the alarm takes each minute's maximum.
+ */
+function reportOldestPending(ctx: TickContext, snapshot: Snapshot, wake: WakeScope): void {
+  if (wake.kind !== 'all') return;
   emitMetric(
     opsMetrics.oldestPendingAgeSeconds,
     oldestPendingAgeSeconds(snapshot.live, ctx.now()),
@@ -148,7 +152,7 @@ export async function runPass(
   wake: WakeScope = WAKE_ALL,
 ): Promise<{ counters: TickCounters; seen: Set<string> }> {
   const { snapshot, counters } = await readSnapshot(ctx, wake);
-  reportOldestPending(ctx, snapshot);
+  reportOldestPending(ctx, snapshot, wake);
   const pass = await dispatchPass(ctx, snapshot);
   addTickCounters(counters, pass.counters);
   return { counters, seen: pass.seen };
