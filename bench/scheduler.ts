@@ -37,7 +37,14 @@ import { type SchedulerAdapters, schedulerAdapters } from '../shared/scheduler/a
 import { MULTIPART_PART_BYTES, putInParts } from '../shared/scheduler/dispatch.js';
 import { type PayloadReads, readPayloads } from '../shared/scheduler/payloads.js';
 import { type SchedulerSettings, schedulerSettings } from '../shared/scheduler/settings.js';
-import { dispatchSnapshot, runTick, type TickContext } from '../shared/scheduler/tick.js';
+import {
+  dispatchSnapshot,
+  readSnapshot,
+  runTick,
+  type TickContext,
+  tickContext,
+} from '../shared/scheduler/tick.js';
+import { WAKE_ALL, wakeModels } from '../shared/scheduler/wake.js';
 import { type WorkItem, workItemSchema } from '../shared/scheduling/work-item.js';
 import { storageKeys } from '../shared/storage-keys.js';
 import { decodeForwardBackwardRequest, encodeStoredPass } from '../shared/wire/forward-backward-request.js';
@@ -257,12 +264,10 @@ async function putSdkPayloads(
 
 type SdkLayout = 'zstd' | 'canonical_pb' | 'json';
 
-async function buildScene(
+/** A fresh set of the topology's resources, with this process's configuration pointed at them. */
+async function provisionScene(
   endpoints: CloudEndpoints,
-  n: number,
-  parked: boolean,
-  sdk = false,
-): Promise<Scene> {
+): Promise<{ prefix: string; seeding: AwsClients; settings: SchedulerSettings }> {
   const prefix = `b${Date.now().toString(36)}${randomBytes(2).toString('hex')}`;
   const seeding = localAwsClients(endpoints);
   const { topology } = await import('../shared/topology.js');
@@ -270,7 +275,16 @@ async function buildScene(
   Object.assign(process.env, envFor(topology, names, endpoints));
   resetConfig();
   resetAwsClients();
-  const settings = schedulerSettings();
+  return { prefix, seeding, settings: schedulerSettings() };
+}
+
+async function buildScene(
+  endpoints: CloudEndpoints,
+  n: number,
+  parked: boolean,
+  sdk = false,
+): Promise<Scene> {
+  const { prefix, seeding, settings } = await provisionScene(endpoints);
   const inlineTable = `${prefix}-inline`;
   await seeding.dynamo.send(
     new CreateTableCommand({
@@ -382,7 +396,7 @@ async function buildScene(
 }
 
 /** Returns models to their seeded state, empties the queue and the work items (between repeats). */
-async function resetScene(scene: Scene): Promise<void> {
+async function resetScene(scene: Pick<Scene, 'clients' | 'settings' | 'models'>): Promise<void> {
   await batchPut(
     scene.clients.doc,
     scene.settings.tables.models,
@@ -819,6 +833,216 @@ async function sdkCase(
 }
 
 /**
+ * `woken-1-of-1000-*`: the incremental tick (R5). 1,000 models: 999 parked (each with a work item in
+ * flight, R3) holding N pending rows between them, and one model whose commit just landed (idle,
+ * `WOKEN_PENDING` forward_backward rows of its own, all dispatchable). The tick its commit triggers:
+ * ours reads that model's entries of `live_by_model` (`wake` = the model, as the models stream's
+ * record names it); the baseline `full_look` is the same `runTick` without a wake, the tick every
+ * trigger ran before (the whole `live` index, then the rows of every model it names). Both dispatch
+ * the same work item. `woken-1-of-1000-look-*` times the snapshot read alone (`readSnapshot`, what
+ * differs between the sides; the dispatch after it is the same work on both). Parked rows have no payload object: neither side reads a parked payload (R6),
+ * and 50,000 PUTs would dominate the seeding.
+ */
+const WOKEN_MODELS = 1_000;
+/** The woken model's own dispatchable rows: about one work item's worth (e2e closed loop: 3.9). */
+const WOKEN_PENDING = 4;
+/** Futures rows written at once while seeding (25 per BatchWriteItem). */
+const WOKEN_SEED_CONCURRENCY = 8;
+
+interface WokenScene {
+  readonly clients: AwsClients;
+  readonly settings: SchedulerSettings;
+  readonly woken: ModelRow;
+  /** Only the woken model's row changes in a tick (its claim): the reset puts it back. */
+  readonly models: ModelRow[];
+  readonly parkedModels: number;
+}
+
+async function buildWokenScene(endpoints: CloudEndpoints, parkedRows: number): Promise<WokenScene> {
+  const { seeding, settings } = await provisionScene(endpoints);
+  const now = Date.now();
+  const parked = modelRows(WOKEN_MODELS - 1, true, now);
+  const woken = modelRows(1, false, now)[0]!;
+  await batchPut(seeding.doc, settings.tables.models, [...parked, woken] as unknown as Record<
+    string,
+    unknown
+  >[]);
+  const rows: Record<string, unknown>[] = [];
+  for (let index = 0; index < WOKEN_PENDING; index++) {
+    const requestId = mintRequestId(now + index);
+    const { payload, tokens } = passPayload(index + 1, index, 1);
+    const stored = serialized(payload);
+    await putPayload(seeding.s3, settings.bucket, requestId, stored);
+    rows.push(
+      pendingFutureRow({
+        requestId,
+        tenant: woken.tenant,
+        modelId: woken.model_id,
+        seq: index + 2,
+        requestType: 'forward_backward',
+        tokens,
+        payloadKey: storageKeys.payload(requestId),
+        payloadDigest: stored.digest,
+        now,
+      }) as unknown as Record<string, unknown>,
+    );
+  }
+  for (let index = 0; index < parkedRows; index++) {
+    const model = parked[index % parked.length]!;
+    const requestId = mintRequestId(now + WOKEN_PENDING + index);
+    rows.push(
+      pendingFutureRow({
+        requestId,
+        tenant: model.tenant,
+        modelId: model.model_id,
+        seq: 2 + Math.floor(index / parked.length),
+        requestType: 'forward_backward',
+        tokens: TOKENS_PER_DATUM,
+        payloadKey: storageKeys.payload(requestId),
+        payloadDigest: 'never-read',
+        now,
+      }) as unknown as Record<string, unknown>,
+    );
+  }
+  const limiter = new Limiter(WOKEN_SEED_CONCURRENCY);
+  const chunks: Promise<void>[] = [];
+  for (let start = 0; start < rows.length; start += 25 * 8) {
+    const slice = rows.slice(start, start + 25 * 8);
+    chunks.push(limiter.run(() => batchPut(seeding.doc, settings.tables.futures, slice)));
+  }
+  await Promise.all(chunks);
+  return { clients: seeding, settings, woken, models: [woken], parkedModels: parked.length };
+}
+
+/** One side of the woken case: its own tick, with its DynamoDB and S3 calls and capacity counted. */
+function wokenSide(label: string, scene: WokenScene, meter: Metered, incremental: boolean) {
+  return async (): Promise<Counts> => {
+    meter.dynamo.reset();
+    meter.s3.reset();
+    const started = performance.now();
+    const cpu = process.cpuUsage();
+    const adapters = schedulerAdapters(scene.settings, meter.clients);
+    const outcome = await runTick({
+      settings: scene.settings,
+      adapters,
+      ...(incremental ? { wake: wakeModels([scene.woken.model_id]) } : {}),
+    });
+    const used = process.cpuUsage(cpu);
+    console.error(
+      `  ${label}: ${(performance.now() - started).toFixed(1)} ms, rows read ${outcome.counters.rows_scanned}`,
+    );
+    return {
+      cpu_ms: (used.user + used.system) / 1000,
+      rcu: meter.dynamo.rcu,
+      wcu: meter.dynamo.wcu,
+      dynamodb_calls: meter.dynamo.calls,
+      s3_calls: meter.s3.calls,
+      // The manifest's send: the one SQS call of a dispatching tick, on both sides.
+      sqs_calls: outcome.counters.work_items,
+      index_pages: outcome.counters.index_pages,
+      rows_read: outcome.counters.rows_scanned,
+      models_read: outcome.counters.models_read,
+      dispatched: outcome.counters.steps_dispatched,
+      work_items: outcome.counters.work_items,
+    };
+  };
+}
+
+/** The snapshot read alone (R5): the index entries, the model rows, the sample claims; no dispatch. */
+function wokenLook(label: string, scene: WokenScene, meter: Metered, incremental: boolean) {
+  return async (): Promise<Counts> => {
+    meter.dynamo.reset();
+    const cpu = process.cpuUsage();
+    const ctx = tickContext({
+      settings: scene.settings,
+      adapters: schedulerAdapters(scene.settings, meter.clients),
+    });
+    const { counters } = await readSnapshot(ctx, incremental ? wakeModels([scene.woken.model_id]) : WAKE_ALL);
+    const used = process.cpuUsage(cpu);
+    console.error(`  ${label} look: rows read ${counters.rows_scanned}`);
+    return {
+      cpu_ms: (used.user + used.system) / 1000,
+      rcu: meter.dynamo.rcu,
+      dynamodb_calls: meter.dynamo.calls,
+      index_pages: counters.index_pages,
+      rows_read: counters.rows_scanned,
+      models_read: counters.models_read,
+    };
+  };
+}
+
+async function wokenCase(
+  endpoints: CloudEndpoints,
+  parkedRows: number,
+  repeats: number,
+): Promise<CaseResult[]> {
+  const name = `woken-1-of-1000-p${parkedRows}`;
+  const seedStarted = Date.now();
+  const scene = await buildWokenScene(endpoints, parkedRows);
+  const seedSeconds = Math.round((Date.now() - seedStarted) / 100) / 10;
+  console.error(`${name}: seeded ${parkedRows + WOKEN_PENDING} rows in ${seedSeconds} s`);
+  const meter = meteredClients(endpoints);
+  const ours = wokenSide('ours', scene, meter, true);
+  const fullLook = wokenSide('full_look', scene, meter, false);
+  for (const side of [ours, fullLook]) {
+    await resetScene(scene);
+    await side();
+  }
+  const result = await runCase({
+    name,
+    params: {
+      models: WOKEN_MODELS,
+      parked_models: scene.parkedModels,
+      parked_rows: parkedRows,
+      woken_model_pending: WOKEN_PENDING,
+      seed_seconds: seedSeconds,
+      trigger: "one model's commit (the models stream's record names it)",
+      ours: 'incremental tick: that model through live_by_model, its model row',
+      baseline: 'full_look: the same runTick without a wake (every shard of live, every model named)',
+      warm_up: 'one untimed run of each side before the timed repeats',
+    },
+    ours,
+    baselines: { full_look: fullLook },
+    repeats,
+    prepare: () => resetScene(scene),
+  });
+  const look = await runCase({
+    name: `woken-1-of-1000-look-p${parkedRows}`,
+    params: {
+      parked_rows: parkedRows,
+      measured: 'readSnapshot only (index read, model rows, sample claims): what the two sides differ in',
+    },
+    ours: wokenLook('ours', scene, meter, true),
+    baselines: { full_look: wokenLook('full_look', scene, meter, false) },
+    repeats,
+  });
+  const mine = result.ours as Counts;
+  const full = result.baseline as Counts;
+  const mineLook = look.ours as Counts;
+  const fullRead = look.baseline as Counts;
+  const lookCase: CaseResult = {
+    ...look,
+    ratio_rcu: ratio(fullRead.rcu!, mineLook.rcu!),
+    targets: {
+      rcu_50x_below_full_look: fullRead.rcu! >= 50 * mineLook.rcu!,
+      wall_50x_below_full_look: fullRead.wall_ms! >= 50 * mineLook.wall_ms!,
+    },
+  };
+  const tickCase: CaseResult = {
+    ...result,
+    ratio_rcu: ratio(full.rcu!, mine.rcu!),
+    ratio_dynamodb_calls: ratio(full.dynamodb_calls!, mine.dynamodb_calls!),
+    ratio_cpu: ratio(full.cpu_ms!, mine.cpu_ms!),
+    targets: {
+      same_dispatch: mine.dispatched === full.dispatched && mine.dispatched === WOKEN_PENDING,
+      rcu_50x_below_full_look: full.rcu! >= 50 * mine.rcu!,
+      wall_50x_below_full_look: full.wall_ms! >= 50 * mine.wall_ms!,
+    },
+  };
+  return [tickCase, lookCase];
+}
+
+/**
  * `tenant-fairness-*` (pure, no cloud): one tenant's backlog of N pending training requests (a
  * forward_backward of 262,144 tokens and an optim_step per model, all submitted first) and another
  * tenant's lone forward_backward, submitted last, planned as one tick plans (again while a cap cut
@@ -875,6 +1099,12 @@ export async function run({ quick }: { quick: boolean }): Promise<BenchResult> {
     }
     if (wanted('sdk-dispatchable-512')) {
       cases.push(await sdkCase(endpoints, 'sdk-dispatchable-512', 512, false, quick ? 3 : 5));
+    }
+    if (wanted('woken-1-of-1000')) {
+      // 50,000 rows take a few minutes to seed on 2 cores: --quick stops at 10,000.
+      for (const parkedRows of quick ? [1_000, 10_000] : [1_000, 10_000, 50_000]) {
+        cases.push(...(await wokenCase(endpoints, parkedRows, quick ? 3 : 5)));
+      }
     }
     if (wanted('tenant-fairness')) {
       cases.push(await fairnessCase('tenant-fairness-46', 46, quick ? 3 : 9));

@@ -73,5 +73,10 @@ export function liveShard(modelId: string, shards: number): number {
 
 /** The `live` attribute (GSI partition key) of a pending row. */
 export function liveKey(pool: string, shard: number): string {
-  return `${pool}#${shard}`;
+  return `${liveKeyPrefix(pool)}${shard}`;
+}
+
+/** What every `live` value of a pool begins with (`live_by_model` reads a pool's rows by it). */
+export function liveKeyPrefix(pool: string): string {
+  return `${pool}#`;
 }

@@ -241,6 +241,16 @@ export const LISTING_PROJECTION = [
   'due',
 ] as const;
 
+/**
+ * The sparse index an incremental tick reads (R5): a model's pending rows, keyed by `model_id` and
+ * sorted by `live`, so only rows that carry `live` (pending ones) are in it and a query names its
+ * pool with `begins_with(live, '<pool>#')`. Base-model samples sit under `base:<model>`.
+ */
+export const LIVE_BY_MODEL_INDEX = 'live_by_model';
+
+/** What `live_by_model` projects: the `live` index's attributes, less `model_id`, its own key. */
+export const LIVE_BY_MODEL_PROJECTION = LIVE_PROJECTION.filter((name) => name !== 'model_id');
+
 const WORKER_TIMEOUT_SECONDS = 300;
 
 /** The pool this stack's scheduler serves (the `POOL` setting). */
@@ -286,6 +296,12 @@ export const topology: Topology = {
           partitionKey: { name: 'live', type: 'S' },
           sortKey: { name: 'request_id', type: 'S' },
           projection: { type: 'INCLUDE', nonKeyAttributes: LIVE_PROJECTION },
+        },
+        {
+          name: LIVE_BY_MODEL_INDEX,
+          partitionKey: { name: 'model_id', type: 'S' },
+          sortKey: { name: 'live', type: 'S' },
+          projection: { type: 'INCLUDE', nonKeyAttributes: LIVE_BY_MODEL_PROJECTION },
         },
       ],
     },
@@ -447,8 +463,8 @@ export const topology: Topology = {
       reservedConcurrency: 4,
       grants: {
         tables: {
-          // It plans from the live index and reads the named sample rows in batches; it never writes
-          // a future (R5).
+          // It plans from the live indexes (`live`, `live_by_model`) and reads the named sample rows
+          // in batches; it never writes a future (R5).
           futures: ['query-index', 'batch-get'],
           // Claims and releases models by conditional updates on rows it reads in batches.
           models: ['batch-get', 'update'],

@@ -1,7 +1,8 @@
 import { type DynamoDBDocumentClient, QueryCommand } from '@aws-sdk/lib-dynamodb';
+import { Limiter } from '../aws/limiter.js';
 import type { FutureStatus, LiveRow, RequestType } from '../domain/records.js';
-import { liveKey } from '../ids.js';
-import { LIVE_INDEX, LIVE_PROJECTION } from '../topology.js';
+import { liveKey, liveKeyPrefix } from '../ids.js';
+import { LIVE_BY_MODEL_INDEX, LIVE_INDEX, LIVE_PROJECTION } from '../topology.js';
 
 /** The index's key plus what it projects (R6): the tick asks for these and nothing else. */
 const ATTRIBUTES = ['request_id', ...LIVE_PROJECTION] as const;
@@ -32,22 +33,75 @@ export async function scanLiveIndex(
   };
 }
 
-async function queryShard(doc: DynamoDBDocumentClient, table: string, key: string): Promise<LiveIndexScan> {
+/** Model partitions of `live_by_model` queried at once by one incremental read. */
+const MODEL_QUERY_CONCURRENCY = 8;
+
+/**
+ * The pending rows of the named models in a pool, through GSI `live_by_model` (R5's incremental
+ * read): one paged query per model, whatever else is pending. Base-model samples are read by naming
+ * their `base:<model>` id. Eventually consistent like `scanLiveIndex`, and projecting the same fields.
+ */
+export async function queryLiveOfModels(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  pool: string,
+  modelIds: Iterable<string>,
+): Promise<LiveIndexScan> {
+  const limiter = new Limiter(MODEL_QUERY_CONCURRENCY);
+  const perModel = await Promise.all(
+    [...new Set(modelIds)].map((modelId) =>
+      limiter.run(() =>
+        queryPages(doc, {
+          TableName: table,
+          IndexName: LIVE_BY_MODEL_INDEX,
+          KeyConditionExpression: '#model = :model AND begins_with(#live, :pool)',
+          names: { '#model': 'model_id', '#live': 'live' },
+          values: { ':model': modelId, ':pool': liveKeyPrefix(pool) },
+        }),
+      ),
+    ),
+  );
+  return {
+    rows: perModel.flatMap((model) => model.rows),
+    pages: perModel.reduce((sum, model) => sum + model.pages, 0),
+  };
+}
+
+function queryShard(doc: DynamoDBDocumentClient, table: string, key: string): Promise<LiveIndexScan> {
+  return queryPages(doc, {
+    TableName: table,
+    IndexName: LIVE_INDEX,
+    KeyConditionExpression: '#live = :key',
+    names: { '#live': 'live' },
+    values: { ':key': key },
+  });
+}
+
+interface IndexQuery {
+  readonly TableName: string;
+  readonly IndexName: string;
+  readonly KeyConditionExpression: string;
+  readonly names: Record<string, string>;
+  readonly values: Record<string, string>;
+}
+
+/** Every page of one index partition, asking for the projected fields only (R6). */
+async function queryPages(doc: DynamoDBDocumentClient, query: IndexQuery): Promise<LiveIndexScan> {
   const rows: LiveRow[] = [];
   let pages = 0;
   let start: Record<string, unknown> | undefined;
   do {
     const page = await doc.send(
       new QueryCommand({
-        TableName: table,
-        IndexName: LIVE_INDEX,
-        KeyConditionExpression: '#live = :key',
+        TableName: query.TableName,
+        IndexName: query.IndexName,
+        KeyConditionExpression: query.KeyConditionExpression,
         ProjectionExpression: ATTRIBUTES.map((_, index) => `#p${index}`).join(', '),
         ExpressionAttributeNames: {
-          '#live': 'live',
+          ...query.names,
           ...Object.fromEntries(ATTRIBUTES.map((name, index) => [`#p${index}`, name])),
         },
-        ExpressionAttributeValues: { ':key': key },
+        ExpressionAttributeValues: query.values,
         ExclusiveStartKey: start,
       }),
     );

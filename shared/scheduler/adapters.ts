@@ -2,7 +2,7 @@ import { type AwsClients, awsClients } from '../aws/clients.js';
 import type { LiveRow, ModelRow, SampleClaimRecord } from '../domain/records.js';
 import { isPoolDraining } from '../ops/control-store.js';
 import { readSampleRows, type SampleRowFacts } from '../repositories/futures.js';
-import { scanLiveIndex } from '../repositories/live-index.js';
+import { queryLiveOfModels, scanLiveIndex } from '../repositories/live-index.js';
 import { claimModel, readModels, releaseModel } from '../repositories/models.js';
 import { claimSample, readLiveSampleClaims, releaseSampleClaim } from '../repositories/sample-claims.js';
 import type { ModelClaim, ModelRelease, SampleRelease } from '../scheduling/claim.js';
@@ -18,6 +18,8 @@ import { type TickLock, tickLock } from './tick-lock.js';
  */
 export interface SchedulerAdapters {
   scanLive(): Promise<{ rows: LiveRow[]; pages: number }>;
+  /** The pending entries of exactly these models (`live_by_model`), for an incremental tick (R5). */
+  readLiveOf(modelIds: Iterable<string>): Promise<{ rows: LiveRow[]; pages: number }>;
   readModels(modelIds: Iterable<string>): Promise<Map<string, ModelRow>>;
   readSampleClaims(requestIds: Iterable<string>, now: number): Promise<Set<string>>;
   claimModel(claim: ModelClaim): Promise<boolean>;
@@ -45,6 +47,7 @@ export function schedulerAdapters(
   const { tables } = settings;
   return {
     scanLive: () => scanLiveIndex(doc, tables.futures, settings.pool, settings.liveShards),
+    readLiveOf: (ids) => queryLiveOfModels(doc, tables.futures, settings.pool, ids),
     readModels: (ids) => readModels(doc, tables.models, ids),
     readSampleClaims: (ids, now) => readLiveSampleClaims(doc, tables.registry, ids, now),
     claimModel: (claim) => claimModel(doc, tables.models, claim),

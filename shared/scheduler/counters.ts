@@ -3,6 +3,8 @@ export interface TickCounters {
   /** Passes run under one hold of the lock (1 + coalesced requests for another pass). */
   passes: number;
   index_pages: number;
+  /** Models whose entries an incremental read queried (0: the pool's whole `live` index was read). */
+  models_woken: number;
   rows_scanned: number;
   models_read: number;
   sample_claims_read: number;
@@ -36,6 +38,7 @@ export function emptyTickCounters(): TickCounters {
   return {
     passes: 0,
     index_pages: 0,
+    models_woken: 0,
     rows_scanned: 0,
     models_read: 0,
     sample_claims_read: 0,

@@ -4,6 +4,7 @@ import { schedulerAdapters } from './adapters.js';
 import { schedulerSettings } from './settings.js';
 import { pendingFutureRecords, recordsToRetry } from './stream-check.js';
 import { runTick, type TickOptions } from './tick.js';
+import { WAKE_ALL, wokenBy } from './wake.js';
 
 export type SchedulerEvent = DynamoDBStreamEvent | ScheduledEvent;
 export type SchedulerHandler = (
@@ -17,7 +18,8 @@ function isStreamEvent(event: SchedulerEvent): event is DynamoDBStreamEvent {
 
 /**
  * The scheduler function: every trigger (a futures or models stream batch, the schedule) runs one
- * tick. After a stream-triggered tick, the futures records whose rows no scan showed yet and that
+ * tick. A stream batch's tick reads only the models its records name (R5: incremental); the schedule,
+ * the drain switch and a batch naming no model take the full look. After a stream-triggered tick, the futures records whose rows no scan showed yet and that
  * are still unplanned are reported as batch item failures, so the stream retries them (R5).
  * `tickOptions` is called per invocation (configuration is read then); tests inject adapters there.
  */
@@ -32,6 +34,7 @@ export function createSchedulerHandler(tickOptions: () => TickOptions = () => ({
       settings,
       adapters,
       now,
+      wake: isStreamEvent(event) ? wokenBy(event.Records) : WAKE_ALL,
       ...(context === undefined ? {} : { remainingMs: () => context.getRemainingTimeInMillis() }),
     });
     if (!isStreamEvent(event)) return { batchItemFailures: [] };

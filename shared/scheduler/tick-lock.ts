@@ -1,8 +1,9 @@
-import { DeleteCommand, type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { DeleteCommand, type DynamoDBDocumentClient, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { exponentialDelay, realSleep } from '../aws/backoff.js';
 import { isAwsError } from '../errors.js';
 import { logger } from '../logger.js';
 import { registryKey } from '../registry-keys.js';
+import { WAKE_ALL, type WakeScope, wakeModels } from './wake.js';
 
 /**
  * One tick at a time per pool. The lock is a registry item `tick#<pool>` taken by a conditional put
@@ -12,15 +13,24 @@ import { registryKey } from '../registry-keys.js';
  * only saves work. The lease is short and a live holder renews it while it works (`hold`), so a
  * holder that dies (a Lambda timeout, an out-of-memory kill: no code runs to release) stalls the
  * pool's ticks for at most one short lease, not for the longest pass a live holder could run.
+ *
+ * An asker says what its extra pass must read (R5): the models its trigger named (`wake`, a string
+ * set, unioned over askers) or everything (`again_all`). A plain `again` means everything, as it
+ * did before askers named models. Taking the lock is an update, not a put, so asks a holder left
+ * unserved (it died, or lost its lease) stay on the item and are served by the next holder.
  */
 export interface TickLock {
-  /** `acquired`, or `held` by someone else (who was asked to run again). */
-  acquire(holder: string, now: number): Promise<'acquired' | 'held'>;
   /**
-   * After a pass: `released` when nobody asked for another pass, `again` (lease renewed, flag
-   * cleared) when someone did, `lost` when the lease ran out and another holder took over.
+   * `acquired`, or `held` by someone else (who was asked to run again over `wake`, by default
+   * everything).
    */
-  finishPass(holder: string, now: number): Promise<'released' | 'again' | 'lost'>;
+  acquire(holder: string, now: number, wake?: WakeScope): Promise<'acquired' | 'held'>;
+  /**
+   * After a pass: `released` when nobody asked for another pass, `again` (lease renewed, asks
+   * cleared) with what the asks name when someone did, `lost` when the lease ran out and another
+   * holder took over.
+   */
+  finishPass(holder: string, now: number): Promise<PassEnd>;
   /** Lets go whatever was asked (at the pass limit, or after an error). */
   release(holder: string): Promise<void>;
   /**
@@ -30,6 +40,13 @@ export interface TickLock {
    */
   hold(holder: string, now: () => number): { stop(): void };
 }
+
+export type PassEnd =
+  | { readonly status: 'released' | 'lost' }
+  | { readonly status: 'again'; readonly wake: WakeScope };
+
+/** Models one lock item may name before askers ask for everything (the item stays far below 400 KB). */
+export const MAX_ASKED_MODELS = 1_000;
 
 /** How long a holder that stopped renewing keeps the lock; renewed every quarter of it. */
 export const TICK_LOCK_LEASE_MS = 10_000;
@@ -56,13 +73,13 @@ export function tickLock(
    * The holder's lease from `now` (and, with `clearAgain`, the request for another pass taken up);
    * false when the lock is no longer the holder's.
    */
-  const renew = async (holder: string, now: number, clearAgain = false): Promise<boolean> => {
+  const renew = async (holder: string, now: number, clearAgain = false): Promise<WakeScope | boolean> => {
     try {
-      await doc.send(
+      const answer = await doc.send(
         new UpdateCommand({
           TableName: registryTable,
           Key,
-          UpdateExpression: `SET lease_until = :lease_until, #ttl = :ttl${clearAgain ? ' REMOVE again' : ''}`,
+          UpdateExpression: `SET lease_until = :lease_until, #ttl = :ttl${clearAgain ? ' REMOVE again, again_all, wake' : ''}`,
           ConditionExpression: 'holder = :holder',
           ExpressionAttributeNames: { '#ttl': 'ttl' },
           ExpressionAttributeValues: {
@@ -70,9 +87,10 @@ export function tickLock(
             ':lease_until': now + leaseMs,
             ':ttl': ttlFor(now),
           },
+          ...(clearAgain ? { ReturnValues: 'ALL_OLD' as const } : {}),
         }),
       );
-      return true;
+      return clearAgain ? askedScope(answer.Attributes) : true;
     } catch (error) {
       if (isAwsError(error, 'ConditionalCheckFailedException')) return false;
       throw error;
@@ -106,14 +124,22 @@ export function tickLock(
     }
   };
 
-  const tryPut = async (holder: string, now: number): Promise<boolean> => {
+  const tryTake = async (holder: string, now: number): Promise<boolean> => {
     try {
+      // An update keeps what a previous holder was asked and never served (see above).
       await doc.send(
-        new PutCommand({
+        new UpdateCommand({
           TableName: registryTable,
-          Item: { ...Key, holder, lease_until: now + leaseMs, ttl: ttlFor(now) },
+          Key,
+          UpdateExpression: 'SET holder = :holder, lease_until = :lease_until, #ttl = :ttl',
           ConditionExpression: 'attribute_not_exists(pk) OR lease_until <= :now',
-          ExpressionAttributeValues: { ':now': now },
+          ExpressionAttributeNames: { '#ttl': 'ttl' },
+          ExpressionAttributeValues: {
+            ':holder': holder,
+            ':lease_until': now + leaseMs,
+            ':ttl': ttlFor(now),
+            ':now': now,
+          },
         }),
       );
       return true;
@@ -126,15 +152,34 @@ export function tickLock(
     }
   };
 
-  const tryFlag = async (now: number): Promise<boolean> => {
+  /** Asks the live holder for another pass over `wake`; false when nobody holds the lock. */
+  const tryFlag = async (now: number, wake: WakeScope): Promise<boolean> => {
+    if (wake.kind === 'models') {
+      // A set grown past its bound asks for everything instead (the second form below).
+      if (
+        await tryAsk(now, 'SET again = :true ADD wake :wake', {
+          condition: ' AND (attribute_not_exists(wake) OR size(wake) < :max)',
+          values: { ':wake': new Set(wake.modelIds), ':max': MAX_ASKED_MODELS },
+        })
+      )
+        return true;
+    }
+    return tryAsk(now, 'SET again = :true, again_all = :true', { condition: '', values: {} });
+  };
+
+  const tryAsk = async (
+    now: number,
+    update: string,
+    extra: { condition: string; values: Record<string, unknown> },
+  ): Promise<boolean> => {
     try {
       await doc.send(
         new UpdateCommand({
           TableName: registryTable,
           Key,
-          UpdateExpression: 'SET again = :true',
-          ConditionExpression: 'attribute_exists(pk) AND lease_until > :now',
-          ExpressionAttributeValues: { ':true': true, ':now': now },
+          UpdateExpression: update,
+          ConditionExpression: `attribute_exists(pk) AND lease_until > :now${extra.condition}`,
+          ExpressionAttributeValues: { ':true': true, ':now': now, ...extra.values },
         }),
       );
       return true;
@@ -145,11 +190,11 @@ export function tickLock(
   };
 
   return {
-    async acquire(holder, now) {
+    async acquire(holder, now, wake = WAKE_ALL) {
       for (let round = 0; round < ACQUIRE_ROUNDS; round++) {
-        if (await tryPut(holder, now)) return 'acquired';
+        if (await tryTake(holder, now)) return 'acquired';
         // Held: ask the holder for one more pass. If it let go meanwhile, try to take it again.
-        if (await tryFlag(now)) return 'held';
+        if (await tryFlag(now, wake)) return 'held';
       }
       return 'held';
     },
@@ -164,11 +209,12 @@ export function tickLock(
             ExpressionAttributeValues: { ':holder': holder },
           }),
         );
-        return 'released';
+        return { status: 'released' };
       } catch (error) {
         if (!isAwsError(error, 'ConditionalCheckFailedException')) throw error;
       }
-      return (await renew(holder, now, true)) ? 'again' : 'lost';
+      const asked = await renew(holder, now, true);
+      return typeof asked === 'boolean' ? { status: 'lost' } : { status: 'again', wake: asked };
     },
 
     release,
@@ -194,4 +240,11 @@ export function tickLock(
       return { stop: () => clearInterval(timer) };
     },
   };
+}
+
+/** What the asks on a lock item name: everything, unless only model-naming askers asked. */
+function askedScope(item: Record<string, unknown> | undefined): WakeScope {
+  const wake = item?.wake;
+  if (item?.again_all === true || !(wake instanceof Set) || wake.size === 0) return WAKE_ALL;
+  return wakeModels([...wake].filter((id): id is string => typeof id === 'string'));
 }

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Limiter } from '../aws/limiter.js';
 import type { LiveRow, ModelRow } from '../domain/records.js';
+import { isAwsError } from '../errors.js';
 import { faultHook } from '../fault-hook.js';
 import { mintRequestId } from '../ids.js';
 import { logger } from '../logger.js';
@@ -15,6 +16,7 @@ import { type SchedulerAdapters, schedulerAdapters } from './adapters.js';
 import { addTickCounters, emptyTickCounters, type TickCounters } from './counters.js';
 import { type HeldClaims, noClaimsHeld, releaseClaims } from './release.js';
 import { type SchedulerSettings, schedulerSettings } from './settings.js';
+import { WAKE_ALL, type WakeScope } from './wake.js';
 
 /** Plans per pass: a pass plans again while a work-item cap cut its previous plan short. */
 export const MAX_PLANS_PER_PASS = 16;
@@ -40,6 +42,11 @@ export interface TickOptions {
   readonly maxPasses?: number;
   /** The invocation's remaining time (Lambda's context), to stop coalescing before the timeout. */
   readonly remainingMs?: () => number;
+  /**
+   * What the trigger names (R5): the models whose pending rows the first pass reads, or the full
+   * look (the default: the schedule's safety tick, the drain switch, a trigger naming no model).
+   */
+  readonly wake?: WakeScope;
 }
 
 export interface TickOutcome {
@@ -77,14 +84,16 @@ export function tickContext(options: TickOptions = {}): TickContext {
 export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
   const ctx = tickContext(options);
   const { lock } = ctx.adapters;
-  const look = await readSnapshot(ctx);
+  const wake = options.wake ?? WAKE_ALL;
+  const look = await readSnapshot(ctx, wake);
   const counters = look.counters;
   const seen = new Set(look.snapshot.live.map((row) => row.request_id));
-  reportOldestPending(ctx, look.snapshot);
+  reportOldestPending(ctx, look.snapshot, wake);
   if (!plansAnything(ctx, look.snapshot)) return { status: 'idle', counters, seen };
 
   const holder = randomUUID();
-  if ((await lock.acquire(holder, ctx.now())) === 'held') {
+  // A holder asked for another pass reads what this tick would have: the same models, or all.
+  if ((await lock.acquire(holder, ctx.now(), wake)) === 'held') {
     logger.info('tick coalesced into the running one', { pool: ctx.settings.pool });
     return { status: 'coalesced', counters, seen };
   }
@@ -104,8 +113,9 @@ export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
         await lock.release(holder);
         break;
       }
-      if ((await lock.finishPass(holder, ctx.now())) !== 'again') break;
-      pass = runPass(ctx);
+      const end = await lock.finishPass(holder, ctx.now());
+      if (end.status !== 'again') break;
+      pass = runPass(ctx, end.wake);
     }
   } catch (error) {
     await lock.release(holder).catch(() => undefined);
@@ -123,8 +133,12 @@ function plansAnything(ctx: TickContext, snapshot: Snapshot): boolean {
   return planned.models.length > 0 || planned.samples.length > 0;
 }
 
-/** The oldest-pending alarm watches this (0 when nothing is pending). */
-function reportOldestPending(ctx: TickContext, snapshot: Snapshot): void {
+/**
+ * The oldest-pending alarm watches this (0 when nothing is pending). Only a full look knows the
+ * pool's oldest: the safety tick reports it every minute, and the alarm takes each minute's maximum.
+ */
+function reportOldestPending(ctx: TickContext, snapshot: Snapshot, wake: WakeScope): void {
+  if (wake.kind !== 'all') return;
   emitMetric(
     opsMetrics.oldestPendingAgeSeconds,
     oldestPendingAgeSeconds(snapshot.live, ctx.now()),
@@ -133,9 +147,12 @@ function reportOldestPending(ctx: TickContext, snapshot: Snapshot): void {
 }
 
 /** One pass under the lock: read one snapshot (R5), then plan and dispatch from it. */
-export async function runPass(ctx: TickContext): Promise<{ counters: TickCounters; seen: Set<string> }> {
-  const { snapshot, counters } = await readSnapshot(ctx);
-  reportOldestPending(ctx, snapshot);
+export async function runPass(
+  ctx: TickContext,
+  wake: WakeScope = WAKE_ALL,
+): Promise<{ counters: TickCounters; seen: Set<string> }> {
+  const { snapshot, counters } = await readSnapshot(ctx, wake);
+  reportOldestPending(ctx, snapshot, wake);
   const pass = await dispatchPass(ctx, snapshot);
   addTickCounters(counters, pass.counters);
   return { counters, seen: pass.seen };
@@ -151,15 +168,18 @@ async function dispatchPass(
 }
 
 /**
- * The snapshot of R5: one scan of the index, the strongly consistent rows of the models its pending
- * training rows name, and the live claims of its pending samples. No payload is read here (R6).
+ * The snapshot of R5: one read of the index (the pool's whole `live` index, or the named models'
+ * entries in `live_by_model`), the strongly consistent rows of the models its pending training rows
+ * name, and the live claims of its pending samples. An incremental read costs what the named models
+ * have pending, whatever else is parked. No payload is read here (R6).
  */
 export async function readSnapshot(
   ctx: TickContext,
+  wake: WakeScope = WAKE_ALL,
 ): Promise<{ snapshot: Snapshot; counters: TickCounters }> {
   const { adapters } = ctx;
   const counters = emptyTickCounters();
-  const scan = await adapters.scanLive();
+  const scan = await readIndex(ctx, wake, counters);
   counters.index_pages = scan.pages;
   counters.rows_scanned = scan.rows.length;
   const pending = scan.rows.filter((row) => row.status === 'pending');
@@ -172,6 +192,28 @@ export async function readSnapshot(
   counters.models_read = modelIds.size;
   counters.sample_claims_read = sampleIds.length;
   return { snapshot: { live: scan.rows, models, sampleClaims }, counters };
+}
+
+/**
+ * The index read of a snapshot. An index the table does not serve yet (a stack deployed before
+ * `live_by_model`, while CloudFormation backfills it) answers a validation error: the full look
+ * then plans the same work at the full look's cost.
+ */
+async function readIndex(
+  ctx: TickContext,
+  wake: WakeScope,
+  counters: TickCounters,
+): Promise<{ rows: LiveRow[]; pages: number }> {
+  if (wake.kind === 'all') return ctx.adapters.scanLive();
+  counters.models_woken = wake.modelIds.size;
+  try {
+    return await ctx.adapters.readLiveOf(wake.modelIds);
+  } catch (error) {
+    if (!isAwsError(error, 'ValidationException', 'ResourceNotFoundException')) throw error;
+    logger.warn('live_by_model unreadable: full look instead', { pool: ctx.settings.pool, error });
+    counters.models_woken = 0;
+    return ctx.adapters.scanLive();
+  }
 }
 
 /**

@@ -298,10 +298,12 @@ describe('IAM', () => {
       'sqs:GetQueueAttributes queue:work.Arn',
       'sqs:GetQueueAttributes queue:workDlq.Arn',
     ]);
-    // Queries of the live index (the status page) and of the listing indexes (C1), never a Scan,
-    // and on no other index or table.
+    // Queries of the futures indexes (the status page; `query-index` reaches every index the table
+    // declares, and `live_by_model` projects what `live` does, R6) and of the listing indexes (C1),
+    // never a Scan, and on no other index or table.
     expect(api.filter((p) => p.includes('/index/'))).toEqual([
       'dynamodb:Query table:futures.Arn/index/live',
+      'dynamodb:Query table:futures.Arn/index/live_by_model',
       'dynamodb:Query table:models.Arn/index/by_tenant',
       'dynamodb:Query table:registry.Arn/index/by_owner',
       'dynamodb:Query table:registry.Arn/index/by_parent',
@@ -330,6 +332,7 @@ describe('IAM', () => {
     expect(onFutures).toEqual([
       'dynamodb:BatchGetItem table:futures.Arn',
       'dynamodb:Query table:futures.Arn/index/live',
+      'dynamodb:Query table:futures.Arn/index/live_by_model',
     ]);
   });
 
@@ -456,6 +459,7 @@ describe('IAM', () => {
       'dynamodb:PutItem table:futures.Arn',
       'dynamodb:PutItem table:models.Arn',
       'dynamodb:Query table:futures.Arn/index/live',
+      'dynamodb:Query table:futures.Arn/index/live_by_model',
       'dynamodb:Query table:models.Arn/index/by_tenant',
     ]);
     // A page of training runs reads their seq counters in a batch, and nothing else of the registry.

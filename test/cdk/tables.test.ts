@@ -6,6 +6,7 @@ import {
   BY_PARENT_INDEX,
   BY_TENANT_INDEX,
   LISTING_PROJECTION,
+  LIVE_BY_MODEL_INDEX,
   LIVE_INDEX,
   LIVE_PROJECTION,
   physicalName,
@@ -30,7 +31,7 @@ describe('tables', () => {
   it('projects exactly the planning attributes into the live index (R6)', () => {
     const futures = tableProps('futures');
     const indexes = futures.GlobalSecondaryIndexes as Array<Record<string, unknown>>;
-    expect(indexes).toHaveLength(1);
+    expect(indexes.map((index) => index.IndexName)).toEqual([LIVE_INDEX, LIVE_BY_MODEL_INDEX]);
     const live = indexes[0]!;
     expect(live.IndexName).toBe(LIVE_INDEX);
     expect(live.KeySchema).toEqual([
@@ -87,6 +88,19 @@ describe('tables', () => {
       [BY_OWNER_INDEX],
     );
     expect(() => withoutIndexes(topology, ['by_parnet'])).toThrow(/by_parnet/);
+  });
+
+  it('keys live_by_model by model and sorts it by live, so only pending rows are in it (R5)', () => {
+    const indexes = tableProps('futures').GlobalSecondaryIndexes as Array<Record<string, unknown>>;
+    const byModel = indexes.find((index) => index.IndexName === LIVE_BY_MODEL_INDEX)!;
+    expect(byModel.KeySchema).toEqual([
+      { AttributeName: 'model_id', KeyType: 'HASH' },
+      { AttributeName: 'live', KeyType: 'RANGE' },
+    ]);
+    const projection = byModel.Projection as { ProjectionType: string; NonKeyAttributes: string[] };
+    expect(projection.ProjectionType).toBe('INCLUDE');
+    // The live index's attributes, less model_id (a key here, projected anyway).
+    expect([...projection.NonKeyAttributes, 'model_id'].sort()).toEqual([...LIVE_PROJECTION].sort());
   });
 
   it('gives every table the stream view, TTL and keys its declaration names', () => {

@@ -44,16 +44,17 @@ describe('tick lock under SDK faults', () => {
       )
     ).Item;
 
-  it('an acquire whose put timed out after landing lets go of the lock: the next tick runs', async () => {
+  it('an acquire whose write timed out after landing lets go of the lock: the next tick runs', async () => {
     const name = `lock-timeout-${pool++}`;
     const now = Date.now();
-    faults.set('timeoutAfterWrite', 1, 'PutItem');
+    // Taking the lock is an update (it keeps asks a dead holder left unserved).
+    faults.set('timeoutAfterWrite', 1, 'UpdateItem');
     try {
       const holder = tickLock(faulty.doc, cloud.names.tables.registry, name);
       await expect(holder.acquire('crashed-holder', now)).rejects.toMatchObject({ name: 'TimeoutError' });
       expect(faults.counts.timeoutAfterWrite).toBeGreaterThan(0);
     } finally {
-      faults.set('timeoutAfterWrite', 0, 'PutItem');
+      faults.set('timeoutAfterWrite', 0, 'UpdateItem');
     }
     expect(await lockItem(name)).toBeUndefined();
     const next = tickLock(cloud.clients.doc, cloud.names.tables.registry, name);

@@ -1,7 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { createTableInputs, envFor, resourceNames } from '../../local/resources.js';
 import { failedItems } from '../../local/triggers/batch-response.js';
-import { LIVE_INDEX, LIVE_PROJECTION, type Topology, topology } from '../../shared/topology.js';
+import {
+  LIVE_BY_MODEL_INDEX,
+  LIVE_BY_MODEL_PROJECTION,
+  LIVE_INDEX,
+  LIVE_PROJECTION,
+  type Topology,
+  topology,
+} from '../../shared/topology.js';
 
 describe('createTableInputs', () => {
   const inputs = createTableInputs(topology, 'px');
@@ -21,11 +28,12 @@ describe('createTableInputs', () => {
     expect(inputs[3]?.StreamSpecification).toBeUndefined();
   });
 
-  it('defines each key attribute once and projects the live index as declared', () => {
+  it('defines each key attribute once and projects both live indexes as declared', () => {
     const futures = inputs[0];
     expect(futures?.AttributeDefinitions).toEqual([
       { AttributeName: 'request_id', AttributeType: 'S' },
       { AttributeName: 'live', AttributeType: 'S' },
+      { AttributeName: 'model_id', AttributeType: 'S' },
     ]);
     expect(futures?.GlobalSecondaryIndexes).toEqual([
       {
@@ -35,6 +43,14 @@ describe('createTableInputs', () => {
           { AttributeName: 'request_id', KeyType: 'RANGE' },
         ],
         Projection: { ProjectionType: 'INCLUDE', NonKeyAttributes: [...LIVE_PROJECTION] },
+      },
+      {
+        IndexName: LIVE_BY_MODEL_INDEX,
+        KeySchema: [
+          { AttributeName: 'model_id', KeyType: 'HASH' },
+          { AttributeName: 'live', KeyType: 'RANGE' },
+        ],
+        Projection: { ProjectionType: 'INCLUDE', NonKeyAttributes: [...LIVE_BY_MODEL_PROJECTION] },
       },
     ]);
   });
