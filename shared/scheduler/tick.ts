@@ -219,8 +219,9 @@ async function readIndex(
 /**
  * Plans from a snapshot and dispatches what it wins: claims (E2), then the payloads of exactly the
  * claimed requests (R6), the work item to S3 and its manifest to SQS. While a cap cut the plan short
- * it plans again from the same snapshot, updated with this pass's own claims (claimed models are in
- * flight, lost ones left out), so one pass may send several work items. Request rows are never
+ * (or while it dispatched samples, which may leave a model's other sampler checkpoints for a work
+ * item of their own) it plans again from the same snapshot, updated with this pass's own claims
+ * (claimed models are in flight, lost ones left out), so one pass may send several work items. Request rows are never
  * written here (R6): what is in flight lives on the model row and the sample claim. A plan that fails
  * after claiming and before its manifest is sent gives its claims back, then rethrows (E7). The
  * operator's drain switch is read only once there is something to dispatch: while it is on, nothing is.
@@ -240,7 +241,10 @@ export async function dispatchSnapshot(ctx: TickContext, snapshot: Snapshot): Pr
       break;
     }
     await dispatchPlan(ctx, planned, models, sampleClaims, now, counters);
-    if (!planned.cap_reached) break;
+    // Samples of a model's other sampler checkpoints wait for a work item of their own (R4): plan them
+    // now, from this pass's claims. An incremental tick is woken by nothing else for them (a sample's
+    // commit writes no record a trigger watches), so leaving them would wait for the safety tick.
+    if (!planned.cap_reached && planned.samples.length === 0) break;
   }
   return counters;
 }

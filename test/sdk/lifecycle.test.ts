@@ -124,5 +124,5 @@ describeScenario(
       expect(observed.after_delete).toBe(404);
     });
   },
-  { timeoutMs: 240_000 },
+  { timeoutMs: 360_000 },
 );
