@@ -252,7 +252,7 @@ describe('duplicates (R7)', () => {
     expect(reuse).toEqual({
       status: 400,
       body: {
-        error: `path: checkpoint name "final" is already used for model ${modelId} (names are write-once)`,
+        error: `path: checkpoint name "final" is already used for model ${modelId} (names are write-once; save_weights with overwrite=true replaces it)`,
         field: 'path',
       },
     });
@@ -280,7 +280,7 @@ describe('checkpoint names of saves that failed', () => {
   const nameUsed = (modelId: string, name: string) => ({
     status: 400,
     body: {
-      error: `path: checkpoint name "${name}" is already used for model ${modelId} (names are write-once)`,
+      error: `path: checkpoint name "${name}" is already used for model ${modelId} (names are write-once; save_weights with overwrite=true replaces it)`,
       field: 'path',
     },
   });
