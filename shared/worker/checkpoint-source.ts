@@ -96,8 +96,8 @@ export async function checkpointBlob(
 export async function requireLiveSamplerCheckpoint(
   checkpoint: { readonly content_id: string; readonly path?: string },
   store: {
-    readonly clients: WorkerClients;
-    readonly tables: Tables<'registry'>;
+    /** The name record by key: the work item's shared read (`SamplerCache.checkpointName`). */
+    readonly readName: (pk: string) => Promise<CheckpointNameRecord | undefined>;
     readonly tenant: string;
     readonly now: number;
   },
@@ -105,11 +105,7 @@ export async function requireLiveSamplerCheckpoint(
   if (checkpoint.path === undefined) return;
   const parsed = parseCheckpointPath(checkpoint.path);
   if (parsed === undefined) return;
-  const record = await readCheckpointName(
-    store.clients.doc,
-    store.tables.registry,
-    registryKey.checkpointName(parsed.modelId, parsed.kind, parsed.name),
-  );
+  const record = await store.readName(registryKey.checkpointName(parsed.modelId, parsed.kind, parsed.name));
   if (
     record === undefined ||
     record.content_id !== checkpoint.content_id ||

@@ -106,7 +106,7 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
     },
     passes: new PassBatcher(options.backend, options.passWindowMs),
     leases,
-    samplers: new SamplerCache(options.backend, clients, bucket),
+    samplers: new SamplerCache(options.backend, clients, bucket, tables.registry),
     ...(sampling === undefined ? {} : { sampling }),
   };
 

@@ -160,8 +160,7 @@ async function generate(sample: WorkItemSample, ctx: RunContext): Promise<Genera
     if (payload.checkpoint !== undefined) {
       // Deleted, expired or unpublished since the session was made: this sample's user error (C3-C5).
       await requireLiveSamplerCheckpoint(payload.checkpoint, {
-        clients: ctx.clients,
-        tables: ctx.tables,
+        readName: (pk) => ctx.samplers.checkpointName(pk),
         tenant: sample.tenant,
         now: ctx.now(),
       });

@@ -1,4 +1,6 @@
 import type { Backend, SamplerModel } from '../backend/backend.js';
+import type { CheckpointNameRecord } from '../domain/records.js';
+import { readCheckpointName } from '../repositories/checkpoints.js';
 import { storageKeys } from '../storage-keys.js';
 import { checkpointBlob } from './checkpoint-source.js';
 import type { WorkerClients } from './types.js';
@@ -6,16 +8,31 @@ import type { WorkerClients } from './types.js';
 /**
  * Samplers loaded once per work item: the bare base model, or a committed sampler checkpoint (R4: a
  * work item samples at most one checkpoint per model, so this holds few entries). A failed load is
- * dropped from the cache, so a later sample tries again.
+ * dropped from the cache, so a later sample tries again. The checkpoints' name records are read once
+ * per work item too: every sample of a checkpoint checks it is still live (C3-C5), and they share one
+ * strongly consistent read instead of one each.
  */
 export class SamplerCache {
   readonly #loading = new Map<string, Promise<SamplerModel>>();
+  readonly #names = new Map<string, Promise<CheckpointNameRecord | undefined>>();
 
   constructor(
     private readonly backend: Backend,
     private readonly clients: WorkerClients,
     private readonly bucket: string,
+    private readonly registryTable: string,
   ) {}
+
+  /** A checkpoint name record, read strongly once for this work item (a failed read is retried). */
+  checkpointName(pk: string): Promise<CheckpointNameRecord | undefined> {
+    let reading = this.#names.get(pk);
+    if (reading === undefined) {
+      reading = readCheckpointName(this.clients.doc, this.registryTable, pk);
+      this.#names.set(pk, reading);
+      reading.catch(() => this.#names.delete(pk));
+    }
+    return reading;
+  }
 
   get(
     baseModel: string,

@@ -1,6 +1,7 @@
 import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { PutCommand } from '@aws-sdk/lib-dynamodb';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { localAwsClients } from '../../local/aws-clients.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { type CheckpointNameRecord, registryKey } from '../../shared/domain/records.js';
 import { StepUserError } from '../../shared/errors.js';
@@ -107,10 +108,13 @@ describe('a queued sample on a sampler checkpoint (C3-C5)', () => {
     kind: 'sampler',
     path: `tinker://model-w/sampler_weights/${name}`,
   });
-  const check = (item: CheckpointNameRecord, tenant = 'owner', now = NOW) =>
+  const samplerCache = (clients = cloud.clients) =>
+    new SamplerCache(new ReferenceBackend(), clients, cloud.names.bucket, cloud.names.tables.registry);
+  // A fresh cache per check, as each work item has its own: a later check reads the record again.
+  const check = (item: CheckpointNameRecord, tenant = 'owner', now = NOW, samplers = samplerCache()) =>
     requireLiveSamplerCheckpoint(
       { content_id: item.content_id, path: item.path },
-      { clients: cloud.clients, tables: cloud.names.tables, tenant, now },
+      { readName: (pk) => samplers.checkpointName(pk), tenant, now },
     );
 
   it('passes while live and readable, and fails as the user’s error once expired, deleted or private', async () => {
@@ -122,8 +126,33 @@ describe('a queued sample on a sampler checkpoint (C3-C5)', () => {
     await expect(check(item, 'stranger')).rejects.toThrow(StepUserError);
   });
 
+  it('reads the name record once for all the samples of one work item, each still checked for its tenant', async () => {
+    const item = sampler('s-shared', { public: true });
+    await store(item, false);
+    const clients = localAwsClients(cloud.endpoints);
+    let gets = 0;
+    clients.dynamo.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'GetItemCommand') gets++;
+        return next(args);
+      },
+      { step: 'initialize', name: 'countGets' },
+    );
+    try {
+      const samplers = samplerCache(clients);
+      await Promise.all(['owner', 'reader', 'owner'].map((tenant) => check(item, tenant, NOW, samplers)));
+      expect(gets).toBe(1);
+      // Unpublished: the next work item reads it afresh, and the other tenant's sample fails there.
+      await store({ ...item, public: undefined } as CheckpointNameRecord, false);
+      await expect(check(item, 'reader', NOW, samplerCache(clients))).rejects.toThrow(StepUserError);
+      expect(gets).toBe(2);
+    } finally {
+      clients.dynamo.destroy();
+    }
+  });
+
   it('turns a collected sampler blob into the user’s error, not a retry', async () => {
-    const samplers = new SamplerCache(new ReferenceBackend(), cloud.clients, cloud.names.bucket);
+    const samplers = samplerCache();
     const failure = await samplers
       .get('reference/byte-lm', { model_id: 'model-w', content_id: 'c-gone' })
       .catch((error: unknown) => error);
