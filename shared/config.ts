@@ -61,6 +61,17 @@ export interface Tunables {
   readonly operatorReadsPerSecond: number;
   /** Lifetime of a checkpoint archive's presigned URL (C2), seconds. */
   readonly archiveUrlSeconds: number;
+  /**
+   * How long a container keeps a key's successful lookup (API_KEY_CACHE_SECONDS, 0: off), so a
+   * request from a warm container skips the registry read. The price is revocation: a revoked key
+   * keeps working on a container that looked it up before, for at most this long (README "Limits").
+   */
+  readonly apiKeyCacheSeconds: number;
+  /**
+   * A retrieve_future poll takes one of its tenant's LONG_POLLS_PER_TENANT slots only once it has
+   * waited this long (POLL_SLOT_AFTER_MS, 0: at once): most polls end sooner and write nothing.
+   */
+  readonly pollSlotAfterMs: number;
 }
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -81,7 +92,16 @@ const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number
   longPollsPerTenant: ['LONG_POLLS_PER_TENANT', 64],
   operatorReadsPerSecond: ['OPERATOR_READS_PER_SECOND', 5],
   archiveUrlSeconds: ['ARCHIVE_URL_SECONDS', 900],
+  // 10 s: a warm container looks a busy key up about once per 10 s instead of on every request, and
+  // a revoked key stops working everywhere within 10 s (README "Limits").
+  apiKeyCacheSeconds: ['API_KEY_CACHE_SECONDS', 10],
+  // 1 s: a closed-loop step's poll ends within a few hundred ms (README "Benchmarks", e2e), so
+  // nearly every poll ends before it would take a slot; a poll held longer still takes one.
+  pollSlotAfterMs: ['POLL_SLOT_AFTER_MS', 1_000],
 };
+
+/** Tunables for which 0 means "off" (any other tunable must be positive). */
+const ZERO_ALLOWED: ReadonlySet<keyof Tunables> = new Set(['apiKeyCacheSeconds', 'pollSlotAfterMs']);
 
 /**
  * What only the stack can enforce, set at deploy time with `-c <context key>=<value>` (cdk/app.ts):
@@ -169,15 +189,16 @@ function optional(env: Env, name: string): string | undefined {
 /** The variable naming get_info's tokenizer_id (see `Config.tokenizerId`). */
 export const TOKENIZER_ID_VAR = 'REFERENCE_TOKENIZER_ID';
 
-function positiveInteger(env: Env, name: string, fallback?: number): number {
+function positiveInteger(env: Env, name: string, fallback?: number, allowZero = false): number {
   const raw = env[name];
   if (raw === undefined || raw === '') {
     if (fallback === undefined) return positiveInteger({ [name]: required(env, name) }, name);
     return fallback;
   }
   const value = Number(raw);
-  if (!Number.isInteger(value) || value <= 0) {
-    throw new ConfigError(`Environment variable ${name} must be a positive integer, got "${raw}"`, {
+  if (!Number.isInteger(value) || value < (allowZero ? 0 : 1)) {
+    const wanted = allowZero ? 'a non-negative integer' : 'a positive integer';
+    throw new ConfigError(`Environment variable ${name} must be ${wanted}, got "${raw}"`, {
       context: { variable: name },
     });
   }
@@ -197,7 +218,7 @@ export function readConfig(env: Env = process.env): Config {
   const tunables = Object.fromEntries(
     Object.entries(TUNABLE_DEFAULTS).map(([key, [name, fallback]]) => [
       key,
-      positiveInteger(env, name, fallback),
+      positiveInteger(env, name, fallback, ZERO_ALLOWED.has(key as keyof Tunables)),
     ]),
   ) as unknown as Tunables;
   return {

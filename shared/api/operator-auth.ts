@@ -1,6 +1,8 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import type { Tunables } from '../config.js';
 import { logger } from '../logger.js';
-import { keyKind, operatorForKey, tenantForApiKey } from '../repositories/api-keys.js';
+import { keyKind } from '../repositories/api-keys.js';
+import { operatorOfKey, tenantOfKey } from './authenticate.js';
 
 /**
  * Who may read the operator views (the status page's data): holders of an operator key (`tso-...`,
@@ -25,6 +27,7 @@ export async function checkOperatorKey(
   doc: DynamoDBDocumentClient,
   table: string,
   apiKey: string | undefined,
+  tunables: Pick<Tunables, 'apiKeyCacheSeconds'>,
 ): Promise<OperatorCheck> {
   if (apiKey === undefined || apiKey === '') {
     return refuse(
@@ -35,13 +38,13 @@ export async function checkOperatorKey(
   }
   switch (keyKind(apiKey)) {
     case 'operator': {
-      const operator = await operatorForKey(doc, table, apiKey);
+      const operator = await operatorOfKey(doc, table, apiKey, tunables);
       if (operator === undefined)
         return refuse(401, 'invalid or revoked operator key', 'unknown-operator-key');
       return { ok: true, operator };
     }
     case 'tenant': {
-      const tenant = await tenantForApiKey(doc, table, apiKey);
+      const tenant = await tenantOfKey(doc, table, apiKey, tunables);
       if (tenant === undefined) {
         return refuse(
           401,

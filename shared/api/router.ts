@@ -1,6 +1,6 @@
 import { type AwsClients, awsClients } from '../aws/clients.js';
 import { TRANSIENT_AWS_ERROR_NAMES } from '../aws/transient-errors.js';
-import { config } from '../config.js';
+import { config, type Tunables } from '../config.js';
 import {
   AuthError,
   invalidField,
@@ -10,9 +10,10 @@ import {
   type ValidationError,
 } from '../errors.js';
 import { logger } from '../logger.js';
-import { keyKind, operatorForKey, tenantForApiKey } from '../repositories/api-keys.js';
+import { keyKind } from '../repositories/api-keys.js';
 import { NO_FAVICON, statusPageSubpath } from '../status-page/page.js';
 import { decompressZstdBounded } from '../wire/zstd.js';
+import { operatorOfKey, tenantOfKey } from './authenticate.js';
 import { acceptsProtobuf, BinaryAnswer, HttpAnswer, PROTOBUF_CONTENT_TYPE, ProtobufBody } from './bodies.js';
 import * as lifecycle from './checkpoint-lifecycle.js';
 import { type ApiDeps, resolveApiDeps } from './deps.js';
@@ -202,10 +203,14 @@ export interface ApiDependencies {
 }
 
 /** The answer to a tenant route called with something other than a live tenant key. */
-async function refuseTenantRoute(apiKey: string, deps: ApiDeps): Promise<ApiResponse> {
+async function refuseTenantRoute(
+  apiKey: string,
+  deps: ApiDeps,
+  tunables: Pick<Tunables, 'apiKeyCacheSeconds'>,
+): Promise<ApiResponse> {
   if (
     keyKind(apiKey) === 'operator' &&
-    (await operatorForKey(deps.clients.doc, deps.tables.registry, apiKey)) !== undefined
+    (await operatorOfKey(deps.clients.doc, deps.tables.registry, apiKey, tunables)) !== undefined
   ) {
     return answer(403, 'an operator key cannot call the Tinker API; use a tenant API key (tml-...)');
   }
@@ -292,8 +297,9 @@ export async function handleApiRequest(
     const { doc } = api.clients;
     const apiKey = header(request, 'x-api-key');
     if (apiKey === undefined || apiKey === '') throw new AuthError('missing X-API-Key header');
-    const tenant = await tenantForApiKey(doc, api.tables.registry, apiKey);
-    if (tenant === undefined) return await refuseTenantRoute(apiKey, api);
+    // From this container's cache for API_KEY_CACHE_SECONDS after a successful lookup (authenticate.ts).
+    const tenant = await tenantOfKey(doc, api.tables.registry, apiKey, tunables);
+    if (tenant === undefined) return await refuseTenantRoute(apiKey, api, tunables);
     const now = deps.now?.() ?? Date.now();
     // A refused submit costs one write and stores nothing. An intake route parses and reads while the
     // quota is counted and waits for it before writing; any other submit waits for it first. Its

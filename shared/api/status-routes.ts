@@ -38,7 +38,7 @@ export function handleStatusRoute(context: StatusRouteContext): Promise<StatusPa
     assets,
     guard: async () => {
       const registry = config.table('registry');
-      const check = await checkOperatorKey(clients.doc, registry, context.apiKey);
+      const check = await checkOperatorKey(clients.doc, registry, context.apiKey, config.tunables);
       if (check.ok) {
         // Counted only once the key is valid: unauthenticated requests never use the operators' budget.
         await checkOperatorReadQuota(clients.doc, registry, config.tunables, context.now?.() ?? Date.now());

@@ -36,7 +36,9 @@ describe.skipIf(!canRun)('status page behind the API, in headless Chromium', () 
   const now = Date.now();
 
   beforeAll(async () => {
-    api = await startApiHarness();
+    // A short key cache (API_KEY_CACHE_SECONDS): a revoked key is refused within 2 s on a warm
+    // container, and the page, refreshing every 2 s, shows it within about 4.
+    api = await startApiHarness({ API_KEY_CACHE_SECONDS: '2' });
     const { cloud } = api;
     await putModel(cloud, 'm-train', {
       epoch: 3,

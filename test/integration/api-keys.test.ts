@@ -3,16 +3,43 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { printDevelopmentApiKey, printOperatorKey } from '../../local/on-ready.js';
+import type { TinkerClient } from '../../shared/client/tinker-client.js';
+import { createApiKey, createOperatorKey, revokeApiKey } from '../../shared/repositories/api-keys.js';
 import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 let api: ApiHarness;
+/**
+ * The api's key cache (API_KEY_CACHE_SECONDS) set short here, so a revocation is seen as a user
+ * sees it on a warm container: refused within the TTL, not at once.
+ */
+const CACHE_SECONDS = 1;
+const CACHE_MS = CACHE_SECONDS * 1000;
 
 beforeAll(async () => {
-  api = await startApiHarness();
+  api = await startApiHarness({ API_KEY_CACHE_SECONDS: String(CACHE_SECONDS) });
 });
+
+/**
+ * Calls `path` with the key every 50 ms until it answers 401; returns the ms from `since` to that
+ * answer's request, and fails if it never comes by the cache's TTL (plus a margin for the calls).
+ */
+async function refusedAfter(
+  client: TinkerClient,
+  method: string,
+  path: string,
+  since: number,
+): Promise<number> {
+  for (;;) {
+    const sent = Date.now();
+    const { status } = await client.raw(method, path, method === 'GET' ? undefined : {});
+    if (status === 401) return sent - since;
+    expect(sent - since, `still ${status}`).toBeLessThan(CACHE_MS + 500);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
 
 afterAll(async () => {
   await api?.stop();
@@ -42,8 +69,10 @@ describe('the keys command', () => {
     const { session_id } = await client.createSession();
     expect(typeof session_id).toBe('string');
 
+    const revoking = Date.now();
     expect(await keysCli('revoke', key)).toEqual({ stdout: 'revoked\n', code: 0 });
-    expect((await client.raw('POST', '/api/v1/create_session', {})).status).toBe(401);
+    // Refused within API_KEY_CACHE_SECONDS of the revocation, as on a warm container.
+    await refusedAfter(client, 'POST', '/api/v1/create_session', revoking);
     expect((await keysCli('revoke', 'tml-notakeynotakeynotakeynotakey')).code).toBe(1);
   }, 60_000);
 
@@ -53,8 +82,9 @@ describe('the keys command', () => {
     const key = created.stdout.trim();
     expect(key).toMatch(/^tso-[A-Za-z0-9_-]{43}$/);
     expect((await api.client(key).raw('POST', '/api/v1/create_session', {})).status).toBe(403);
+    const revoking = Date.now();
     expect(await keysCli('revoke', key)).toEqual({ stdout: 'revoked\n', code: 0 });
-    expect((await api.client(key).raw('POST', '/api/v1/create_session', {})).status).toBe(401);
+    await refusedAfter(api.client(key), 'POST', '/api/v1/create_session', revoking);
   }, 60_000);
 
   it('refuses a bad tenant name and a missing one', async () => {
@@ -89,5 +119,43 @@ describe('the keys command', () => {
     expect(
       (await api.client('tso-notakeynotakeynotakeynotakeynotakeynotakey').raw('GET', '/status/data')).status,
     ).toBe(401);
+  });
+});
+
+describe('revocation on a warm container (API_KEY_CACHE_SECONDS)', () => {
+  it('a cached tenant key keeps working after its revocation, then is refused once the TTL has passed', async () => {
+    const key = await createApiKey(api.cloud.clients.doc, api.cloud.names.tables.registry, 'cached');
+    const client = api.client(key);
+    const looked = Date.now();
+    expect((await client.raw('POST', '/api/v1/create_session', {})).status).toBe(200);
+    expect(await revokeApiKey(api.cloud.clients.doc, api.cloud.names.tables.registry, key)).toBe(true);
+    // Served from the cache: the registry already says revoked.
+    expect((await client.raw('POST', '/api/v1/create_session', {})).status).toBe(200);
+    // Used every 50 ms from then on, it is still refused within the TTL of the lookup that cached it:
+    // hits never extend an entry.
+    const after = await refusedAfter(client, 'POST', '/api/v1/create_session', looked);
+    // Not before the TTL (less what a request takes to reach the api), not much after it.
+    expect(after).toBeGreaterThan(CACHE_MS - 300);
+    expect(after).toBeLessThan(CACHE_MS + 500);
+    // And stays refused: a revoked key is never cached again.
+    for (let i = 0; i < 3; i++) {
+      expect((await client.raw('POST', '/api/v1/create_session', {})).status).toBe(401);
+    }
+  });
+
+  it('a cached operator key: the status data keeps answering after revocation, then 401 within the TTL', async () => {
+    const key = await createOperatorKey(api.cloud.clients.doc, api.cloud.names.tables.registry, 'leaver');
+    const client = api.client(key);
+    const looked = Date.now();
+    expect((await client.raw('GET', '/status/data')).status).toBe(200);
+    expect(await revokeApiKey(api.cloud.clients.doc, api.cloud.names.tables.registry, key)).toBe(true);
+    expect((await client.raw('GET', '/status/data')).status).toBe(200);
+    expect(await refusedAfter(client, 'GET', '/status/data', looked)).toBeLessThan(CACHE_MS + 500);
+  });
+
+  it('a key revoked before this container looked it up is refused at once', async () => {
+    const key = await createApiKey(api.cloud.clients.doc, api.cloud.names.tables.registry, 'never-used');
+    expect(await revokeApiKey(api.cloud.clients.doc, api.cloud.names.tables.registry, key)).toBe(true);
+    expect((await api.client(key).raw('POST', '/api/v1/create_session', {})).status).toBe(401);
   });
 });

@@ -28,7 +28,9 @@ let key: string;
 let client: TinkerClient;
 
 beforeAll(async () => {
-  api = await startApiHarness();
+  // The key cache off (API_KEY_CACHE_SECONDS=0): a revoked key is refused at once. The cache's delay
+  // is api-keys.test.ts's.
+  api = await startApiHarness({ API_KEY_CACHE_SECONDS: '0' });
   ({ key, client } = await api.tenant('acme'));
 });
 

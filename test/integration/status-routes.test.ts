@@ -33,7 +33,9 @@ function timeless(picture: PoolQueueStatus): unknown {
 }
 
 beforeAll(async () => {
-  api = await startApiHarness();
+  // The key cache off, so a revocation is seen at once; its delay on a warm container is checked in
+  // api-keys.test.ts.
+  api = await startApiHarness({ API_KEY_CACHE_SECONDS: '0' });
   const { cloud } = api;
   await putModel(cloud, 'm-busy', {
     epoch: 2,
