@@ -11,7 +11,8 @@ import { acquirePollLease, countRequest, releasePollLease } from '../repositorie
  * The API's quotas (README "Limits"), checked after authentication and before anything is stored,
  * so a refused request stores nothing and an unauthenticated one never counts against anyone:
  * - submits: requests that store something, SUBMITS_PER_SECOND per tenant;
- * - long polls: retrieve_future calls that must wait, LONG_POLLS_PER_TENANT open at once per tenant;
+ * - long polls: retrieve_future calls still waiting after POLL_SLOT_AFTER_MS, LONG_POLLS_PER_TENANT
+ *   open at once per tenant (a shorter poll takes no slot);
  * - operator reads: the status page's data, OPERATOR_READS_PER_SECOND for all operators together.
  * Each refusal is a 429 with Retry-After and one datum of its metric.
  */

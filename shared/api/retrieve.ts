@@ -83,13 +83,26 @@ export async function retrieveFuture(
     if (head === undefined || head.tenant !== ctx.tenant) throw notFound(requestId);
     if (head.status !== 'pending') return await terminalAnswer(ctx, requestId, undefined);
     if (ctx.deadline <= Date.now()) return tryAgain(requestId);
-    // Only a poll that waits holds an invocation: it takes one of the tenant's slots (quotas.ts),
-    // given back while the answer is read.
+    const sleep = waits.sleep ?? realSleep;
+    const wait = newWait();
+    // A poll that ends within POLL_SLOT_AFTER_MS writes nothing (most do: README "Limits").
+    const early = await waitWhilePending(
+      requestId,
+      ctx,
+      Math.min(ctx.deadline, wait.since + ctx.tunables.pollSlotAfterMs),
+      wait,
+      watch,
+      sleep,
+    );
+    if (early !== 'deadline') return await terminalAnswer(ctx, requestId, early.row);
+    if (ctx.deadline <= Date.now()) return tryAgain(requestId);
+    // Only a poll that keeps waiting holds an invocation for long: from here it takes one of the
+    // tenant's slots (quotas.ts), given back while the answer is read.
     return await inPollSlot(
       ctx.clients.doc,
       ctx.tables.registry,
       { tenant: ctx.tenant, tunables: ctx.tunables, deadline: ctx.deadline },
-      () => waitWhilePending(requestId, ctx, watch, waits.sleep ?? realSleep),
+      () => waitWhilePending(requestId, ctx, ctx.deadline, wait, watch, sleep),
       async (ended) =>
         ended === 'deadline' ? tryAgain(requestId) : terminalAnswer(ctx, requestId, ended.row),
     );
@@ -123,28 +136,40 @@ async function terminalAnswer(
   return ctx.acceptsProtobuf === true ? (asProtobuf(row, result) ?? result) : result;
 }
 
+/** Where a poll's re-read schedule stands; kept across the wait before and in the slot. */
+interface WaitState {
+  readonly since: number;
+  delay: number | undefined;
+}
+
+function newWait(): WaitState {
+  return { since: Date.now(), delay: undefined };
+}
+
 /**
- * Re-reads the row's outcome until it is terminal (answered with it) or the deadline passes. A pending
+ * Re-reads the row's outcome until it is terminal (answered with it) or `until` passes. A pending
  * row's outcome is its head alone, so a re-read costs what a read of the head does, and the read that
  * finds the row terminal is the answer's (no second read).
  */
 async function waitWhilePending(
   requestId: string,
-  ctx: OperationContext & { readonly deadline: number },
+  ctx: OperationContext,
+  until: number,
+  state: WaitState,
   watch: CommitWatch | undefined,
   sleep: (ms: number) => Promise<void>,
 ): Promise<{ readonly row: FutureOutcome } | 'deadline'> {
   const schedule = watch === undefined ? SHORT_POLL : FALLBACK_POLL;
-  const since = Date.now();
-  let delay = schedule.firstMs;
+  state.delay ??= schedule.firstMs;
   for (;;) {
-    const left = ctx.deadline - Date.now();
+    const left = until - Date.now();
     if (left <= 0) return 'deadline';
-    const pause = Math.min(delay, left);
+    const pause = Math.min(state.delay, left);
     let woken = false;
     if (watch === undefined) await sleep(pause);
     else woken = await watch.wait(pause);
-    if (Date.now() - since >= schedule.steadyForMs) delay = Math.min(delay * 2, schedule.capMs);
+    if (Date.now() - state.since >= schedule.steadyForMs)
+      state.delay = Math.min(state.delay * 2, schedule.capMs);
     // A woken wait reads strongly: the commit has landed, and an eventually consistent read might
     // not show it yet. Timed re-reads may be stale: a stale one only delays the answer.
     const row = await readFutureOutcome(ctx.clients.doc, ctx.tables.futures, requestId, woken);

@@ -9,12 +9,14 @@ import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 /**
  * Concurrent long polls per tenant over real HTTP on the local cloud (no worker runs, so futures
- * stay pending and every poll holds for LONG_POLL_SECONDS): over LONG_POLLS_PER_TENANT open at
- * once, retrieve_future answers 429 with Retry-After; other tenants are unaffected; slots come back
- * when a poll ends, and a slot a crashed poll never gave back expires.
+ * stay pending and every poll holds for LONG_POLL_SECONDS): a poll takes a slot once it has waited
+ * POLL_SLOT_AFTER_MS; over LONG_POLLS_PER_TENANT such polls at once, retrieve_future answers 429
+ * with Retry-After; other tenants are unaffected; slots come back when a poll ends, and a slot a
+ * crashed poll never gave back expires. A poll that ends sooner takes no slot at all.
  */
 
 const LIMIT = 2;
+const SLOT_AFTER_MS = 400;
 let api: ApiHarness;
 let acme: { key: string; client: TinkerClient };
 let zeta: { key: string; client: TinkerClient };
@@ -52,7 +54,11 @@ async function holders(tenant: string): Promise<Record<string, number>> {
 }
 
 beforeAll(async () => {
-  api = await startApiHarness({ LONG_POLLS_PER_TENANT: String(LIMIT), LONG_POLL_SECONDS: '2' });
+  api = await startApiHarness({
+    LONG_POLLS_PER_TENANT: String(LIMIT),
+    LONG_POLL_SECONDS: '2',
+    POLL_SLOT_AFTER_MS: String(SLOT_AFTER_MS),
+  });
   // The repository is called from the test too (crashed leases), with the same tables.
   api.cloud.applyEnv();
   acme = await api.tenant('acme');
@@ -70,8 +76,11 @@ describe('long polls per tenant', () => {
     const open = [poll(acme.key, acmeFuture), poll(acme.key, acmeFuture)];
     await waitFor('both polls open', async () => Object.keys(await holders('acme')).length === LIMIT);
 
+    const asked = Date.now();
     const over = await poll(acme.key, acmeFuture);
     expect(over.status).toBe(429);
+    // Refused only once it had waited POLL_SLOT_AFTER_MS and still found the future pending.
+    expect(Date.now() - asked).toBeGreaterThanOrEqual(SLOT_AFTER_MS);
     expect(over.headers.get('retry-after')).toBe('1');
     expect(over.headers.get('retry-after-ms')).toBe('1000');
     expect(over.headers.get('content-type')).toBe('application/json');
@@ -125,5 +134,54 @@ describe('long polls per tenant', () => {
     const done = await poll(acme.key, acmeFuture);
     expect(done.status).toBe(200);
     expect(await done.json()).toEqual({ model_id: 'whatever' });
+  });
+
+  it('a poll that ends within POLL_SLOT_AFTER_MS takes no slot: it answers even while every slot is held', async () => {
+    const busy = await api.tenant('busy');
+    const future = await pendingFuture(busy.client);
+    const now = Date.now();
+    for (const token of ['held-1', 'held-2']) {
+      await acquirePollLease(api.cloud.clients.doc, api.cloud.names.tables.registry, {
+        tenant: 'busy',
+        token,
+        limit: LIMIT,
+        until: now + 60_000,
+        now,
+      });
+    }
+    const answer = poll(busy.key, future);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    await completeFuture(future, { model_id: 'soon' }, api.cloud.clients);
+    const done = await answer;
+    expect(done.status).toBe(200);
+    expect(await done.json()).toEqual({ model_id: 'soon' });
+    expect(Object.keys(await holders('busy')).sort()).toEqual(['held-1', 'held-2']);
+    // A pending future polled with the slots still full waits, then gets the 429.
+    const other = await pendingFuture(busy.client);
+    const refused = await poll(busy.key, other);
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get('retry-after')).not.toBeNull();
+  });
+
+  it('a short poll writes nothing: a tenant whose polls all end sooner never gets a slot record', async () => {
+    const quick = await api.tenant('quick');
+    const future = await pendingFuture(quick.client);
+    const answer = poll(quick.key, future);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await completeFuture(future, { model_id: 'quick' }, api.cloud.clients);
+    expect((await answer).status).toBe(200);
+    const record = await api.cloud.clients.doc.send(
+      new GetCommand({
+        TableName: api.cloud.names.tables.registry,
+        Key: { pk: registryKey.polls('quick') },
+        ConsistentRead: true,
+      }),
+    );
+    expect(record.Item).toBeUndefined();
+    // One that must keep waiting does take a slot (and gives it back when it ends).
+    const waiting = poll(quick.key, await pendingFuture(quick.client));
+    await waitFor('the long poll holds a slot', async () => Object.keys(await holders('quick')).length === 1);
+    expect(await (await waiting).json()).toMatchObject({ type: 'try_again' });
+    expect(await holders('quick')).toEqual({});
   });
 });
