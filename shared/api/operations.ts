@@ -180,7 +180,9 @@ function maxCsrDenseValues(tunables: Tunables): number {
 
 async function submitPass(ctx: OperationContext, pass: PassToStore): Promise<FutureAnswer> {
   const tokens = checkForwardInput(pass.input, pass.field, ctx.tunables);
-  const counter = await requireSeqCounter(ctx.clients.doc, ctx.tables.registry, pass.modelId, ctx.tenant);
+  // The counter's read is in flight while the payload is encoded and hashed (a few ms per MB).
+  const counterRead = requireSeqCounter(ctx.clients.doc, ctx.tables.registry, pass.modelId, ctx.tenant);
+  counterRead.catch(() => undefined);
   // The ids live on the row and in the idempotency key, so the stored form leaves them out: the same
   // step gives the same fingerprint on either wire (and a JSON seq_id above int32 still fits).
   const canonical = encodeStoredPass({
@@ -189,6 +191,14 @@ async function submitPass(ctx: OperationContext, pass: PassToStore): Promise<Fut
     forward_only: pass.type === 'forward',
     input: pass.input,
   });
+  const payload = serializeBinaryPayload(
+    canonical,
+    // Not when larger: skippable frames or padding would store more than the body limit allows.
+    pass.compressed === undefined || pass.compressed.length >= canonical.length
+      ? undefined
+      : { bytes: pass.compressed, compression: 'zstd' },
+  );
+  const counter = await counterRead;
   return submitTrainingStep(
     {
       requestId: mintRequestId(ctx.now),
@@ -197,13 +207,7 @@ async function submitPass(ctx: OperationContext, pass: PassToStore): Promise<Fut
       seqId: pass.seqId,
       requestType: pass.type,
       tokens,
-      // Not when larger: skippable frames or padding would store more than the body limit allows.
-      payload: serializeBinaryPayload(
-        canonical,
-        pass.compressed === undefined || pass.compressed.length >= canonical.length
-          ? undefined
-          : { bytes: pass.compressed, compression: 'zstd' },
-      ),
+      payload,
       counter,
       now: ctx.now,
     },
