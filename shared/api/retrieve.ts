@@ -86,14 +86,15 @@ export async function retrieveFuture(
     const sleep = waits.sleep ?? realSleep;
     const wait = newWait();
     // A poll that ends within POLL_SLOT_AFTER_MS writes nothing (most do: README "Limits").
-    const early = await waitWhilePending(
-      requestId,
-      ctx,
-      Math.min(ctx.deadline, wait.since + ctx.tunables.pollSlotAfterMs),
-      wait,
+    const slotAt = wait.since + ctx.tunables.pollSlotAfterMs;
+    const early = await waitWhilePending(requestId, ctx, {
+      until: Math.min(ctx.deadline, slotAt),
+      // A poll that never reaches its slot still re-reads at its deadline.
+      readAtUntil: slotAt >= ctx.deadline,
+      state: wait,
       watch,
       sleep,
-    );
+    });
     if (early !== 'deadline') return await terminalAnswer(ctx, requestId, early.row);
     if (ctx.deadline <= Date.now()) return tryAgain(requestId);
     // Only a poll that keeps waiting holds an invocation for long: from here it takes one of the
@@ -102,7 +103,14 @@ export async function retrieveFuture(
       ctx.clients.doc,
       ctx.tables.registry,
       { tenant: ctx.tenant, tunables: ctx.tunables, deadline: ctx.deadline },
-      () => waitWhilePending(requestId, ctx, ctx.deadline, wait, watch, sleep),
+      () =>
+        waitWhilePending(requestId, ctx, {
+          until: ctx.deadline,
+          readAtUntil: true,
+          state: wait,
+          watch,
+          sleep,
+        }),
       async (ended) =>
         ended === 'deadline' ? tryAgain(requestId) : terminalAnswer(ctx, requestId, ended.row),
     );
@@ -140,34 +148,48 @@ async function terminalAnswer(
 interface WaitState {
   readonly since: number;
   delay: number | undefined;
+  /** What is left of a pause the wait before the slot ended early (it resumes in the slot). */
+  owed: number | undefined;
 }
 
 function newWait(): WaitState {
-  return { since: Date.now(), delay: undefined };
+  return { since: Date.now(), delay: undefined, owed: undefined };
 }
 
 /**
  * Re-reads the row's outcome until it is terminal (answered with it) or `until` passes. A pending
  * row's outcome is its head alone, so a re-read costs what a read of the head does, and the read that
- * finds the row terminal is the answer's (no second read).
+ * finds the row terminal is the answer's (no second read). At the poll's deadline a last re-read
+ * runs (`readAtUntil`); at the end of the wait before the slot none does: the wait in the slot takes
+ * the rest of the pause, so the poll makes the same reads at the same times as one slotted at once.
  */
 async function waitWhilePending(
   requestId: string,
   ctx: OperationContext,
-  until: number,
-  state: WaitState,
-  watch: CommitWatch | undefined,
-  sleep: (ms: number) => Promise<void>,
+  wait: {
+    readonly until: number;
+    readonly readAtUntil: boolean;
+    readonly state: WaitState;
+    readonly watch: CommitWatch | undefined;
+    readonly sleep: (ms: number) => Promise<void>;
+  },
 ): Promise<{ readonly row: FutureOutcome } | 'deadline'> {
+  const { state, watch } = wait;
   const schedule = watch === undefined ? SHORT_POLL : FALLBACK_POLL;
-  state.delay ??= schedule.firstMs;
   for (;;) {
-    const left = until - Date.now();
+    const left = wait.until - Date.now();
     if (left <= 0) return 'deadline';
-    const pause = Math.min(state.delay, left);
+    state.delay ??= schedule.firstMs;
+    const wanted = state.owed ?? state.delay;
+    state.owed = undefined;
+    const pause = Math.min(wanted, left);
     let woken = false;
-    if (watch === undefined) await sleep(pause);
+    if (watch === undefined) await wait.sleep(pause);
     else woken = await watch.wait(pause);
+    if (!woken && !wait.readAtUntil && pause < wanted) {
+      state.owed = wanted - pause;
+      return 'deadline';
+    }
     if (Date.now() - state.since >= schedule.steadyForMs)
       state.delay = Math.min(state.delay * 2, schedule.capMs);
     // A woken wait reads strongly: the commit has landed, and an eventually consistent read might

@@ -1,8 +1,13 @@
-import { GetCommand } from '@aws-sdk/lib-dynamodb';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { inPollSlot } from '../../shared/api/quotas.js';
+import { retrieveFuture } from '../../shared/api/retrieve.js';
+import { NO_COMMIT_SIGNAL } from '../../shared/commit-signal.js';
+import { readConfig } from '../../shared/config.js';
 import { registryKey } from '../../shared/domain/records.js';
-import { setupTestCloud, type TestCloud } from '../support/cloud.js';
+import { mintRequestId } from '../../shared/ids.js';
+import { pendingFutureRow } from '../../shared/repositories/futures.js';
+import { apiDeps, setupTestCloud, type TestCloud } from '../support/cloud.js';
 
 /**
  * retrieve_future's poll slot (shared/api/quotas.ts `inPollSlot`) on the local cloud: the slot is
@@ -15,6 +20,11 @@ const LIMIT = 1;
 
 beforeAll(async () => {
   cloud = await setupTestCloud();
+  cloud.applyEnv();
+});
+
+afterEach(() => {
+  vi.useRealTimers();
 });
 
 async function holders(tenant: string): Promise<Record<string, number>> {
@@ -122,5 +132,88 @@ describe('the poll slot is released off the answer critical path', () => {
       ),
     ).resolves.toBe(2);
     expect(await holders('rel-c')).toEqual({});
+  });
+});
+
+describe('the slot is taken only after POLL_SLOT_AFTER_MS, and the re-reads keep their times', () => {
+  /**
+   * A poll of a pending future until its deadline (try_again), on a clock that only its pauses move
+   * (Date alone is faked: the calls to the cloud run in real time). Records, on that clock, when it
+   * read the row and when it took its slot.
+   */
+  async function pollOnClock(tenant: string, slotAfterMs: number, deadlineMs: number) {
+    const now = Date.now();
+    const requestId = mintRequestId(now);
+    await cloud.clients.doc.send(
+      new PutCommand({
+        TableName: cloud.names.tables.futures,
+        Item: pendingFutureRow({
+          requestId,
+          tenant,
+          modelId: 'model-clock',
+          requestType: 'optim_step',
+          tokens: 0,
+          payloadKey: 'none',
+          payloadDigest: 'none',
+          now,
+        }),
+      }),
+    );
+    vi.useFakeTimers({ toFake: ['Date'], now });
+    const reads: number[] = [];
+    const slots: number[] = [];
+    const name = 'pollClock';
+    cloud.clients.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as { TableName?: unknown; UpdateExpression?: unknown };
+        if (context.commandName === 'GetItemCommand' && input.TableName === cloud.names.tables.futures)
+          reads.push(Date.now() - now);
+        if (
+          context.commandName === 'UpdateItemCommand' &&
+          String(input.UpdateExpression).startsWith('SET #h.#t')
+        )
+          slots.push(Date.now() - now);
+        return next(args);
+      },
+      { step: 'initialize', name, override: true },
+    );
+    try {
+      const tunables = { ...readConfig({}).tunables, pollSlotAfterMs: slotAfterMs, longPollsPerTenant: 4 };
+      const answer = await retrieveFuture(
+        { ...apiDeps(cloud), tenant, now, tunables, deadline: now + deadlineMs },
+        { request_id: requestId },
+        {
+          commits: NO_COMMIT_SIGNAL,
+          sleep: async (ms) => {
+            vi.setSystemTime(Date.now() + ms);
+          },
+        },
+      );
+      expect(answer).toMatchObject({ type: 'try_again' });
+    } finally {
+      cloud.clients.doc.middlewareStack.remove(name);
+      vi.useRealTimers();
+    }
+    return { reads, slots, held: await holders(tenant) };
+  }
+
+  it('a slot at once, after 1,050 ms, or never (past the deadline): the same reads at the same times', async () => {
+    const atOnce = await pollOnClock('clock-a', 0, 1_500);
+    const late = await pollOnClock('clock-b', 1_050, 1_500);
+    const never = await pollOnClock('clock-c', 5_000, 1_500);
+    // The head at 0, then every 100 ms (the AWS schedule) up to and including the deadline.
+    const expected = [0, ...Array.from({ length: 15 }, (_, i) => (i + 1) * 100)];
+    for (const run of [atOnce, late, never]) {
+      expect(run.reads.slice(0, 1)).toEqual([0]);
+      // Times on the faked clock may carry the real milliseconds a call took; pauses alone set them.
+      expect(run.reads.map((t) => Math.round(t / 100) * 100)).toEqual(expected);
+      expect(run.held).toEqual({});
+    }
+    expect(atOnce.slots).toHaveLength(1);
+    expect(atOnce.slots[0]).toBeLessThan(50);
+    expect(late.slots).toHaveLength(1);
+    expect(late.slots[0]).toBeGreaterThanOrEqual(1_050);
+    expect(late.slots[0]).toBeLessThan(1_100);
+    expect(never.slots).toEqual([]);
   });
 });
