@@ -13,10 +13,12 @@ import { DEFAULT_CUT_POLL_MS, WorkItemCut } from './cut.js';
 import { LeaseKeeper } from './lease.js';
 import { loadWorkItem, type WorkSource } from './load-work-item.js';
 import { runModelPart } from './model-part.js';
+import { openingReads } from './opening-reads.js';
 import { PassBatcher } from './pass-batcher.js';
 import { runSamplePart } from './sample-part.js';
 import { loadSampleStarts } from './sample-resume.js';
 import { SamplerCache } from './sampler-cache.js';
+import { processStateCache } from './state-cache.js';
 import type { PartOutcome, WorkerClients, WorkerOptions, WorkItemOutcome } from './types.js';
 
 /** New tokens per sequence per backend call: how far past a cut request a sample may run. */
@@ -107,6 +109,8 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
     passes: new PassBatcher(options.backend, options.passWindowMs),
     leases,
     samplers: new SamplerCache(options.backend, clients, bucket, tables.registry),
+    opening: openingReads(item, clients.doc, tables),
+    states: options.states ?? processStateCache(),
     ...(sampling === undefined ? {} : { sampling }),
   };
 
