@@ -11,7 +11,7 @@ import { assembleWorkItem, payloadsToRead, type SampleClaimed } from '../schedul
 import { claimFor, type ModelClaim } from '../scheduling/claim.js';
 import type { Plan, Snapshot } from '../scheduling/plan-types.js';
 import { plan } from '../scheduling/planner.js';
-import type { WorkItem } from '../scheduling/work-item.js';
+import { manifestOf, type WorkItem } from '../scheduling/work-item.js';
 import { type SchedulerAdapters, schedulerAdapters } from './adapters.js';
 import { addTickCounters, emptyTickCounters, type TickCounters } from './counters.js';
 import type { PayloadReads } from './payloads.js';
@@ -485,7 +485,7 @@ async function claimAndSend(
   if (workItem === undefined) return undefined;
   counters.work_item_bytes += await adapters.writeWorkItem(workItem);
   faultHook.crash('scheduler:after-write-work-item');
-  await adapters.sendManifest(workItem.work_item_id);
+  await adapters.sendManifest(manifestOf(workItem));
   return workItem;
 }
 

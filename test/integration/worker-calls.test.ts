@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AwsClients } from '../../shared/aws/clients.js';
 import type { ModelRow } from '../../shared/domain/records.js';
+import { manifestFor, manifestOf } from '../../shared/scheduling/work-item.js';
 import { runWorkItem, type WorkerOptions } from '../../shared/worker/index.js';
 import { StateCache } from '../../shared/worker/state-cache.js';
 import { type CallLog, loggedClients } from '../support/call-log.js';
@@ -27,15 +28,21 @@ afterAll(() => {
 });
 
 /** Dispatches the next work item of these models (or base-model pools) and runs it with logged calls. */
-async function runNext(modelIds: readonly string[], options: Partial<WorkerOptions> = {}) {
+async function runNext(
+  modelIds: readonly string[],
+  options: Partial<WorkerOptions> & { bare?: boolean } = {},
+) {
+  const { bare, ...worker } = options;
   const dispatched = await h.dispatch({ only: (row) => modelIds.includes(row.model_id) });
   if (dispatched === undefined) throw new Error('nothing dispatched');
   log.reset();
-  const outcome = await runWorkItem(dispatched.manifest, {
+  // The manifest the scheduler sends: it names the parts, so their rows are read beside the item's GET.
+  const manifest = bare ? manifestFor(dispatched.item.work_item_id) : manifestOf(dispatched.item);
+  const outcome = await runWorkItem(manifest, {
     backend: h.backend,
     clients,
     cutPollMs: 0,
-    ...options,
+    ...worker,
   });
   return { item: dispatched.item, outcome, calls: [...log.calls].sort(), depth: log.depth() };
 }
@@ -43,7 +50,7 @@ async function runNext(modelIds: readonly string[], options: Partial<WorkerOptio
 const sorted = (calls: string[]) => [...calls].sort();
 
 describe('the calls of one work item', () => {
-  it('training (forward_backward + optim_step) on a state this process committed: 4 calls, 4 in sequence', async () => {
+  it('training (forward_backward + optim_step) on a state this process committed: 4 calls, 3 in sequence', async () => {
     const t = h.tenant('calls-train');
     const m = await t.createModel(4, 3);
     const states = new StateCache();
@@ -65,19 +72,19 @@ describe('the calls of one work item', () => {
     expect(step.calls).toEqual(
       sorted([
         'GetObject work', // the work item
-        'BatchGetItem models', // its model rows, strongly: still in flight? (E1)
+        'BatchGetItem models', // its model rows, strongly, beside it: still in flight? (E1)
         // no GetObject of the base state: this process committed it
         'PutObject state', // the new state under its fenced key (E3)
         'TransactWriteItems Update:models+Update:futures+Update:futures', // the commit (E4)
       ]),
     );
-    expect(step.depth).toBe(4);
+    expect(step.depth).toBe(3);
     // The superseded state is dropped: one entry per model.
     expect(states.size).toBe(1);
     await expectOracle();
   });
 
-  it('training on a state another process committed: the base state is read beside the row (5 calls, 4 in sequence)', async () => {
+  it('training on a state another process committed: the base state is read once the item names it (5 calls, 4 in sequence)', async () => {
     const t = h.tenant('calls-miss');
     const m = await t.createModel(4, 5);
     await runNext([m.model_id], { states: new StateCache() });
@@ -116,11 +123,11 @@ describe('the calls of one work item', () => {
         ...ids.flatMap(() => ['PutObject state', 'TransactWriteItems Update:models+Update:futures']),
       ]),
     );
-    expect(step.depth).toBe(4);
+    expect(step.depth).toBe(3);
     await expectOracle();
   });
 
-  it('two base-model samples: their claims in one read beside their prefix pointers, one commit each (R4)', async () => {
+  it('two base-model samples: their claims and prefix pointers read beside the item, one commit each (R4)', async () => {
     const t = h.tenant('calls-sample');
     const session = await t.samplingSession({ base_model: BASE_MODEL });
     for (const seed of [4, 5]) {
@@ -141,7 +148,26 @@ describe('the calls of one work item', () => {
         'TransactWriteItems Update:futures+Delete:registry',
       ]),
     );
-    expect(run.depth).toBe(3);
+    expect(run.depth).toBe(2);
+    await expectOracle();
+  });
+
+  it('a manifest that names no parts (as before they were named) costs the same calls, one round trip more', async () => {
+    const t = h.tenant('calls-bare');
+    const m = await t.createModel(4, 6);
+    const states = new StateCache();
+    await runNext([m.model_id], { states });
+    await t.pass('forward_backward', m.model_id, crossEntropy(textDatum('bare manifest')));
+    const step = await runNext([m.model_id], { states, bare: true });
+    expect(step.calls).toEqual(
+      sorted([
+        'GetObject work',
+        'BatchGetItem models',
+        'PutObject state',
+        'TransactWriteItems Update:models+Update:futures',
+      ]),
+    );
+    expect(step.depth).toBe(4);
     await expectOracle();
   });
 
