@@ -546,13 +546,16 @@ export const topology: Topology = {
         tables: {
           // Its commit ends futures and models by conditional updates (in one transaction, E5).
           futures: ['get', 'batch-get', 'update'],
-          models: ['get', 'update'],
+          // batch-get: a work item's model rows in one read (shared/worker/opening-reads.ts).
+          models: ['get', 'batch-get', 'update'],
           // A GPU host runs third-party backend code: on the registry it reaches only the records a
           // work item owns, never a key, a session, a counter or a control (ExternalWorkerPolicy too).
           registry: [
             // Sample claims it renews and gives back or deletes at commit (R4); checkpoint names it
             // commits or releases (E4).
             { keyPrefixes: [key.sampleClaim, key.checkpointName], actions: ['get', 'update', 'delete'] },
+            // A work item's sample claims in one read (shared/worker/opening-reads.ts).
+            { keyPrefixes: [key.sampleClaim], actions: ['batch-get'] },
             // The sampling session a save_weights_for_sampler creates, in its commit.
             { keyPrefixes: [key.samplingSession], actions: ['put'] },
             // It polls its pool's cut request while it runs (P1).

@@ -6,7 +6,7 @@ import { queryLiveOfModels, scanLiveIndex } from '../repositories/live-index.js'
 import { claimModel, readModels, releaseModel } from '../repositories/models.js';
 import { claimSample, readLiveSampleClaims, releaseSampleClaim } from '../repositories/sample-claims.js';
 import type { ModelClaim, ModelRelease, SampleRelease } from '../scheduling/claim.js';
-import type { WorkItem } from '../scheduling/work-item.js';
+import type { WorkItem, WorkManifest } from '../scheduling/work-item.js';
 import { sendManifest, writeWorkItem } from './dispatch.js';
 import { type PayloadReads, readPayloads } from './payloads.js';
 import type { SchedulerSettings } from './settings.js';
@@ -31,7 +31,7 @@ export interface SchedulerAdapters {
   readSampleRows(requestIds: Iterable<string>): Promise<Map<string, SampleRowFacts>>;
   readPayloads(requestIds: readonly string[]): Promise<PayloadReads>;
   writeWorkItem(workItem: WorkItem): Promise<number>;
-  sendManifest(workItemId: string): Promise<void>;
+  sendManifest(manifest: WorkManifest): Promise<void>;
   /** The operator's `drain` switch for the pool: while on, ticks read and report but dispatch nothing. */
   isDraining(): Promise<boolean>;
   readonly lock: TickLock;
@@ -58,7 +58,7 @@ export function schedulerAdapters(
     readSampleRows: (ids) => readSampleRows(doc, tables.futures, ids),
     readPayloads: (ids) => readPayloads(s3, settings.bucket, ids),
     writeWorkItem: (workItem) => writeWorkItem(s3, settings.bucket, workItem),
-    sendManifest: (id) => sendManifest(sqs, settings.workQueueUrl, id),
+    sendManifest: (manifest) => sendManifest(sqs, settings.workQueueUrl, manifest),
     isDraining: () => isPoolDraining(doc, tables.registry, settings.pool),
     lock: tickLock(doc, tables.registry, settings.pool),
   };

@@ -7,7 +7,7 @@ import {
   UploadPartCommand,
 } from '@aws-sdk/client-s3';
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
-import { manifestFor, type WorkItem, workItemSchema } from '../scheduling/work-item.js';
+import { type WorkItem, type WorkManifest, workItemSchema } from '../scheduling/work-item.js';
 import { encodeWorkItemFile } from '../scheduling/work-item-file.js';
 import { storageKeys } from '../storage-keys.js';
 
@@ -88,8 +88,6 @@ export async function putInParts(s3: S3Client, bucket: string, key: string, body
 }
 
 /** Sends the small manifest naming a written work item: queues carry names, S3 carries batches. */
-export async function sendManifest(sqs: SQSClient, queueUrl: string, workItemId: string): Promise<void> {
-  await sqs.send(
-    new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: JSON.stringify(manifestFor(workItemId)) }),
-  );
+export async function sendManifest(sqs: SQSClient, queueUrl: string, manifest: WorkManifest): Promise<void> {
+  await sqs.send(new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: JSON.stringify(manifest) }));
 }

@@ -11,11 +11,13 @@ import { assembleWorkItem, payloadsToRead, type SampleClaimed } from '../schedul
 import { claimFor, type ModelClaim } from '../scheduling/claim.js';
 import type { Plan, Snapshot } from '../scheduling/plan-types.js';
 import { plan } from '../scheduling/planner.js';
-import type { WorkItem } from '../scheduling/work-item.js';
+import { manifestOf, type WorkItem } from '../scheduling/work-item.js';
 import { type SchedulerAdapters, schedulerAdapters } from './adapters.js';
 import { addTickCounters, emptyTickCounters, type TickCounters } from './counters.js';
+import type { PayloadReads } from './payloads.js';
 import { type HeldClaims, noClaimsHeld, releaseClaims } from './release.js';
 import { type SchedulerSettings, schedulerSettings } from './settings.js';
+import type { PassEnd } from './tick-lock.js';
 import { WAKE_ALL, type WakeScope } from './wake.js';
 
 /** Plans per pass: a pass plans again while a work-item cap cut its previous plan short. */
@@ -75,8 +77,10 @@ export function tickContext(options: TickOptions = {}): TickContext {
  * unblock nothing (a pass queued behind a barrier, a model still in flight), and a snapshot read
  * after the trigger that plans nothing needs no lock: only claims make work dispatchable-no-more, and
  * whatever makes work dispatchable (a commit, a new row) triggers a tick of its own. When the look
- * plans something, the tick takes the lock (or asks its holder for another pass), dispatches from the
- * look's snapshot, and runs further passes until nobody asks for more. Every step is safe to repeat
+ * plans something, the tick takes the lock (or asks its holder for another pass) while it reads the
+ * drain switch, dispatches from the look's snapshot, and runs further passes until nobody asks for
+ * more; each pass ends its hold (or takes up the asks) once its claims landed, beside the work item's
+ * PUT and send, so neither costs the path a round trip of its own. Every step is safe to repeat
  * and to overlap with another tick: a pass that fails after claiming gives its claims back; a crash
  * leaves nothing claimed, or claims whose leases expire and which the sweeper re-plans; a stale
  * snapshot only loses claims (E2).
@@ -92,32 +96,57 @@ export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
   if (!plansAnything(ctx, look.snapshot)) return { status: 'idle', counters, seen };
 
   const holder = randomUUID();
+  // The drain switch is read beside the lock's write, not after it: both are needed before the first
+  // claim, neither needs the other's answer, and a tick that coalesces ignores what it read.
   // A holder asked for another pass reads what this tick would have: the same models, or all.
-  if ((await lock.acquire(holder, ctx.now(), wake)) === 'held') {
+  const [taken, drain] = await Promise.allSettled([
+    lock.acquire(holder, ctx.now(), wake),
+    ctx.adapters.isDraining(),
+  ]);
+  if (taken.status === 'rejected') throw taken.reason;
+  if (taken.value === 'held') {
     logger.info('tick coalesced into the running one', { pool: ctx.settings.pool });
     return { status: 'coalesced', counters, seen };
   }
+  if (drain.status === 'rejected') {
+    await lock.release(holder).catch(() => undefined);
+    throw drain.reason;
+  }
   const maxPasses = options.maxPasses ?? MAX_PASSES_PER_TICK;
   const held = lock.hold(holder, ctx.now);
+  let ending: Promise<PassEnd> | undefined;
+  let nextWake: WakeScope = WAKE_ALL;
   try {
-    let pass: Promise<{ counters: TickCounters; seen: Set<string> }> = dispatchPass(ctx, look.snapshot);
-    for (;;) {
-      const done = await pass;
+    for (let passes = 1; ; passes++) {
+      // The lock's end of this pass: once its last claims landed (see `PassHooks.claimed`), while
+      // the work item is written and sent, or after the pass when it dispatched nothing.
+      const endPass = (): Promise<PassEnd> => {
+        const lastAllowed =
+          passes >= maxPasses ||
+          (options.remainingMs !== undefined && options.remainingMs() < MIN_REMAINING_FOR_PASS_MS);
+        // At the limit, whoever asked for more is served by the next trigger (the models stream, the schedule).
+        ending ??= lastAllowed
+          ? lock.release(holder).then((): PassEnd => ({ status: 'released' }))
+          : lock.finishPass(holder, ctx.now());
+        // Awaited below; a pass that fails meanwhile must not leave it unobserved.
+        ending.catch(() => undefined);
+        return ending;
+      };
+      const hooks: PassHooks = {
+        claimed: () => void endPass(),
+        ...(passes === 1 ? { draining: drain.value } : {}),
+      };
+      const done =
+        passes === 1 ? await dispatchPass(ctx, look.snapshot, hooks) : await runPass(ctx, nextWake, hooks);
       addTickCounters(counters, done.counters);
       for (const id of done.seen) seen.add(id);
-      const lastAllowed =
-        counters.passes >= maxPasses ||
-        (options.remainingMs !== undefined && options.remainingMs() < MIN_REMAINING_FOR_PASS_MS);
-      if (lastAllowed) {
-        // Whoever asked for more is served by the next trigger (the models stream, the schedule).
-        await lock.release(holder);
-        break;
-      }
-      const end = await lock.finishPass(holder, ctx.now());
+      const end = await endPass();
+      ending = undefined;
       if (end.status !== 'again') break;
-      pass = runPass(ctx, end.wake);
+      nextWake = end.wake;
     }
   } catch (error) {
+    await ending?.catch(() => undefined);
     await lock.release(holder).catch(() => undefined);
     throw error;
   } finally {
@@ -129,8 +158,11 @@ export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
 
 /** Whether a snapshot plans any dispatch (pure: no claim, no read). */
 function plansAnything(ctx: TickContext, snapshot: Snapshot): boolean {
-  const planned = plan(snapshot, ctx.settings.limits, ctx.now());
-  return planned.models.length > 0 || planned.samples.length > 0;
+  return !plansNothing(plan(snapshot, ctx.settings.limits, ctx.now()));
+}
+
+function plansNothing(planned: Plan): boolean {
+  return planned.models.length === 0 && planned.samples.length === 0;
 }
 
 /**
@@ -146,14 +178,28 @@ function reportOldestPending(ctx: TickContext, snapshot: Snapshot, wake: WakeSco
   );
 }
 
+/** What the tick that runs a pass tells it, and asks of it. */
+export interface PassHooks {
+  /**
+   * Called once the pass's last plan has its claims (before its payload reads, the work item's PUT
+   * and the manifest's send): the tick then ends its hold of the lock beside those writes. Its
+   * decisions are made by then: any tick that takes the lock next reads the claims strongly (R5)
+   * and plans around them, and a failure after it still gives the claims back (E7).
+   */
+  readonly claimed?: () => void;
+  /** The drain switch as the tick read it beside the lock; absent: the pass reads it itself. */
+  readonly draining?: boolean;
+}
+
 /** One pass under the lock: read one snapshot (R5), then plan and dispatch from it. */
 export async function runPass(
   ctx: TickContext,
   wake: WakeScope = WAKE_ALL,
+  hooks: PassHooks = {},
 ): Promise<{ counters: TickCounters; seen: Set<string> }> {
   const { snapshot, counters } = await readSnapshot(ctx, wake);
   reportOldestPending(ctx, snapshot, wake);
-  const pass = await dispatchPass(ctx, snapshot);
+  const pass = await dispatchPass(ctx, snapshot, hooks);
   addTickCounters(counters, pass.counters);
   return { counters, seen: pass.seen };
 }
@@ -161,8 +207,9 @@ export async function runPass(
 async function dispatchPass(
   ctx: TickContext,
   snapshot: Snapshot,
+  hooks: PassHooks,
 ): Promise<{ counters: TickCounters; seen: Set<string> }> {
-  const counters = await dispatchSnapshot(ctx, snapshot);
+  const counters = await dispatchSnapshot(ctx, snapshot, hooks);
   counters.passes = 1;
   return { counters, seen: new Set(snapshot.live.map((row) => row.request_id)) };
 }
@@ -226,7 +273,11 @@ async function readIndex(
  * after claiming and before its manifest is sent gives its claims back, then rethrows (E7). The
  * operator's drain switch is read only once there is something to dispatch: while it is on, nothing is.
  */
-export async function dispatchSnapshot(ctx: TickContext, snapshot: Snapshot): Promise<TickCounters> {
+export async function dispatchSnapshot(
+  ctx: TickContext,
+  snapshot: Snapshot,
+  hooks: PassHooks = {},
+): Promise<TickCounters> {
   const counters = emptyTickCounters();
   const models = new Map(snapshot.models);
   const sampleClaims = new Set(snapshot.sampleClaims ?? []);
@@ -235,16 +286,24 @@ export async function dispatchSnapshot(ctx: TickContext, snapshot: Snapshot): Pr
     const now = ctx.now();
     const planned = plan({ live, models, sampleClaims }, ctx.settings.limits, now);
     counters.plans++;
-    if (planned.models.length === 0 && planned.samples.length === 0) break;
-    if (round === 0 && (await ctx.adapters.isDraining())) {
+    if (plansNothing(planned)) break;
+    if (round === 0 && (hooks.draining ?? (await ctx.adapters.isDraining()))) {
       logger.info('pool draining: nothing dispatched', { pool: ctx.settings.pool });
       break;
     }
-    await dispatchPlan(ctx, planned, models, sampleClaims, now, counters);
     // Samples of a model's other sampler checkpoints wait for a work item of their own (R4): plan them
     // now, from this pass's claims. An incremental tick is woken by nothing else for them (a sample's
     // commit writes no record a trigger watches), so leaving them would wait for the safety tick.
-    if (!planned.cap_reached && planned.samples.length === 0) break;
+    const last = round === ctx.maxPlans - 1 || (!planned.cap_reached && planned.samples.length === 0);
+    // The pass's last plan tells the tick once its claims landed. A plan with samples is the last
+    // when the same snapshot, with these claims, plans nothing more (the next round would see so).
+    const claimed = (): void => {
+      if (last || plansNothing(plan({ live, models, sampleClaims }, ctx.settings.limits, ctx.now()))) {
+        hooks.claimed?.();
+      }
+    };
+    await dispatchPlan(ctx, planned, { models, sampleClaims, now, counters, claimed });
+    if (last) break;
   }
   return counters;
 }
@@ -252,16 +311,25 @@ export async function dispatchSnapshot(ctx: TickContext, snapshot: Snapshot): Pr
 async function dispatchPlan(
   ctx: TickContext,
   planned: Plan,
-  models: Map<string, ModelRow>,
-  sampleClaims: Set<string>,
-  now: number,
-  counters: TickCounters,
+  round: {
+    readonly models: Map<string, ModelRow>;
+    readonly sampleClaims: Set<string>;
+    readonly now: number;
+    readonly counters: TickCounters;
+    readonly claimed: () => void;
+  },
 ): Promise<void> {
+  const { models, sampleClaims, now, counters } = round;
   const workItemId = `wi-${mintRequestId(now)}`;
   const held = noClaimsHeld();
   let workItem: WorkItem | undefined;
   try {
-    workItem = await claimAndSend(ctx, planned, { models, sampleClaims, now, workItemId, held }, counters);
+    workItem = await claimAndSend(
+      ctx,
+      planned,
+      { models, sampleClaims, now, workItemId, held, claimed: round.claimed },
+      counters,
+    );
   } catch (error) {
     // A real crash runs no code: a simulated one leaves its claims to the leases too (the tests of
     // that path rely on it). Any other failure before the send gives the claims back (E7).
@@ -304,11 +372,15 @@ interface PassState {
   readonly workItemId: string;
   /** Filled as claims are written, so a failure can give back exactly those. */
   readonly held: HeldClaims;
+  /** Called once the claims are settled (see `PassHooks.claimed`). */
+  readonly claimed: () => void;
 }
 
 /**
  * Claims, then reads, writes and sends: everything of a dispatch that a failure before the send must
- * undo. Returns the work item sent, or undefined when nothing was left to send.
+ * undo. Returns the work item sent, or undefined when nothing was left to send. In sequence only
+ * where one needs the other's answer: the claims (models and samples together), then the payloads
+ * (a sample's after its row), then the work item's PUT, then its manifest.
  */
 async function claimAndSend(
   ctx: TickContext,
@@ -320,79 +392,86 @@ async function claimAndSend(
   const { models, sampleClaims, now, workItemId, held } = pass;
   const limiter = new Limiter(CLAIM_CONCURRENCY);
 
+  // Model and sample claims go out together: they are independent conditional writes (E2, R4).
   const claims = new Map<string, ModelClaim>();
-  await allSettledOrThrow(
-    planned.models.map((model) =>
-      limiter.run(async () => {
-        // The planner only plans models present in the snapshot.
-        const row = models.get(model.model_id)!;
-        const claim = claimFor(row, model, now, settings.leaseMs);
-        let won: boolean;
-        try {
-          won = await adapters.claimModel(claim);
-        } catch (error) {
-          held.models.push(claim);
-          throw error;
-        }
-        if (won) {
-          held.models.push(claim);
-          claims.set(model.model_id, claim);
-          models.set(model.model_id, { ...row, ...claim.set });
-        } else {
-          // Someone else claimed or re-planned it since the snapshot: its row is no longer known.
-          counters.claims_lost++;
-          models.delete(model.model_id);
-        }
-      }),
-    ),
-  );
-  counters.models_claimed += claims.size;
-
   const won: string[] = [];
-  await allSettledOrThrow(
-    planned.samples.map((sample) =>
-      limiter.run(async () => {
-        const claim = {
-          request_id: sample.request_id,
-          claim_token: workItemId,
-          work_item_id: workItemId,
-          lease_until: now + settings.leaseMs,
-        };
-        let claimed: boolean;
-        try {
-          claimed = await adapters.claimSample(claim, now);
-        } catch (error) {
-          held.samples.push(claim);
-          throw error;
-        }
-        if (claimed) {
-          held.samples.push(claim);
-          won.push(sample.request_id);
-        } else counters.sample_claims_lost++;
-        sampleClaims.add(sample.request_id);
-      }),
-    ),
-  );
+  const claimModel = async (model: Plan['models'][number]): Promise<void> => {
+    // The planner only plans models present in the snapshot.
+    const row = models.get(model.model_id)!;
+    const claim = claimFor(row, model, now, settings.leaseMs);
+    let landed: boolean;
+    try {
+      landed = await adapters.claimModel(claim);
+    } catch (error) {
+      held.models.push(claim);
+      throw error;
+    }
+    if (landed) {
+      held.models.push(claim);
+      claims.set(model.model_id, claim);
+      models.set(model.model_id, { ...row, ...claim.set });
+    } else {
+      // Someone else claimed or re-planned it since the snapshot: its row is no longer known.
+      counters.claims_lost++;
+      models.delete(model.model_id);
+    }
+  };
+  const claimSample = async (sample: Plan['samples'][number]): Promise<void> => {
+    const claim = {
+      request_id: sample.request_id,
+      claim_token: workItemId,
+      work_item_id: workItemId,
+      lease_until: now + settings.leaseMs,
+    };
+    let landed: boolean;
+    try {
+      landed = await adapters.claimSample(claim, now);
+    } catch (error) {
+      held.samples.push(claim);
+      throw error;
+    }
+    if (landed) {
+      held.samples.push(claim);
+      won.push(sample.request_id);
+    } else counters.sample_claims_lost++;
+    sampleClaims.add(sample.request_id);
+  };
+  await allSettledOrThrow([
+    ...planned.models.map((model) => limiter.run(() => claimModel(model))),
+    ...planned.samples.map((sample) => limiter.run(() => claimSample(sample))),
+  ]);
+  counters.models_claimed += claims.size;
   counters.samples_claimed += won.length;
   faultHook.crash('scheduler:after-claim');
-  const sampleClaimed = new Map<string, SampleClaimed>();
-  if (won.length > 0) {
-    const rows = await adapters.readSampleRows(won);
-    for (const id of won) {
-      const row = rows.get(id);
-      if (row === undefined || row.status !== 'pending') counters.samples_not_pending++;
-      else sampleClaimed.set(id, { tenant: row.tenant, claim_token: workItemId });
-    }
-  }
+  pass.claimed();
 
-  const toRead = payloadsToRead(planned, claims, sampleClaimed);
-  const reads =
-    toRead.length === 0
-      ? { payloads: new Map<string, unknown>(), gets: 0, bytes: 0, unreadable: [] }
-      : await adapters.readPayloads(toRead);
-  counters.payload_gets += reads.gets;
-  counters.payload_bytes += reads.bytes;
-  counters.payloads_unreadable += reads.unreadable.length;
+  // The training steps' payloads are read while the claimed samples' rows are checked; a sample's
+  // payload only once its row shows it still pending (R6: nothing but what is dispatched).
+  const noSamples = new Map<string, SampleClaimed>();
+  const sampleClaimed = new Map<string, SampleClaimed>();
+  const readSome = (ids: readonly string[]): Promise<PayloadReads> =>
+    ids.length === 0
+      ? Promise.resolve({ payloads: new Map<string, unknown>(), gets: 0, bytes: 0, unreadable: [] })
+      : adapters.readPayloads(ids);
+  const [trainingReads, sampleReads] = await allSettledValues([
+    readSome(payloadsToRead(planned, claims, noSamples)),
+    (async (): Promise<PayloadReads> => {
+      if (won.length === 0) return readSome([]);
+      const rows = await adapters.readSampleRows(won);
+      for (const id of won) {
+        const row = rows.get(id);
+        if (row === undefined || row.status !== 'pending') counters.samples_not_pending++;
+        else sampleClaimed.set(id, { tenant: row.tenant, claim_token: workItemId });
+      }
+      return readSome(payloadsToRead({ ...planned, models: [] }, claims, sampleClaimed));
+    })(),
+  ]);
+  const payloads = new Map([...trainingReads.payloads, ...sampleReads.payloads]);
+  for (const reads of [trainingReads, sampleReads]) {
+    counters.payload_gets += reads.gets;
+    counters.payload_bytes += reads.bytes;
+    counters.payloads_unreadable += reads.unreadable.length;
+  }
 
   const workItem = assembleWorkItem({
     workItemId,
@@ -401,12 +480,12 @@ async function claimAndSend(
     plan: planned,
     claims,
     sampleClaims: sampleClaimed,
-    payloads: reads.payloads,
+    payloads,
   });
   if (workItem === undefined) return undefined;
   counters.work_item_bytes += await adapters.writeWorkItem(workItem);
   faultHook.crash('scheduler:after-write-work-item');
-  await adapters.sendManifest(workItem.work_item_id);
+  await adapters.sendManifest(manifestOf(workItem));
   return workItem;
 }
 
@@ -415,7 +494,15 @@ async function claimAndSend(
  * must have landed or lost before the pass gives its claims back.
  */
 async function allSettledOrThrow(tasks: readonly Promise<void>[]): Promise<void> {
+  await allSettledValues(tasks);
+}
+
+/** `allSettledOrThrow` for tasks with values: every value, once every task has ended. */
+async function allSettledValues<T extends readonly unknown[]>(
+  tasks: { readonly [K in keyof T]: Promise<T[K]> },
+): Promise<T> {
   const results = await Promise.allSettled(tasks);
   const failed = results.find((result) => result.status === 'rejected');
   if (failed !== undefined) throw failed.reason;
+  return results.map((result) => (result as PromiseFulfilledResult<unknown>).value) as unknown as T;
 }

@@ -140,13 +140,30 @@ export type WorkItemModel = z.infer<typeof workItemModelSchema>;
 export type WorkItemSample = z.infer<typeof workItemSampleSchema>;
 export type WorkItem = z.infer<typeof workItemSchema>;
 
-/** The SQS message: names the work item, nothing more. */
+/**
+ * The SQS message: names the work item and, optionally, the ids of its parts (ids only: at most
+ * `maxWorkItemRequests` of them, a few KB), so the worker starts its strong reads of their model rows
+ * and sample claims while it GETs the work item instead of after (shared/worker/opening-reads.ts).
+ * The work item stays the authority: a manifest without the ids, or whose ids differ, costs only that
+ * overlap.
+ */
 export const workManifestSchema = z.object({
   work_item_id: z.string().min(1),
   key: z.string().min(1),
+  model_ids: z.array(z.string().min(1)).optional(),
+  sample_ids: z.array(z.string().min(1)).optional(),
 });
 export type WorkManifest = z.infer<typeof workManifestSchema>;
 
 export function manifestFor(workItemId: string): WorkManifest {
   return { work_item_id: workItemId, key: storageKeys.workItem(workItemId) };
+}
+
+/** The manifest the scheduler sends for a written work item: its name and its parts' ids. */
+export function manifestOf(item: WorkItem): WorkManifest {
+  return {
+    ...manifestFor(item.work_item_id),
+    model_ids: item.models.map((model) => model.model_id),
+    sample_ids: item.samples.map((sample) => sample.request_id),
+  };
 }

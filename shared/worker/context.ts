@@ -3,9 +3,11 @@ import { InfrastructureError } from '../errors.js';
 import type { CommitTables } from './commit-items.js';
 import type { WorkItemCut } from './cut.js';
 import type { LeaseKeeper } from './lease.js';
+import type { OpeningReads } from './opening-reads.js';
 import type { PassBatcher } from './pass-batcher.js';
 import type { SampleStart } from './sample-resume.js';
 import type { SamplerCache } from './sampler-cache.js';
+import type { StateCache } from './state-cache.js';
 import type { WorkerClients, WorkerEvent } from './types.js';
 
 /** What the parts of one work item share while it runs. */
@@ -24,6 +26,10 @@ export interface RunContext {
   readonly passes: PassBatcher;
   readonly leases: LeaseKeeper;
   readonly samplers: SamplerCache;
+  /** The parts' model rows and sample claims, read at once when the work item starts. */
+  readonly opening: OpeningReads;
+  /** States this process committed, so a base state it wrote is not read back from S3. */
+  readonly states: StateCache;
   /** Samples only (absent when the work item has none). */
   readonly sampling?: SamplingContext;
 }

@@ -1,6 +1,5 @@
 import { faultHook } from '../fault-hook.js';
 import { logger } from '../logger.js';
-import { readModelRow } from '../repositories/models.js';
 import type { WorkItemModel } from '../scheduling/work-item.js';
 import { getBytes, putBytes } from './blobs.js';
 import { commitModel } from './commit.js';
@@ -50,16 +49,12 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
   const { clients, backend } = ctx;
   // The base state is fetched while the row is read: both are reads, and the state key is immutable
   // (E3), so the GET needs no answer from the row. Its failure counts only if the row says the part
-  // runs (a stale redelivery's base state may be collected already).
-  const baseBytes =
-    model.base_state_ref === undefined
-      ? undefined
-      : getBytes(clients.s3, ctx.bucket, model.base_state_ref).then(
-          (bytes) => ({ bytes }),
-          (error: unknown) => ({ error }),
-        );
-  // A redelivered or re-planned work item stops here, before it runs or writes anything.
-  const row = await readModelRow(clients.doc, ctx.tables.models, model.model_id);
+  // runs (a stale redelivery's base state may be collected already). A state this process committed
+  // is not fetched at all (./state-cache.ts).
+  const baseBytes = model.base_state_ref === undefined ? undefined : readBaseState(model.base_state_ref, ctx);
+  // A redelivered or re-planned work item stops here, before it runs or writes anything. The row was
+  // read with every other part's when the work item started (./opening-reads.ts).
+  const row = (await ctx.opening.models).get(model.model_id);
   if (row?.inflight !== model.inflight) return { outcome: 'not_inflight' };
 
   const lease = ctx.leases.hold(model.model_id, model.inflight, row.lease_until ?? 0);
@@ -101,7 +96,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
     stopIfAborted(ctx.signal, lease);
     if (!(await ctx.leases.stillHeld(model.inflight))) throw new LeaseLostError(model.inflight);
     const placement = { inlineMaxBytes: ctx.inlineResultMaxBytes, budget: COMMIT_INLINE_BUDGET_BYTES };
-    const [stateRef, steps] = await Promise.all([
+    const [stored, steps] = await Promise.all([
       storeState(backend, clients.s3, ctx.bucket, model.model_id, model.epoch, part),
       Promise.all(
         executions.map(
@@ -128,6 +123,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
           : [putBytes(clients.s3, ctx.bucket, blob.archive.key, blob.archive.bytes)]),
       ]),
     ]);
+    const stateRef = stored?.key;
     await ctx.emit({ kind: 'model-written', model_id: model.model_id, state_ref: stateRef });
     faultHook.crash('worker:after-state-write');
     stopIfAborted(ctx.signal, lease);
@@ -149,10 +145,23 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
       model.epoch,
       { doc: clients.doc, tables: ctx.tables },
     );
-    return result.committed
-      ? { outcome: 'committed', settled_by_reread: result.settledByReread }
-      : { outcome: 'lost' };
+    if (!result.committed) return { outcome: 'lost' };
+    // Only a commit this part saw land: a re-read finds the key named, not whose bytes it holds.
+    if (stored !== undefined && !result.settledByReread) {
+      ctx.states.committed(stored.key, stored.bytes, model.base_state_ref);
+    }
+    return { outcome: 'committed', settled_by_reread: result.settledByReread };
   } finally {
     ctx.leases.release(model.inflight);
   }
+}
+
+/** The base state's bytes, from this process's committed states or from S3; a failure as a value. */
+function readBaseState(key: string, ctx: RunContext): Promise<{ bytes: Uint8Array } | { error: unknown }> {
+  const kept = ctx.states.get(key);
+  if (kept !== undefined) return Promise.resolve({ bytes: kept });
+  return getBytes(ctx.clients.s3, ctx.bucket, key).then(
+    (bytes) => ({ bytes }),
+    (error: unknown) => ({ error }),
+  );
 }

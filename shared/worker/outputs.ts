@@ -77,7 +77,10 @@ export function firstNonFinite(value: unknown): string | undefined {
   return undefined;
 }
 
-/** The new model state under its fenced key (E3); undefined when no step changed the state. */
+/**
+ * The new model state under its fenced key (E3), with the bytes written; undefined when no step
+ * changed the state.
+ */
 export async function storeState(
   backend: Backend,
   s3: S3Client,
@@ -88,9 +91,10 @@ export async function storeState(
     readonly state: Parameters<Backend['serializeState']>[0] | undefined;
     readonly stateChanged: boolean;
   },
-): Promise<string | undefined> {
+): Promise<{ readonly key: string; readonly bytes: Uint8Array } | undefined> {
   if (!part.stateChanged || part.state === undefined) return undefined;
   const key = storageKeys.modelState(modelId, epoch);
-  await putBytes(s3, bucket, key, await backend.serializeState(part.state));
-  return key;
+  const bytes = await backend.serializeState(part.state);
+  await putBytes(s3, bucket, key, bytes);
+  return { key, bytes };
 }

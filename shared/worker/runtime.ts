@@ -13,10 +13,12 @@ import { DEFAULT_CUT_POLL_MS, WorkItemCut } from './cut.js';
 import { LeaseKeeper } from './lease.js';
 import { loadWorkItem, type WorkSource } from './load-work-item.js';
 import { runModelPart } from './model-part.js';
+import { covers, type OpeningReads, openingReads, type PartIds, partIdsOf } from './opening-reads.js';
 import { PassBatcher } from './pass-batcher.js';
 import { runSamplePart } from './sample-part.js';
 import { loadSampleStarts } from './sample-resume.js';
 import { SamplerCache } from './sampler-cache.js';
+import { processStateCache } from './state-cache.js';
 import type { PartOutcome, WorkerClients, WorkerOptions, WorkItemOutcome } from './types.js';
 
 /** New tokens per sequence per backend call: how far past a cut request a sample may run. */
@@ -31,6 +33,7 @@ function samplingContext(
   clients: WorkerClients,
   tables: CommitTables,
   now: () => number,
+  opening: OpeningReads,
 ): SamplingContext | undefined {
   if (item.samples.length === 0) return undefined;
   const prefixes = options.prefixes ?? createPrefixStore({ client: clients.doc });
@@ -62,7 +65,7 @@ function samplingContext(
       }),
   );
   return {
-    starts: loadSampleStarts(item.samples, clients.doc, tables.futures, prefixes),
+    starts: loadSampleStarts(item.samples, opening.prefixRefs, prefixes),
     cut,
     sliceTokens: Math.max(1, options.sampleSliceTokens ?? DEFAULT_SLICE_TOKENS),
     attempt,
@@ -82,7 +85,14 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
   const tables = resolveTables(['futures', 'models', 'registry']);
   const now = options.now ?? Date.now;
   const leaseMs = options.leaseMs ?? tunables.leaseSeconds * 1000;
+  // The parts' rows and claims are read while the work item is fetched when the manifest names them.
+  const named = namedParts(source);
+  const early = named === undefined ? undefined : openingReads(named, clients.doc, tables);
   const item = await loadWorkItem(source, clients.s3, bucket);
+  const opening =
+    early !== undefined && named !== undefined && covers(named, item)
+      ? early
+      : openingReads(partIdsOf(item), clients.doc, tables);
   const leases = new LeaseKeeper(
     clients.doc,
     tables,
@@ -91,7 +101,7 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
     now,
   );
   const onEvent = options.onEvent;
-  const sampling = samplingContext(item, options, clients, tables, now);
+  const sampling = samplingContext(item, options, clients, tables, now, opening);
   const ctx: RunContext = {
     backend: options.backend,
     clients,
@@ -107,6 +117,8 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
     passes: new PassBatcher(options.backend, options.passWindowMs),
     leases,
     samplers: new SamplerCache(options.backend, clients, bucket, tables.registry),
+    opening,
+    states: options.states ?? processStateCache(),
     ...(sampling === undefined ? {} : { sampling }),
   };
 
@@ -153,4 +165,11 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
     leases.stop();
     ctx.sampling?.cut.dispose();
   }
+}
+
+/** The part ids a manifest names (`manifestOf`); undefined for a work item by value or a bare manifest. */
+function namedParts(source: WorkSource): PartIds | undefined {
+  if (!('key' in source) || source.model_ids === undefined || source.sample_ids === undefined)
+    return undefined;
+  return { modelIds: source.model_ids, sampleIds: source.sample_ids };
 }

@@ -4,7 +4,7 @@ import { StepUserError } from '../errors.js';
 import { faultHook } from '../fault-hook.js';
 import { logger } from '../logger.js';
 import type { CutRow, PrefixPointer } from '../prefix/types.js';
-import { readSampleClaim, releaseSampleClaim } from '../repositories/sample-claims.js';
+import { releaseSampleClaim } from '../repositories/sample-claims.js';
 import type { WorkItemSample } from '../scheduling/work-item.js';
 import { requireLiveSamplerCheckpoint } from './checkpoint-source.js';
 import { commitSample, returnSampleToPending } from './commit.js';
@@ -59,7 +59,8 @@ async function runSample(
   ctx: RunContext,
   participant: CutParticipant | undefined,
 ): Promise<PartOutcome> {
-  const claim = await readSampleClaim(ctx.clients.doc, ctx.tables.registry, sample.request_id);
+  // Read with the other parts' claims and rows when the work item started (./opening-reads.ts).
+  const claim = (await ctx.opening.claims).get(sample.request_id);
   if (claim?.claim_token !== sample.claim_token) return { outcome: 'not_inflight' };
   // The claim is renewed while the sample runs, so a long generation is not planned a second time.
   const claimLease = ctx.leases.holdSampleClaim(sample.request_id, sample.claim_token);

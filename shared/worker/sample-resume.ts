@@ -141,26 +141,34 @@ async function settle(plan: SamplePlan, outcomes: readonly Promise<RestoreOutcom
 }
 
 /**
- * Starts reading every sample's prefixes. One promise per sample; a failed read of the futures
- * rejects them all (each sample then fails as an infrastructure error and is released).
+ * The `prefix_ref` of each sample's future, in one strongly consistent BatchGetItem: ids are all it
+ * needs, so the runtime starts it with the work item's other opening reads (./opening-reads.ts).
+ */
+export function readPrefixRefs(
+  doc: DynamoDBDocumentClient,
+  futuresTable: string,
+  requestIds: readonly string[],
+): Promise<ReadonlyMap<string, Record<string, unknown>>> {
+  return batchGetByKey(doc, requestIds, {
+    table: futuresTable,
+    keyName: 'request_id',
+    consistent: true,
+    attributes: ['request_id', 'prefix_ref'],
+  });
+}
+
+/**
+ * Starts reading every sample's prefixes, from the futures' `prefix_ref`s (`readPrefixRefs`). One
+ * promise per sample; a failed read of the futures rejects them all (each sample then fails as an
+ * infrastructure error and is released).
  */
 export function loadSampleStarts(
   samples: readonly WorkItemSample[],
-  doc: DynamoDBDocumentClient,
-  futuresTable: string,
+  prefixRefs: Promise<ReadonlyMap<string, Record<string, unknown>>>,
   prefixes: PrefixStore,
 ): Map<string, Promise<SampleStart>> {
   const all = (async (): Promise<Map<string, Promise<SampleStart>>> => {
-    const rows = await batchGetByKey(
-      doc,
-      samples.map((sample) => sample.request_id),
-      {
-        table: futuresTable,
-        keyName: 'request_id',
-        consistent: true,
-        attributes: ['request_id', 'prefix_ref'],
-      },
-    );
+    const rows = await prefixRefs;
     const plans = samples.map((sample) =>
       planSample(sample, parsePrefixRef(rows.get(sample.request_id)?.prefix_ref)),
     );

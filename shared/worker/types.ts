@@ -3,6 +3,7 @@ import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { Backend } from '../backend/backend.js';
 import type { CommitSignal } from '../commit-signal.js';
 import type { PrefixStore } from '../prefix/store.js';
+import type { StateCache } from './state-cache.js';
 
 /** The two clients the runtime uses; tests inject ones with fault-injecting middleware. */
 export interface WorkerClients {
@@ -86,6 +87,8 @@ export interface WorkerOptions {
   readonly prefixes?: PrefixStore;
   /** Told each part's request ids once its commit landed (default: the installed `commitSignal()`). */
   readonly commits?: CommitSignal;
+  /** Committed states kept in memory for the next work item (default: the process's `processStateCache()`). */
+  readonly states?: StateCache;
 }
 
 /**

@@ -388,6 +388,7 @@ describe('IAM', () => {
         ...['GetItem', 'UpdateItem', 'DeleteItem'].map(
           (action) => `dynamodb:${action} table:registry.Arn if ${leadingKeysCondition(['claim#', 'ckpt#'])}`,
         ),
+        `dynamodb:BatchGetItem table:registry.Arn if ${leadingKeysCondition(['claim#'])}`,
         `dynamodb:PutItem table:registry.Arn if ${leadingKeysCondition(['ss#'])}`,
         `dynamodb:GetItem table:registry.Arn if ${leadingKeysCondition(['cut#'])}`,
       ]),

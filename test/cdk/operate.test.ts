@@ -344,6 +344,7 @@ describe('the worker switch (context referenceWorker)', () => {
           keys: ['claim#*', 'ckpt#*'],
           actions: ['dynamodb:DeleteItem', 'dynamodb:GetItem', 'dynamodb:UpdateItem'],
         },
+        { keys: ['claim#*'], actions: ['dynamodb:BatchGetItem'] },
         { keys: ['ss#*'], actions: ['dynamodb:PutItem'] },
         { keys: ['cut#*'], actions: ['dynamodb:GetItem'] },
       ]);

@@ -15,6 +15,7 @@ import { config } from '../../shared/config.js';
 import type { LiveRow, ModelRow } from '../../shared/domain/records.js';
 import { manifestFor, type WorkManifest } from '../../shared/scheduling/work-item.js';
 import { runWorkItem, type WorkerEvent } from '../../shared/worker/index.js';
+import { StateCache } from '../../shared/worker/state-cache.js';
 import { waitFor } from '../support/wait.js';
 import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
 
@@ -83,7 +84,8 @@ describe('the Lambda driver', () => {
     const t = h.tenant('lambda-broken');
     const m = await t.createModel(4, 1);
     const created = await h.dispatch({ only: onlyModel(m.model_id) });
-    await runWorkItem(created!.manifest, { backend: new ReferenceBackend() });
+    // Committed by another process: the driver's own does not hold the state (./state-cache.ts).
+    await runWorkItem(created!.manifest, { backend: new ReferenceBackend(), states: new StateCache() });
     const row = (await h.modelRow(m.model_id)) as ModelRow;
     await t.optimStep(m.model_id);
     const broken = await h.dispatch({ only: onlyModel(m.model_id) });

@@ -4,10 +4,12 @@ import { claimFor, type ModelClaim } from '../../shared/scheduling/claim.js';
 import { plan } from '../../shared/scheduling/planner.js';
 import {
   manifestFor,
+  manifestOf,
   type WorkItem,
   workItemSchema,
   workManifestSchema,
 } from '../../shared/scheduling/work-item.js';
+import { covers, partIdsOf } from '../../shared/worker/opening-reads.js';
 import { modelRow, rid, rowsOf, snapshotOf, UNCAPPED } from './scheduling-fixtures.js';
 
 const NOW = 10_000;
@@ -215,5 +217,35 @@ describe('work manifest', () => {
     expect(workManifestSchema.parse(JSON.parse(JSON.stringify(manifest)))).toEqual(manifest);
     expect(JSON.stringify(manifest).length).toBeLessThan(256);
     expect(workManifestSchema.safeParse({ work_item_id: 'wi-1' }).success).toBe(false);
+  });
+
+  it("the scheduler's manifest also names the parts' ids, so the worker reads their rows beside the item", () => {
+    const item: WorkItem = {
+      work_item_id: 'wi-9',
+      pool: 'default',
+      created_at: NOW,
+      models: ['m-1', 'm-2'].map((id) => ({
+        model_id: id,
+        tenant: 't',
+        epoch: 2,
+        inflight: `${id}@2`,
+        base_applied_through: 1,
+        steps: [{ request_id: `r-${id}`, seq: 2, request_type: 'optim_step', payload: {} }],
+      })),
+      samples: [{ request_id: 's-1', tenant: 't', model_id: 'base:tiny', claim_token: 'wi-9', payload: {} }],
+    };
+    const manifest = manifestOf(item);
+    expect(manifest).toEqual({
+      ...manifestFor('wi-9'),
+      model_ids: ['m-1', 'm-2'],
+      sample_ids: ['s-1'],
+    });
+    expect(workManifestSchema.parse(JSON.parse(JSON.stringify(manifest)))).toEqual(manifest);
+    const ids = { modelIds: manifest.model_ids ?? [], sampleIds: manifest.sample_ids ?? [] };
+    expect(covers(ids, item)).toBe(true);
+    expect(partIdsOf(item)).toEqual(ids);
+    // Ids that miss a part are not used for it: the worker reads afresh from the item.
+    expect(covers({ ...ids, modelIds: ['m-1'] }, item)).toBe(false);
+    expect(covers({ ...ids, sampleIds: [] }, item)).toBe(false);
   });
 });

@@ -1,0 +1,64 @@
+import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import type { ModelRow, SampleClaimRecord } from '../domain/records.js';
+import { readModels } from '../repositories/models.js';
+import { readSampleClaims } from '../repositories/sample-claims.js';
+import type { Tables } from '../repositories/tables.js';
+import type { WorkItem } from '../scheduling/work-item.js';
+import { readPrefixRefs } from './sample-resume.js';
+
+/**
+ * The strong reads each part of a work item starts with, made once for all its parts: the model rows
+ * (does the row still name this work item as in flight? E1), the samples' claims (still this work
+ * item's? R4) and their prefix pointers (P4), each one BatchGetItem instead of one GetItem per part. They start while the work item
+ * is fetched when its manifest names the parts (`manifestOf`), else once it is loaded, as each part's
+ * own read did; what each part decides from its row or claim is unchanged.
+ */
+export interface OpeningReads {
+  readonly models: Promise<ReadonlyMap<string, ModelRow>>;
+  readonly claims: Promise<ReadonlyMap<string, SampleClaimRecord>>;
+  /** The samples' futures' `prefix_ref`s: where each resumes (./sample-resume.ts, P4). */
+  readonly prefixRefs: Promise<ReadonlyMap<string, Record<string, unknown>>>;
+}
+
+/** The ids the opening reads need: a work item's, or what its manifest names of it. */
+export interface PartIds {
+  readonly modelIds: readonly string[];
+  readonly sampleIds: readonly string[];
+}
+
+export function partIdsOf(item: WorkItem): PartIds {
+  return {
+    modelIds: item.models.map((model) => model.model_id),
+    sampleIds: item.samples.map((sample) => sample.request_id),
+  };
+}
+
+/** Whether reads started for `read` cover every part of `item` (a manifest's ids against its item's). */
+export function covers(read: PartIds, item: WorkItem): boolean {
+  const models = new Set(read.modelIds);
+  const samples = new Set(read.sampleIds);
+  return (
+    item.models.every((model) => models.has(model.model_id)) &&
+    item.samples.every((sample) => samples.has(sample.request_id))
+  );
+}
+
+export function openingReads(
+  ids: PartIds,
+  doc: DynamoDBDocumentClient,
+  tables: Tables<'futures' | 'models' | 'registry'>,
+): OpeningReads {
+  const models: Promise<ReadonlyMap<string, ModelRow>> =
+    ids.modelIds.length === 0 ? Promise.resolve(new Map()) : readModels(doc, tables.models, ids.modelIds);
+  const claims: Promise<ReadonlyMap<string, SampleClaimRecord>> =
+    ids.sampleIds.length === 0
+      ? Promise.resolve(new Map())
+      : readSampleClaims(doc, tables.registry, ids.sampleIds);
+  const prefixRefs: Promise<ReadonlyMap<string, Record<string, unknown>>> =
+    ids.sampleIds.length === 0
+      ? Promise.resolve(new Map())
+      : readPrefixRefs(doc, tables.futures, ids.sampleIds);
+  // A failed read fails each part that awaits it (as its own read did), not the work item.
+  for (const read of [models, claims, prefixRefs]) read.catch(() => undefined);
+  return { models, claims, prefixRefs };
+}
