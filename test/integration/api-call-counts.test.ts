@@ -1,66 +1,31 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { localAwsClients } from '../../local/aws-clients.js';
 import { type ApiResponse, handleApiRequest } from '../../shared/api/router.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
 import { resetConfig } from '../../shared/config.js';
 import { createApiKey } from '../../shared/repositories/api-keys.js';
+import { type CallLog, loggedClients } from '../support/call-log.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { completeFuture } from '../support/futures.js';
 
 /**
  * What one request costs the API in calls to DynamoDB and S3, and how many of them run one after
  * another (each a round trip on the request's path; issue #16's latency follows from both). Every
- * call the API edge makes is recorded by a middleware on its own clients, with when it started and
- * ended; the sequential count is the longest chain of calls each starting after the previous ended.
+ * call the API edge makes is recorded on its own clients (test/support/call-log.ts); the sequential
+ * count is the longest chain of calls each starting after the previous ended.
  * Counted with a warm container (the key was used once before), as a closed loop's requests are.
  * `PRINT_CALL_COUNTS=1` prints the table.
  */
 
-interface Call {
-  readonly name: string;
-  readonly target: string;
-  readonly start: number;
-  readonly end: number;
-}
-
 let cloud: TestCloud;
 let clients: AwsClients;
+let log: CallLog;
 let key: string;
 let modelId: string;
 let samplingSessionId: string;
-let recorded: Call[] | undefined;
 const saved: Record<string, string | undefined> = {};
 const ENV = { LONG_POLL_SECONDS: '5' };
 
-function record(target: (input: Record<string, unknown>) => string) {
-  return (next: (args: { input: object }) => Promise<unknown>, context: { commandName?: string }) =>
-    async (args: { input: object }) => {
-      const start = performance.now();
-      try {
-        return await next(args);
-      } finally {
-        recorded?.push({
-          name: (context.commandName ?? '?').replace(/Command$/, ''),
-          target: target(args.input as Record<string, unknown>),
-          start,
-          end: performance.now(),
-        });
-      }
-    };
-}
-
-/** The longest chain of calls in which each starts once the one before it has ended. */
-function sequential(calls: readonly Call[]): number {
-  let chain = 0;
-  let lastEnd = Number.NEGATIVE_INFINITY;
-  for (const call of [...calls].sort((a, b) => a.end - b.end)) {
-    if (call.start >= lastEnd) {
-      chain++;
-      lastEnd = call.end;
-    }
-  }
-  return chain;
-}
+const isS3Call = (call: string) => /^(Get|Put|Head|Delete)Object /.test(call);
 
 async function call(path: string, body: unknown): Promise<ApiResponse> {
   return (await handleApiRequest(
@@ -76,7 +41,8 @@ async function call(path: string, body: unknown): Promise<ApiResponse> {
 
 interface Counted {
   readonly response: ApiResponse;
-  readonly calls: readonly Call[];
+  /** `<Operation> <table or key prefix>` in the order sent (test/support/call-log.ts). */
+  readonly calls: readonly string[];
   readonly dynamodb: number;
   readonly s3: number;
   readonly sequential: number;
@@ -85,24 +51,18 @@ interface Counted {
 const table: Record<string, Counted> = {};
 
 async function counted(label: string, request: () => Promise<ApiResponse>): Promise<Counted> {
-  recorded = [];
+  log.reset();
   const response = await request();
-  const calls = recorded;
-  recorded = undefined;
+  const calls = [...log.calls];
   const result = {
     response,
     calls,
-    dynamodb: calls.filter((c) => !c.target.startsWith('s3:')).length,
-    s3: calls.filter((c) => c.target.startsWith('s3:')).length,
-    sequential: sequential(calls),
+    dynamodb: calls.filter((c) => !isS3Call(c)).length,
+    s3: calls.filter(isS3Call).length,
+    sequential: log.depth(),
   };
   table[label] = result;
   return result;
-}
-
-function tableName(name: unknown): string {
-  const names = cloud.names.tables as Record<string, string>;
-  return Object.keys(names).find((id) => names[id] === name) ?? String(name);
 }
 
 const tokens = [5, 6, 7, 8, 9];
@@ -120,19 +80,7 @@ beforeAll(async () => {
   for (const name of Object.keys(ENV)) saved[name] = process.env[name];
   Object.assign(process.env, ENV);
   cloud.applyEnv();
-  clients = localAwsClients(cloud.endpoints);
-  const items = (input: Record<string, unknown>) =>
-    ((input.TransactItems as Record<string, { TableName?: string }>[] | undefined) ?? [])
-      .map((item) => tableName(Object.values(item)[0]?.TableName))
-      .join('+');
-  clients.dynamo.middlewareStack.add(
-    record((input) => (input.TableName === undefined ? items(input) : tableName(input.TableName))) as never,
-    { step: 'initialize', name: 'countCalls' },
-  );
-  clients.s3.middlewareStack.add(record(() => 's3:payloads') as never, {
-    step: 'initialize',
-    name: 'countCalls',
-  });
+  ({ clients, log } = loggedClients(cloud.endpoints, cloud.prefix));
   key = await createApiKey(cloud.clients.doc, cloud.names.tables.registry, 'counted');
   const session = await call('create_session', { tags: [] });
   const sessionId = (session.body as { session_id: string }).session_id;
@@ -155,9 +103,7 @@ afterAll(() => {
   if (process.env.PRINT_CALL_COUNTS) {
     const lines = Object.entries(table).map(
       ([label, c]) =>
-        `${label}: ${c.dynamodb} DynamoDB + ${c.s3} S3, ${c.sequential} sequential: ${c.calls
-          .map((x) => `${x.name} ${x.target}`)
-          .join(', ')}`,
+        `${label}: ${c.dynamodb} DynamoDB + ${c.s3} S3, ${c.sequential} sequential: ${c.calls.join(', ')}`,
     );
     console.info(lines.join('\n'));
   }
@@ -181,7 +127,7 @@ describe('calls per request, warm container', () => {
     const c = await counted('forward_backward', submitForwardBackward);
     expect(c.response.status).toBe(200);
     // No key lookup: the warm container knows the key (API_KEY_CACHE_SECONDS).
-    expect(c.calls.filter((x) => x.name === 'GetItem').map((x) => x.target)).toEqual(['registry']);
+    expect(c.calls.filter((x) => x.startsWith('GetItem '))).toEqual(['GetItem registry']);
     expect({ dynamodb: c.dynamodb, s3: c.s3, sequential: c.sequential }).toEqual({
       dynamodb: 3,
       s3: 1,
@@ -229,7 +175,7 @@ describe('calls per request, warm container', () => {
     await completeFuture(requestId, { metrics: { loss: 1 } }, cloud.clients);
     const c = await counted('retrieve (done)', () => call('retrieve_future', { request_id: requestId }));
     expect(c.response.body).toEqual({ metrics: { loss: 1 } });
-    expect(c.calls.map((x) => `${x.name} ${x.target}`)).toEqual(['GetItem futures', 'GetItem futures']);
+    expect(c.calls).toEqual(['GetItem futures', 'GetItem futures']);
     expect(c.sequential).toBe(2);
   });
 
@@ -245,7 +191,7 @@ describe('calls per request, warm container', () => {
     await done;
     expect(c.response.body).toEqual({ metrics: { loss: 2 } });
     // The head, then the re-reads of its outcome (every 100 ms with no commit signal, as on AWS).
-    expect(new Set(c.calls.map((x) => `${x.name} ${x.target}`))).toEqual(new Set(['GetItem futures']));
+    expect(new Set(c.calls)).toEqual(new Set(['GetItem futures']));
     expect(c.dynamodb).toBeGreaterThanOrEqual(2);
     expect(c.dynamodb).toBeLessThanOrEqual(6);
   });
