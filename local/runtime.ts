@@ -101,7 +101,7 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
   const { topology, env } = options;
   const wakeUps = options.wakeUps ?? true;
   const writes = wakeUps ? new TableWrites() : undefined;
-  applyEnvironment(env, writes, options.onSdkClient);
+  applyEnvironment(env, writes, keyNamesOf(topology, env), options.onSdkClient);
   // The api and the worker run in this process, so a commit can wake its waiting polls directly.
   installCommitSignal(wakeUps ? new InProcessCommitSignal() : NO_COMMIT_SIGNAL);
   const region = env.AWS_REGION ?? LOCAL_REGION;
@@ -165,7 +165,7 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
                 pollIntervalMs: options.streamPollIntervalMs,
                 ...(writes === undefined
                   ? {}
-                  : { onTableWrite: (listener) => writes.onWrite(table, listener) }),
+                  : { onTableWrite: (listener) => writes.onWrite(table, listener, trigger.filters) }),
               }),
             );
             break;
@@ -219,6 +219,7 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
 function applyEnvironment(
   env: Readonly<Record<string, string>>,
   writes: TableWrites | undefined,
+  keyNames: (table: string) => readonly string[] | undefined,
   onSdkClient: LocalRuntimeOptions['onSdkClient'],
 ): void {
   const level = env.POWERTOOLS_LOG_LEVEL ?? process.env.POWERTOOLS_LOG_LEVEL ?? 'WARN';
@@ -229,11 +230,28 @@ function applyEnvironment(
   resetConfig();
   onAwsClientsCreated((clients) => {
     enforceGrantsOn(clients);
-    if (writes !== undefined) watchWritesOn(clients, writes);
+    if (writes !== undefined) watchWritesOn(clients, writes, keyNames);
     for (const client of [clients.dynamo, clients.s3, clients.sqs]) onSdkClient?.(client, 'handlers');
   });
   installConfigScope();
   resetAwsClients();
+}
+
+/** A provisioned table's key attribute names, by its name in `env`. */
+function keyNamesOf(
+  topology: Topology,
+  env: Readonly<Record<string, string>>,
+): (table: string) => readonly string[] | undefined {
+  const names = new Map<string, readonly string[]>();
+  for (const declared of Object.values(topology.tables)) {
+    const table = env[declared.envVar];
+    if (table === undefined) continue;
+    names.set(table, [
+      declared.partitionKey.name,
+      ...(declared.sortKey === undefined ? [] : [declared.sortKey.name]),
+    ]);
+  }
+  return (table) => names.get(table);
 }
 
 function requiredEnv(env: Readonly<Record<string, string>>, name: string): string {

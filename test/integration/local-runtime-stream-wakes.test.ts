@@ -1,9 +1,10 @@
-import { BatchWriteCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { BatchWriteCommand, DeleteCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import type { DynamoDBRecord, DynamoDBStreamEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initializeStackOf } from '../../local/client-middleware.js';
 import type { LocalRuntime } from '../../local/runtime.js';
 import { awsClients } from '../../shared/aws/clients.js';
+import { registryKey } from '../../shared/registry-keys.js';
 import { type Trigger, topology } from '../../shared/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { startCloudRuntime } from '../support/runtime.js';
@@ -163,5 +164,71 @@ describe('local runtime: a woken stream read costs one GetRecords unless its pag
     const sequences = batches.flat().map((record) => BigInt(record.dynamodb?.SequenceNumber ?? '0'));
     expect(sequences).toEqual([...sequences].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)));
     expect(reads).toBe(3);
+  });
+});
+
+/**
+ * A write wakes only the triggers whose filters a record of it could pass (write-wakes.ts): the
+ * registry's many puts and updates (API key use, quotas, poll slots, the tick lock) cost its
+ * drain-lift trigger no read, and deleting the drain record still wakes it at once.
+ */
+describe('local runtime: registry writes wake the drain trigger only for a drain record delete', () => {
+  let cloud: TestCloud;
+  let runtime: LocalRuntime;
+  const delivered: DynamoDBRecord[] = [];
+  let reads = 0;
+  const drainKey = registryKey.drain(topology.settings.POOL ?? 'default');
+
+  beforeAll(async () => {
+    cloud = await setupTestCloud();
+    runtime = await startCloudRuntime(cloud, {
+      functions: ['scheduler'],
+      streamPollIntervalMs: 60_000,
+      handlers: {
+        scheduler: async (event: DynamoDBStreamEvent) => {
+          delivered.push(...event.Records);
+          return { batchItemFailures: [] };
+        },
+      },
+      onSdkClient: (client, user) => {
+        if (user !== 'triggers') return;
+        initializeStackOf(client).add(
+          (next, context) => async (args) => {
+            if (context.commandName === 'GetRecordsCommand') reads += 1;
+            return next(args);
+          },
+          { step: 'initialize', priority: 'high', name: 'countGetRecords', override: true },
+        );
+      },
+    });
+  });
+  afterAll(async () => {
+    await runtime?.stop();
+  });
+
+  it('reads nothing for puts and updates, and delivers the drain delete at once', async () => {
+    const table = cloud.names.tables.registry;
+    await pause(300);
+    reads = 0;
+    for (let i = 0; i < 5; i++) {
+      await awsClients().doc.send(new PutCommand({ TableName: table, Item: { pk: `quota#t${i}`, n: i } }));
+      await awsClients().doc.send(
+        new UpdateCommand({
+          TableName: table,
+          Key: { pk: `quota#t${i}` },
+          UpdateExpression: 'ADD n :one',
+          ExpressionAttributeValues: { ':one': 1 },
+        }),
+      );
+    }
+    await awsClients().doc.send(new PutCommand({ TableName: table, Item: { pk: drainKey } }));
+    await pause(500);
+    expect(reads).toBe(0);
+
+    await awsClients().doc.send(new DeleteCommand({ TableName: table, Key: { pk: drainKey } }));
+    await waitFor('the drain delete delivered', () => delivered.length > 0, 5_000);
+    expect(delivered.map((record) => [record.eventName, record.dynamodb?.Keys?.pk?.S])).toEqual([
+      ['REMOVE', drainKey],
+    ]);
   });
 });

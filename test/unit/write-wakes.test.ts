@@ -1,0 +1,121 @@
+import { describe, expect, it } from 'vitest';
+import { itemsWritten, mayMatch, TableWrites } from '../../local/write-wakes.js';
+import { registryKey } from '../../shared/registry-keys.js';
+import { type Trigger, topology } from '../../shared/topology.js';
+
+type StreamTrigger = Extract<Trigger, { kind: 'stream' }>;
+
+/** The scheduler's declared stream filters, by table. */
+function filtersOn(table: StreamTrigger['table']) {
+  const trigger = topology.functions.scheduler.triggers.find(
+    (candidate): candidate is StreamTrigger => candidate.kind === 'stream' && candidate.table === table,
+  );
+  if (trigger === undefined) throw new Error(`the scheduler has no ${table} stream trigger`);
+  return trigger.filters;
+}
+
+const keyNames = (table: string) =>
+  table === 'registry' ? ['pk'] : table === 'prefixes' ? ['pk', 'sk'] : undefined;
+
+describe('the items a DynamoDB write names (local write wake-ups)', () => {
+  it('reads item writes, batches and transactions with their kind and key, and no reads', () => {
+    expect(itemsWritten('PutItem', { TableName: 'registry', Item: { pk: 'a', n: 1 } }, keyNames)).toEqual([
+      { table: 'registry', events: ['INSERT', 'MODIFY'], keys: { pk: { S: 'a' } } },
+    ]);
+    // The low-level client's attribute values, as the stream carries them.
+    expect(itemsWritten('DeleteItem', { TableName: 'registry', Key: { pk: { S: 'b' } } }, keyNames)).toEqual([
+      { table: 'registry', events: ['REMOVE'], keys: { pk: { S: 'b' } } },
+    ]);
+    expect(
+      itemsWritten('UpdateItem', { TableName: 'prefixes', Key: { pk: 'p', sk: 7 } }, keyNames)[0]?.keys,
+    ).toEqual({ pk: { S: 'p' }, sk: { N: '7' } });
+    // A table whose key is not known, or a key that is not plain: no key, so any key may match.
+    expect(itemsWritten('UpdateItem', { TableName: 'models', Key: { model_id: 'm' } }, keyNames)).toEqual([
+      { table: 'models', events: ['INSERT', 'MODIFY'], keys: undefined },
+    ]);
+    expect(
+      itemsWritten('DeleteItem', { TableName: 'registry', Key: { pk: Uint8Array.of(1) } }, keyNames)[0]?.keys,
+    ).toBeUndefined();
+    expect(
+      itemsWritten(
+        'BatchWriteItem',
+        {
+          RequestItems: {
+            prefixes: [{ PutRequest: { Item: { pk: 'p', sk: 1 } } }],
+            registry: [{ DeleteRequest: { Key: { pk: 'c' } } }],
+          },
+        },
+        keyNames,
+      ).map(({ table, events }) => [table, events]),
+    ).toEqual([
+      ['prefixes', ['INSERT', 'MODIFY']],
+      ['registry', ['REMOVE']],
+    ]);
+    expect(
+      itemsWritten('TransactWriteItems', {
+        TransactItems: [
+          { Update: { TableName: 'models', Key: { model_id: 'm' } } },
+          { Put: { TableName: 'futures', Item: { request_id: 'r' } } },
+          { Delete: { TableName: 'registry', Key: { pk: 'slot' } } },
+          // Checks a condition and writes nothing: no stream record.
+          { ConditionCheck: { TableName: 'prefixes', Key: { pk: 'p', sk: 1 } } },
+        ],
+      }).map(({ table, events }) => [table, events]),
+    ).toEqual([
+      ['models', ['INSERT', 'MODIFY']],
+      ['futures', ['INSERT', 'MODIFY']],
+      ['registry', ['REMOVE']],
+    ]);
+    expect(itemsWritten('GetItem', { TableName: 'futures', Key: { request_id: 'r' } })).toEqual([]);
+    expect(itemsWritten('Query', { TableName: 'futures' })).toEqual([]);
+  });
+});
+
+describe('which writes may wake a stream trigger (its declared filters)', () => {
+  const registry = filtersOn('registry');
+  const drainKey = registryKey.drain(topology.settings.POOL ?? 'default');
+  const write = (events: ('INSERT' | 'MODIFY' | 'REMOVE')[], pk?: string) => ({
+    table: 'registry',
+    events,
+    keys: pk === undefined ? undefined : { pk: { S: pk } },
+  });
+
+  it('wakes the registry trigger only for a delete that may be of the drain record', () => {
+    expect(mayMatch(write(['REMOVE'], drainKey), registry)).toBe(true);
+    // Not plain: it may be the drain record.
+    expect(mayMatch(write(['REMOVE']), registry)).toBe(true);
+    expect(mayMatch(write(['REMOVE'], 'slot#r1'), registry)).toBe(false);
+    // Quota counters, poll slots, the tick lock, a drain being set: puts and updates make no REMOVE.
+    expect(mayMatch(write(['INSERT', 'MODIFY'], drainKey), registry)).toBe(false);
+    expect(mayMatch(write(['INSERT', 'MODIFY']), registry)).toBe(false);
+  });
+
+  it('judges no images: every put or update may wake the futures and models triggers', () => {
+    const put = { events: ['INSERT', 'MODIFY'] as const, keys: undefined };
+    expect(mayMatch({ table: 'futures', ...put }, filtersOn('futures'))).toBe(true);
+    expect(mayMatch({ table: 'models', ...put }, filtersOn('models'))).toBe(true);
+    // The models trigger takes MODIFYs only.
+    expect(mayMatch({ table: 'models', events: ['REMOVE'], keys: undefined }, filtersOn('models'))).toBe(
+      false,
+    );
+    // No filters: everything.
+    expect(mayMatch({ table: 'models', events: ['REMOVE'], keys: undefined }, [])).toBe(true);
+  });
+
+  it('wakes each listener of the written table once per command, when an item may pass its filters', () => {
+    const writes = new TableWrites();
+    const woken: string[] = [];
+    writes.onWrite('registry', () => woken.push('registry'), registry);
+    const stop = writes.onWrite('futures', () => woken.push('futures'));
+    writes.wrote([write(['INSERT', 'MODIFY'], 'quota#t')]);
+    expect(woken).toEqual([]);
+    writes.wrote([write(['REMOVE'], drainKey), write(['REMOVE'], drainKey)]);
+    expect(woken).toEqual(['registry']);
+    const future = { table: 'futures', events: ['INSERT', 'MODIFY'] as const, keys: undefined };
+    writes.wrote([future, future]);
+    expect(woken).toEqual(['registry', 'futures']);
+    stop();
+    writes.wrote([future]);
+    expect(woken).toEqual(['registry', 'futures']);
+  });
+});
