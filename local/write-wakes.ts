@@ -67,7 +67,21 @@ export interface ItemWrite {
   readonly events: readonly StreamEventName[];
   /** The item's key as its stream record's `Keys` carry it; undefined when the input does not say plainly. */
   readonly keys: Readonly<Record<string, KeyValue>> | undefined;
+  /**
+   * What the write leaves of the item's top-level attributes, as far as the input says: a put leaves
+   * exactly its item's; an update removes those its expression's REMOVE clause names and assigns
+   * those its SET and ADD clauses name, and leaves the rest as they were; undefined for a delete
+   * or an update whose expression is not read.
+   */
+  readonly attributes: WrittenAttributes | undefined;
 }
+
+/** Attributes by name, with their DynamoDB type (`S`, `N`, ...) when the input shows it. */
+type Typed = Readonly<Record<string, string | undefined>>;
+
+export type WrittenAttributes =
+  | { readonly kind: 'replaced'; readonly present: Typed }
+  | { readonly kind: 'updated'; readonly removed: readonly string[]; readonly assigned: Typed };
 
 type Input = Readonly<Record<string, unknown>>;
 
@@ -113,30 +127,38 @@ export function itemsWritten(
   input: Input,
   keyNames: (table: string) => readonly string[] | undefined = () => undefined,
 ): ItemWrite[] {
-  const item = (table: unknown, events: readonly StreamEventName[], key: unknown): ItemWrite[] =>
-    typeof table === 'string' ? [{ table, events, keys: keysOf(key, keyNames, table) }] : [];
+  const item = (
+    table: unknown,
+    events: readonly StreamEventName[],
+    key: unknown,
+    attributes: WrittenAttributes | undefined,
+  ): ItemWrite[] =>
+    typeof table === 'string' ? [{ table, events, keys: keysOf(key, keyNames, table), attributes }] : [];
+  const put = (body: Input) => item(body.TableName, PUT, body.Item, replaced(body.Item));
+  const update = (body: Input) => item(body.TableName, PUT, body.Key, updated(body));
+  const remove = (body: Input) => item(body.TableName, DELETE, body.Key, undefined);
   switch (operation) {
     case 'PutItem':
-      return item(input.TableName, PUT, input.Item);
+      return put(input);
     case 'UpdateItem':
-      return item(input.TableName, PUT, input.Key);
+      return update(input);
     case 'DeleteItem':
-      return item(input.TableName, DELETE, input.Key);
+      return remove(input);
     case 'BatchWriteItem':
       return Object.entries(record(input.RequestItems)).flatMap(([table, requests]) =>
         (Array.isArray(requests) ? requests : []).flatMap((request) => {
           const { PutRequest, DeleteRequest } = record(request);
-          if (PutRequest !== undefined) return item(table, PUT, record(PutRequest).Item);
-          if (DeleteRequest !== undefined) return item(table, DELETE, record(DeleteRequest).Key);
+          if (PutRequest !== undefined) return put({ ...record(PutRequest), TableName: table });
+          if (DeleteRequest !== undefined) return remove({ ...record(DeleteRequest), TableName: table });
           return [];
         }),
       );
     case 'TransactWriteItems':
       return (Array.isArray(input.TransactItems) ? input.TransactItems : []).flatMap((entry) => {
         const { Put, Update, Delete } = record(entry);
-        if (Put !== undefined) return item(record(Put).TableName, PUT, record(Put).Item);
-        if (Update !== undefined) return item(record(Update).TableName, PUT, record(Update).Key);
-        if (Delete !== undefined) return item(record(Delete).TableName, DELETE, record(Delete).Key);
+        if (Put !== undefined) return put(record(Put));
+        if (Update !== undefined) return update(record(Update));
+        if (Delete !== undefined) return remove(record(Delete));
         return [];
       });
     default:
@@ -144,18 +166,117 @@ export function itemsWritten(
   }
 }
 
+/** The DynamoDB type a value is stored as: the low-level client's tag, or the document client's. */
+function typeOf(value: unknown): string | undefined {
+  if (typeof value === 'string') return 'S';
+  if (typeof value === 'number' || typeof value === 'bigint') return 'N';
+  if (typeof value === 'boolean') return 'BOOL';
+  const tags = Object.keys(record(value));
+  return tags.length === 1 && /^(S|N|B|BOOL|NULL|M|L|SS|NS|BS)$/.test(tags[0] ?? '') ? tags[0] : undefined;
+}
+
+/** A put's attributes (the document client drops undefined ones when it marshals). */
+function replaced(item: unknown): WrittenAttributes {
+  const present: Record<string, string | undefined> = {};
+  for (const [name, value] of Object.entries(record(item))) {
+    if (value !== undefined) present[name] = typeOf(value);
+  }
+  return { kind: 'replaced', present };
+}
+
+// A clause keyword; never a name or a value, which reserved words can only be through # and :.
+const CLAUSE = /(?<![#:\w])(SET|REMOVE|ADD|DELETE)(?!\w)/gi;
+
+/** An update expression's top-level attributes, removed and assigned; undefined when not read. */
+function updated(body: Input): WrittenAttributes | undefined {
+  const expression = body.UpdateExpression;
+  if (typeof expression !== 'string') return undefined;
+  const names = record(body.ExpressionAttributeNames);
+  const values = record(body.ExpressionAttributeValues);
+  const resolve = (name: string): string => {
+    const resolved = names[name];
+    return typeof resolved === 'string' ? resolved : name;
+  };
+  const removed: string[] = [];
+  const assigned: Record<string, string | undefined> = {};
+  const parts = expression.split(CLAUSE);
+  for (let index = 1; index + 1 < parts.length; index += 2) {
+    const clause = (parts[index] ?? '').toUpperCase();
+    // Each entry's path: for SET the left side of `path = value`, for the others its first word.
+    for (const entry of (parts[index + 1] ?? '').split(',')) {
+      const [left = '', right] = clause === 'SET' ? entry.split('=') : [entry];
+      const path = left.trim().split(/\s+/)[0] ?? '';
+      if (path === '' || path.includes('(')) continue;
+      const top = resolve(path.split(/[.[]/)[0] ?? '');
+      const nested = !/^[#\w]+$/.test(path);
+      // Removing a nested path leaves the attribute; deleting from a set may empty and remove it.
+      if (clause === 'REMOVE') {
+        if (!nested) removed.push(top);
+      } else {
+        // `SET a = :v` stores :v's type; anything else (a nested path, a function, ADD, DELETE) is not known.
+        const value = right?.trim() ?? '';
+        const known = clause === 'SET' && !nested && /^:\w+$/.test(value);
+        assigned[top] = known ? typeOf(values[value]) : undefined;
+      }
+    }
+  }
+  return { kind: 'updated', removed, assigned };
+}
+
 /**
- * Whether a record of `item` could pass one of `filters`: only the pattern's `eventName` and
- * `dynamodb.Keys` are judged (the images depend on the item's state, so they may always match).
+ * Whether the write leaves `attribute` present as `type` (true), not so (false: absent, or of
+ * another type), as it was ('unchanged'), or cannot say (undefined).
+ */
+function presentAfter(item: ItemWrite, attribute: string, type: string): boolean | 'unchanged' | undefined {
+  const { attributes } = item;
+  if (attributes === undefined) return undefined;
+  const stored = (typed: Typed): boolean | undefined => {
+    const found = typed[attribute];
+    return found === undefined ? undefined : found === type;
+  };
+  if (attributes.kind === 'replaced')
+    return attribute in attributes.present ? stored(attributes.present) : false;
+  if (attribute in attributes.assigned) return stored(attributes.assigned);
+  return attributes.removed.includes(attribute) ? false : 'unchanged';
+}
+
+/** `[{ exists: b }]`: b; anything else: undefined. */
+function existsOnly(value: unknown): boolean | undefined {
+  if (!Array.isArray(value) || value.length !== 1) return undefined;
+  const exists = record(value[0]).exists;
+  return typeof exists === 'boolean' ? exists : undefined;
+}
+
+/**
+ * Whether a record of `item` could pass one of `filters`. Judged: the pattern's `eventName`, its
+ * `dynamodb.Keys`, and its images' `exists` tests on top-level attributes the write decides (a
+ * claim's `SET inflight = :token` cannot clear inflight, a commit's `REMOVE live` cannot leave a
+ * live row); anything else may match. A write misjudged here would wait for the idle poll, no more.
  */
 export function mayMatch(item: ItemWrite, filters: readonly FilterPattern[]): boolean {
   if (filters.length === 0) return true;
   return filters.some((pattern) => {
     const names = pattern.eventName;
     if (Array.isArray(names) && !item.events.some((event) => names.includes(event))) return false;
-    const keys = record(pattern.dynamodb).Keys;
-    if (keys === undefined || item.keys === undefined || Array.isArray(keys)) return true;
-    return matchesPattern(item.keys, keys as FilterPattern);
+    const dynamodb = record(pattern.dynamodb);
+    const keys = dynamodb.Keys;
+    if (keys !== undefined && item.keys !== undefined && !Array.isArray(keys)) {
+      if (!matchesPattern(item.keys, keys as FilterPattern)) return false;
+    }
+    if (item.events.includes('REMOVE')) return true;
+    const oldImage = record(dynamodb.OldImage);
+    // Image tests read `{ attribute: { TYPE: [{ exists: b }] } }`.
+    for (const [attribute, typed] of Object.entries(record(dynamodb.NewImage))) {
+      for (const [type, test] of Object.entries(record(typed))) {
+        const wanted = existsOnly(test);
+        if (wanted === undefined) continue;
+        const after = presentAfter(item, attribute, type);
+        if (typeof after === 'boolean' && after !== wanted) return false;
+        // Left as it was, it cannot go from present to absent, nor the other way.
+        if (after === 'unchanged' && existsOnly(record(oldImage[attribute])[type]) === !wanted) return false;
+      }
+    }
+    return true;
   });
 }
 
