@@ -97,7 +97,7 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
       shards.set(shardId, 'done');
       loops.delete(loop);
       // A shard that ended has rolled over: its children start now, not at the next discovery.
-      if (!signal.aborted) void discover();
+      if (!signal.aborted) void discover(false);
     });
     loops.add(loop);
   };
@@ -319,23 +319,24 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
     }
   }
 
-  // One discovery at a time, so that no shard is started twice.
+  // One discovery at a time, the first included, so that no shard is started twice. The first one's
+  // failure fails the start; a later one's is logged and retried at the next.
   let discovering: Promise<void> = Promise.resolve();
-  const discover = (): Promise<void> => {
-    discovering = discovering.then(() =>
-      adoptNewShards(false).catch((error: unknown) => {
-        if (!signal.aborted) logger.warn('stream discovery failed', { streamArn, error: error as Error });
-      }),
-    );
-    return discovering;
+  const discover = (initial: boolean): Promise<void> => {
+    const next = discovering.then(() => adoptNewShards(initial));
+    discovering = next.catch((error: unknown) => {
+      if (!initial && !signal.aborted)
+        logger.warn('stream discovery failed', { streamArn, error: error as Error });
+    });
+    return initial ? next : discovering;
   };
 
-  await adoptNewShards(true);
+  await discover(true);
   const discovery = (async () => {
     while (!signal.aborted) {
       await realSleep(discoveryIntervalMs, signal);
       if (signal.aborted) return;
-      await discover();
+      await discover(false);
     }
   })();
 
