@@ -34,52 +34,26 @@ const SQS_MAX_PER_CALL = 10;
  * batches at once, each of at most `batchSize` messages gathered for at most the batching window.
  * Messages a handler reports in `batchItemFailures` (all of them, when it throws) are left alone to
  * become visible again after the visibility timeout; the others are deleted.
- *
- * One receiver serves every concurrent batch and receives only while a batch may start, so no
- * message waits received but unhandled (its visibility timeout runs from the handling's start, as on
- * AWS). Not one long poll per concurrency slot: fauxqs answers every waiting long poll when a message
- * arrives, so all but one would come back empty and poll again, and each idle slot would poll once a
- * second.
  */
 export function startQueueTrigger(options: QueueTriggerOptions): RunningTrigger {
   const controller = new AbortController();
   const { signal } = controller;
-  const running = new Set<Promise<void>>();
-  const receiver = receive(options, signal, running);
+  const pollers = Array.from({ length: options.trigger.maxConcurrency }, () => poll(options, signal));
   return {
     stop: async () => {
       controller.abort();
-      await receiver;
-      await Promise.allSettled(running);
+      await Promise.allSettled(pollers);
     },
   };
 }
 
-async function receive(
-  options: QueueTriggerOptions,
-  signal: AbortSignal,
-  running: Set<Promise<void>>,
-): Promise<void> {
-  const { maxConcurrency } = options.trigger;
+async function poll(options: QueueTriggerOptions, signal: AbortSignal): Promise<void> {
   let errors = 0;
   while (!signal.aborted) {
-    // Wait for a free slot; a finished batch frees one.
-    while (running.size >= maxConcurrency && !signal.aborted) await Promise.race(running);
-    if (signal.aborted) return;
     try {
-      const batches = await receiveBatches(options, maxConcurrency - running.size, signal);
+      const batch = await receiveBatch(options, signal);
       errors = 0;
-      for (const batch of batches) {
-        const handling: Promise<void> = handleBatch(options, batch)
-          .catch((error: unknown) => {
-            logger.error('queue batch handling failed', {
-              functionId: options.functionId,
-              error: error as Error,
-            });
-          })
-          .finally(() => running.delete(handling));
-        running.add(handling);
-      }
+      if (batch.length > 0) await handleBatch(options, batch);
     } catch (error) {
       if (signal.aborted) return;
       errors += 1;
@@ -92,51 +66,6 @@ async function receive(
   }
 }
 
-/**
- * The batches to start now, at most `slots` of them. Without a batching window a batch is what one
- * receive returned (up to `batchSize`), so one receive may fill several slots; with a window, one
- * batch is gathered for up to the window.
- */
-async function receiveBatches(
-  options: QueueTriggerOptions,
-  slots: number,
-  signal: AbortSignal,
-): Promise<Message[][]> {
-  const { batchSize, maxBatchingWindowSeconds } = options.trigger;
-  if (maxBatchingWindowSeconds > 0) {
-    const batch = await receiveBatch(options, signal);
-    return batch.length === 0 ? [] : [batch];
-  }
-  const messages = await receiveOnce(
-    options,
-    Math.min(SQS_MAX_PER_CALL, slots * batchSize),
-    RECEIVE_WAIT_SECONDS,
-  );
-  const batches: Message[][] = [];
-  for (let start = 0; start < messages.length; start += batchSize) {
-    batches.push(messages.slice(start, start + batchSize));
-  }
-  return batches;
-}
-
-async function receiveOnce(
-  options: QueueTriggerOptions,
-  maxMessages: number,
-  waitSeconds: number,
-): Promise<Message[]> {
-  const answer = await options.client.send(
-    new ReceiveMessageCommand({
-      QueueUrl: options.queueUrl,
-      MaxNumberOfMessages: maxMessages,
-      WaitTimeSeconds: waitSeconds,
-      MessageSystemAttributeNames: ['All'],
-      MessageAttributeNames: ['All'],
-    }),
-  );
-  return answer.Messages ?? [];
-}
-
-/** One batch gathered for at most the batching window (a trigger with a window). */
 async function receiveBatch(options: QueueTriggerOptions, signal: AbortSignal): Promise<Message[]> {
   const { batchSize, maxBatchingWindowSeconds } = options.trigger;
   const windowEnds = Date.now() + maxBatchingWindowSeconds * 1000;
@@ -145,9 +74,16 @@ async function receiveBatch(options: QueueTriggerOptions, signal: AbortSignal): 
     // Once the batch holds something, a receive must not outlast the batching window.
     const waitSeconds =
       batch.length === 0 ? RECEIVE_WAIT_SECONDS : Math.max(0, Math.floor((windowEnds - Date.now()) / 1000));
-    batch.push(
-      ...(await receiveOnce(options, Math.min(SQS_MAX_PER_CALL, batchSize - batch.length), waitSeconds)),
+    const answer = await options.client.send(
+      new ReceiveMessageCommand({
+        QueueUrl: options.queueUrl,
+        MaxNumberOfMessages: Math.min(SQS_MAX_PER_CALL, batchSize - batch.length),
+        WaitTimeSeconds: waitSeconds,
+        MessageSystemAttributeNames: ['All'],
+        MessageAttributeNames: ['All'],
+      }),
     );
+    batch.push(...(answer.Messages ?? []));
     if (signal.aborted) break;
   } while (batch.length > 0 && batch.length < batchSize && Date.now() < windowEnds);
   return batch;

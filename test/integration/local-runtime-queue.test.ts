@@ -5,11 +5,10 @@ import {
 } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { initializeStackOf } from '../../local/client-middleware.js';
 import { type LocalRuntime, startLocalRuntime } from '../../local/runtime.js';
 import { type Topology, topology } from '../../shared/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
-import { pause, waitFor } from '../support/wait.js';
+import { waitFor } from '../support/wait.js';
 
 // The declared worker trigger takes one message per batch and 10-minute visibility; to see partial
 // batch failures within a test, this copy takes batches of 10 from one poller (the messages are
@@ -135,59 +134,5 @@ describe('local runtime: SQS trigger', () => {
     );
     expect(deliveriesOf('crash-b')[1]?.attributes.ApproximateReceiveCount).toBe('2');
     await waitFor('the queue to drain', async () => (await queueDepth()) === 0);
-  });
-
-  it('runs the declared batches side by side from one receiver: no empty long poll per idle slot', async () => {
-    const declared = topology.functions.worker.triggers[0];
-    if (declared?.kind !== 'queue') throw new Error('the worker has no queue trigger');
-    let receives = 0;
-    let running = 0;
-    let mostAtOnce = 0;
-    let release: () => void = () => {};
-    const released = new Promise<void>((resolve) => (release = resolve));
-    const worker = async (event: SQSEvent): Promise<SQSBatchResponse> => {
-      deliveries.push(...event.Records);
-      running += 1;
-      mostAtOnce = Math.max(mostAtOnce, running);
-      await released;
-      running -= 1;
-      return { batchItemFailures: [] };
-    };
-    runtime = await startLocalRuntime({
-      topology,
-      env: cloud.env,
-      functions: ['worker'],
-      handlers: { worker },
-      onSdkClient: (client, user) => {
-        if (user !== 'triggers') return;
-        initializeStackOf(client).add(
-          (next, context) => async (args) => {
-            if (context.commandName === 'ReceiveMessageCommand') receives += 1;
-            return next(args);
-          },
-          { step: 'initialize', priority: 'high', name: 'countReceives', override: true },
-        );
-      },
-    });
-    // Idle: one long poll of a second at a time, not one per concurrency slot.
-    await pause(2_500);
-    expect(receives).toBeLessThanOrEqual(4);
-
-    // Every slot fills (batches of the declared size, all running at once) ...
-    const bodies = Array.from({ length: declared.maxConcurrency }, (_, i) => `slot-${i}`);
-    await send(bodies);
-    await waitFor('every slot busy', () => running === declared.maxConcurrency, 10_000);
-    expect(deliveries.map((record) => record.body).sort()).toEqual([...bodies].sort());
-    // ... and while they run, nothing more is received (no message waits received but unhandled).
-    const whileFull = receives;
-    await send(['after']);
-    await pause(1_000);
-    expect(receives).toBe(whileFull);
-    expect(deliveriesOf('after')).toHaveLength(0);
-    release();
-    await waitFor('after delivered', () => deliveriesOf('after').length === 1, 10_000);
-    await waitFor('the queue to drain', async () => (await queueDepth()) === 0);
-    expect(mostAtOnce).toBe(declared.maxConcurrency);
-    expect(declared.batchSize).toBe(1);
   });
 });
