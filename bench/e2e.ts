@@ -16,6 +16,8 @@ import { TinkerClient } from '../shared/client/tinker-client.js';
 import { createApiKey } from '../shared/repositories/api-keys.js';
 import { decodeWorkItemFile } from '../shared/scheduling/work-item-file.js';
 import { type BenchResult, type Counts, machine, runCase } from './harness.js';
+import { AwsCallCounter, callsBetween, callsPerRequest } from './support/aws-calls.js';
+import { cpuMeter } from './support/cpu.js';
 import { type ClientTiming, HOPS, hopBreakdown, type WorkItemHeader } from './support/hops.js';
 
 /**
@@ -29,6 +31,19 @@ import { type ClientTiming, HOPS, hopBreakdown, type WorkItemHeader } from './su
  * retrieve_future's polling backoff), work items per request (batching), and where each request's
  * time went, hop by hop (`bench/support/hops.ts`).
  *
+ * `single_closed_loop` is the same rounds for one model alone: the SDK-style step of issue #16
+ * without six loops sharing the machine's cores.
+ *
+ * Beside the latencies, per request: AWS calls (`calls_per_request_<service>` for dynamodb,
+ * dynamodb_streams, s3 and sqs; `calls_per_request_<caller>` for each function and the runtime's
+ * `triggers`; `calls_per_request` in all), counted by a middleware on every SDK client the stack
+ * uses (local/runtime.ts `onSdkClient`, bench/support/aws-calls.ts), and CPU ms of this Node
+ * process (`cpu_ms_per_request_node`: api, scheduler, worker, fauxqs, triggers and the client share
+ * it) and of DynamoDB Local's JVM (`cpu_ms_per_request_ddb_local`, from /proc; absent without it),
+ * over the measured loop only. Calls depend little on timing; idle polls and wake-ups do a little.
+ *
+ * Knobs for investigation: `E2E_REPEATS=N` (default 3, 1 with --quick); `E2E_CALL_DETAIL=on` prints
+ * each measured run's calls per request by caller, service and operation to stderr.
  * `E2E_WAKE_UPS=off` runs the stack without its wake-ups (local/runtime.ts `wakeUps`): retrieve_future
  * re-reads on the schedule it uses on AWS and the stream triggers sleep between empty reads.
  * `E2E_STREAM_LANES=on` delivers a shard's stream batches side by side as the topology's
@@ -106,14 +121,23 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
   const shape: Shape = options.quick
     ? { models: 3, rounds: 4, sampleEvery: 2 }
     : { models: 6, rounds: 10, sampleEvery: 2 };
-  const repeats = options.quick ? 1 : 3;
+  const repeats = Number(process.env.E2E_REPEATS ?? (options.quick ? 1 : 3));
+  if (!Number.isInteger(repeats) || repeats < 1) throw new Error('E2E_REPEATS must be a positive integer');
+  const callDetail = process.env.E2E_CALL_DETAIL === 'on';
   const wakeUps = process.env.E2E_WAKE_UPS !== 'off';
   const streamLanes = process.env.E2E_STREAM_LANES === 'on';
   const traces: InvocationTrace[] = [];
+  const calls = new AwsCallCounter();
   const stack = await startLocalStack({
     prefix: `bench-e2e-${Date.now().toString(36)}`,
-    runtime: { wakeUps, streamLanes, onInvocation: (trace) => void traces.push(trace) },
+    runtime: {
+      wakeUps,
+      streamLanes,
+      onInvocation: (trace) => void traces.push(trace),
+      onSdkClient: calls.install,
+    },
   });
+  const startCpu = cpuMeter(stack.cloud.dynamodbPid);
   const onSignal = () => void stack.stop().finally(() => process.exit(130));
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
@@ -129,9 +153,9 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     // Fresh models for each measured run of either side (prepared untimed).
     let remote: { modelId: string; samplingSessionId: string }[] = [];
     let local: Awaited<ReturnType<ReferenceBackend['createModel']>>[] = [];
-    const prepare = async () => {
+    const prepare = (models: number) => async () => {
       remote = await Promise.all(
-        Array.from({ length: shape.models }, async (_, m) => {
+        Array.from({ length: models }, async (_, m) => {
           const created = await client.createModel({
             session_id,
             model_seq_id: modelSeq++,
@@ -148,7 +172,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
         }),
       );
       local = await Promise.all(
-        Array.from({ length: shape.models }, (_, m) =>
+        Array.from({ length: models }, (_, m) =>
           backend.createModel({ base_model: DEFAULT_BASE_MODEL, lora_config: { rank: 8, seed: m } }),
         ),
       );
@@ -272,6 +296,8 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       await newWorkItems();
       traces.length = 0;
       const itemsBefore = await workItems();
+      const callsBefore = calls.snapshot();
+      const endCpu = startCpu();
       const started = performance.now();
       type Submitted = { type: string; id: string; sent: number; answered: number };
       const submitAll = async (round: readonly [string, () => Promise<string>][]) => {
@@ -310,7 +336,28 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
         }),
       );
       const wall = performance.now() - started;
+      const cpu = endCpu();
+      const measuredCalls = callsBetween(callsBefore, calls.snapshot());
       const counts = summarize(latencies, wall);
+      const requests = counts.requests ?? 0;
+      const perRequest = (value: number) => round3(value / Math.max(requests, 1));
+      const costs: Counts = {
+        ...callsPerRequest(measuredCalls, requests),
+        cpu_ms_per_request_node: perRequest(cpu.cpu_ms_client),
+      };
+      // NaN where /proc is not there to read the JVM's times.
+      if (Number.isFinite(cpu.cpu_ms_ddb_local)) {
+        costs.cpu_ms_per_request_ddb_local = perRequest(cpu.cpu_ms_ddb_local);
+      }
+      if (callDetail) {
+        process.stderr.write(`e2e ${mode} (${requests} requests): calls per request\n`);
+        for (const count of measuredCalls) {
+          const share = perRequest(count.calls).toFixed(3).padStart(8);
+          process.stderr.write(
+            `  ${share}  ${count.caller.padEnd(9)} ${count.service.padEnd(16)} ${count.operation}\n`,
+          );
+        }
+      }
       const items = (await workItems()) - itemsBefore;
       const server = await serverLatencies(ids);
       const hops = hopBreakdown({
@@ -335,6 +382,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
         work_items: items,
         requests_per_work_item: round3((counts.requests ?? 0) / Math.max(items, 1)),
         ...hopCounts,
+        ...costs,
       };
     };
 
@@ -369,12 +417,17 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     };
 
     const cases = [];
-    for (const mode of ['closed_loop', 'burst'] as const) {
+    const runs = [
+      { name: 'mixed_closed_loop', mode: 'closed_loop', models: shape.models },
+      { name: 'mixed_burst', mode: 'burst', models: shape.models },
+      { name: 'single_closed_loop', mode: 'closed_loop', models: 1 },
+    ] as const;
+    for (const { name, mode, models } of runs) {
       cases.push(
         await runCase({
-          name: `mixed_${mode}`,
+          name,
           params: {
-            models: shape.models,
+            models,
             rounds_per_model: shape.rounds,
             sample_every_rounds: shape.sampleEvery,
             measured:
@@ -387,7 +440,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
           ours: ours(mode),
           baselines: { backend_direct: baseline(mode) },
           repeats,
-          prepare,
+          prepare: prepare(models),
         }),
       );
     }

@@ -61,6 +61,17 @@ export interface LocalRuntimeOptions {
   readonly streamLanes?: boolean;
   /** Told of every invocation once it settles (the e2e bench's per-hop breakdown); nothing is written. */
   readonly onInvocation?: InvocationObserver;
+  /**
+   * Shown each SDK client before its first call: the handlers' (`createAwsClients`, DynamoDB, S3 and
+   * SQS) and the runtime's own (`triggers`: stream reads, queue receives and deletes, failure reports,
+   * start-up lookups), so a middleware can count calls (the e2e bench's calls per request).
+   */
+  readonly onSdkClient?: (client: SdkClient, user: 'handlers' | 'triggers') => void;
+}
+
+/** Any SDK client, as far as adding a middleware needs (local/client-middleware.ts). */
+export interface SdkClient {
+  readonly middlewareStack: unknown;
 }
 
 export interface LocalRuntime {
@@ -90,7 +101,7 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
   const { topology, env } = options;
   const wakeUps = options.wakeUps ?? true;
   const writes = wakeUps ? new TableWrites() : undefined;
-  applyEnvironment(env, writes);
+  applyEnvironment(env, writes, keyNamesOf(topology, env), options.onSdkClient);
   // The api and the worker run in this process, so a commit can wake its waiting polls directly.
   installCommitSignal(wakeUps ? new InProcessCommitSignal() : NO_COMMIT_SIGNAL);
   const region = env.AWS_REGION ?? LOCAL_REGION;
@@ -105,6 +116,7 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
   const streams = new DynamoDBStreamsClient(
     streamsEndpoint === undefined ? {} : { endpoint: streamsEndpoint },
   );
+  for (const client of [dynamo, sqs, streams]) options.onSdkClient?.(client, 'triggers');
 
   const pollers: RunningTrigger[] = [];
   const schedules = new Map<FunctionId, ScheduleTrigger>();
@@ -153,7 +165,7 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
                 pollIntervalMs: options.streamPollIntervalMs,
                 ...(writes === undefined
                   ? {}
-                  : { onTableWrite: (listener) => writes.onWrite(table, listener) }),
+                  : { onTableWrite: (listener) => writes.onWrite(table, listener, trigger.filters) }),
               }),
             );
             break;
@@ -204,7 +216,12 @@ export async function startLocalRuntime(options: LocalRuntimeOptions): Promise<L
  * shared SDK clients created from now on carry the grant enforcement, and inside a function `config()`
  * sees only the resource variables that function gets on AWS (env-scope.ts).
  */
-function applyEnvironment(env: Readonly<Record<string, string>>, writes: TableWrites | undefined): void {
+function applyEnvironment(
+  env: Readonly<Record<string, string>>,
+  writes: TableWrites | undefined,
+  keyNames: (table: string) => readonly string[] | undefined,
+  onSdkClient: LocalRuntimeOptions['onSdkClient'],
+): void {
   const level = env.POWERTOOLS_LOG_LEVEL ?? process.env.POWERTOOLS_LOG_LEVEL ?? 'WARN';
   // get_info's tokenizer_id: a local client runs on this machine, so the shipped folder loads there.
   const tokenizer = env[TOKENIZER_ID_VAR] ?? process.env[TOKENIZER_ID_VAR] ?? REFERENCE_TOKENIZER_DIR;
@@ -213,10 +230,28 @@ function applyEnvironment(env: Readonly<Record<string, string>>, writes: TableWr
   resetConfig();
   onAwsClientsCreated((clients) => {
     enforceGrantsOn(clients);
-    if (writes !== undefined) watchWritesOn(clients, writes);
+    if (writes !== undefined) watchWritesOn(clients, writes, keyNames);
+    for (const client of [clients.dynamo, clients.s3, clients.sqs]) onSdkClient?.(client, 'handlers');
   });
   installConfigScope();
   resetAwsClients();
+}
+
+/** A provisioned table's key attribute names, by its name in `env`. */
+function keyNamesOf(
+  topology: Topology,
+  env: Readonly<Record<string, string>>,
+): (table: string) => readonly string[] | undefined {
+  const names = new Map<string, readonly string[]>();
+  for (const declared of Object.values(topology.tables)) {
+    const table = env[declared.envVar];
+    if (table === undefined) continue;
+    names.set(table, [
+      declared.partitionKey.name,
+      ...(declared.sortKey === undefined ? [] : [declared.sortKey.name]),
+    ]);
+  }
+  return (table) => names.get(table);
 }
 
 function requiredEnv(env: Readonly<Record<string, string>>, name: string): string {

@@ -24,7 +24,7 @@ export interface LocalStackOptions {
   /** Passed to the runtime as is (handler overrides, a subset of functions). */
   readonly runtime?: Pick<
     LocalRuntimeOptions,
-    'handlers' | 'functions' | 'onInvocation' | 'wakeUps' | 'streamLanes'
+    'handlers' | 'functions' | 'onInvocation' | 'wakeUps' | 'streamLanes' | 'onSdkClient'
   >;
 }
 

@@ -32,7 +32,10 @@ export interface StreamTriggerOptions {
   readonly region: string;
   /** The queue `trigger.onFailure` names, where a batch given up on is reported. */
   readonly onFailure: StreamFailureDestination;
-  /** Pause between empty reads of a shard (Lambda polls about four times a second). */
+  /**
+   * Pause after a read that left nothing behind (an empty page, or one short of the batch size), cut
+   * short by a write (Lambda polls about four times a second).
+   */
   readonly pollIntervalMs?: number;
   /**
    * Subscribes to the table's writes (local/write-wakes.ts), answering the unsubscribe: an idle
@@ -93,6 +96,8 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
     const loop = pollShard(shardId, iterator).finally(() => {
       shards.set(shardId, 'done');
       loops.delete(loop);
+      // A shard that ended has rolled over: its children start now, not at the next discovery.
+      if (!signal.aborted) void discover(false);
     });
     loops.add(loop);
   };
@@ -141,7 +146,7 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
     let lastSequence: string | undefined;
     let errors = 0;
     while (iterator !== undefined && !signal.aborted) {
-      // A write seen after this point makes an empty answer stale: the shard is read again at once.
+      // A write seen after this point may have landed after the read: the shard is read again at once.
       const writesBefore = wakes.count;
       try {
         const page: GetRecordsCommandOutput = await client.send(
@@ -159,7 +164,11 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
           else await lanes.add(converted.filter((record) => matchesAnyPattern(record, trigger.filters)));
         }
         iterator = page.NextShardIterator;
-        if (records.length === 0 && wakes.count === writesBefore) await wakes.sleep(pollIntervalMs, signal);
+        // A page short of the limit held everything the shard had when it was read, so what can be
+        // new since is only what a counted write added (or another client's, seen at the idle poll).
+        // A full page may have left records behind: read on at once.
+        const full = records.length >= trigger.batchSize;
+        if (!full && wakes.count === writesBefore) await wakes.sleep(pollIntervalMs, signal);
       } catch (error) {
         if (signal.aborted) return;
         if (isAwsError(error, 'ResourceNotFoundException')) {
@@ -310,14 +319,24 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
     }
   }
 
-  await adoptNewShards(true);
+  // One discovery at a time, the first included, so that no shard is started twice. The first one's
+  // failure fails the start; a later one's is logged and retried at the next.
+  let discovering: Promise<void> = Promise.resolve();
+  const discover = (initial: boolean): Promise<void> => {
+    const next = discovering.then(() => adoptNewShards(initial));
+    discovering = next.catch((error: unknown) => {
+      if (!initial && !signal.aborted)
+        logger.warn('stream discovery failed', { streamArn, error: error as Error });
+    });
+    return initial ? next : discovering;
+  };
+
+  await discover(true);
   const discovery = (async () => {
     while (!signal.aborted) {
       await realSleep(discoveryIntervalMs, signal);
       if (signal.aborted) return;
-      await adoptNewShards(false).catch((error: unknown) => {
-        if (!signal.aborted) logger.warn('stream discovery failed', { streamArn, error: error as Error });
-      });
+      await discover(false);
     }
   })();
 
@@ -325,7 +344,7 @@ export async function startStreamTrigger(options: StreamTriggerOptions): Promise
     stop: async () => {
       unsubscribe?.();
       controller.abort();
-      await Promise.allSettled([discovery, ...loops]);
+      await Promise.allSettled([discovery, discovering, ...loops]);
     },
   };
 }

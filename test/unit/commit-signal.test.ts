@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import { tablesWritten } from '../../local/write-wakes.js';
 import { InProcessCommitSignal, NO_COMMIT_SIGNAL } from '../../shared/commit-signal.js';
 
 describe('the in-process commit signal', () => {
@@ -38,28 +37,5 @@ describe('the in-process commit signal', () => {
 
   it('AWS has nothing to watch', () => {
     expect(NO_COMMIT_SIGNAL.watch('r1')).toBeUndefined();
-  });
-});
-
-describe('the tables a DynamoDB write names (local write wake-ups)', () => {
-  it('reads item writes, batches and transactions, and no reads', () => {
-    expect(tablesWritten('PutItem', { TableName: 'futures' })).toEqual(['futures']);
-    expect(tablesWritten('UpdateItem', { TableName: 'models' })).toEqual(['models']);
-    expect(tablesWritten('DeleteItem', { TableName: 'registry' })).toEqual(['registry']);
-    expect(tablesWritten('BatchWriteItem', { RequestItems: { prefixes: [], futures: [] } })).toEqual([
-      'prefixes',
-      'futures',
-    ]);
-    expect(
-      tablesWritten('TransactWriteItems', {
-        TransactItems: [
-          { Update: { TableName: 'models' } },
-          { Update: { TableName: 'futures' } },
-          { ConditionCheck: { TableName: 'registry' } },
-        ],
-      }),
-    ).toEqual(['models', 'futures', 'registry']);
-    expect(tablesWritten('GetItem', { TableName: 'futures' })).toEqual([]);
-    expect(tablesWritten('Query', { TableName: 'futures' })).toEqual([]);
   });
 });
