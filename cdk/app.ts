@@ -15,7 +15,8 @@ import { withoutIndexes } from './staging.js';
  *   table's indexes one stack update at a time (cdk/staging.ts)
  * - the limits (README "Limits"): `apiRatePerSecond`, `apiBurst`, `apiReservedConcurrency`,
  *   `workerReservedConcurrency`, and the api's quotas `submitsPerSecond`, `longPollsPerTenant`,
- *   `operatorReadsPerSecond` (defaults in shared/config.ts)
+ *   `operatorReadsPerSecond`, and `apiKeyCacheSeconds` and `pollSlotAfterMs` (0 turns either off;
+ *   defaults in shared/config.ts)
  * The stack is environment-agnostic, so synth needs no account, region or lookup. Synthesis runs
  * cdk-nag's AwsSolutions checks and stops on any finding not acknowledged in `nag.ts`.
  */

@@ -135,14 +135,22 @@ export const QUOTA_CONTEXT_KEYS = {
   submitsPerSecond: 'submitsPerSecond',
   longPollsPerTenant: 'longPollsPerTenant',
   operatorReadsPerSecond: 'operatorReadsPerSecond',
+  apiKeyCacheSeconds: 'apiKeyCacheSeconds',
+  pollSlotAfterMs: 'pollSlotAfterMs',
 } as const satisfies Partial<Record<keyof Tunables, string>>;
 
-function contextInteger(context: (key: string) => unknown, key: string, fallback: number): number {
+function contextInteger(
+  context: (key: string) => unknown,
+  key: string,
+  fallback: number,
+  zeroAllowed = false,
+): number {
   const raw = context(key);
   if (raw === undefined || raw === null || raw === '') return fallback;
   const value = Number(raw);
-  if (!Number.isInteger(value) || value <= 0) {
-    throw new ConfigError(`Context value ${key} must be a positive integer, got "${String(raw)}"`, {
+  if (!Number.isInteger(value) || value < 0 || (value === 0 && !zeroAllowed)) {
+    const wanted = zeroAllowed ? 'an integer of 0 or more' : 'a positive integer';
+    throw new ConfigError(`Context value ${key} must be ${wanted}, got "${String(raw)}"`, {
       context: { variable: key },
     });
   }
@@ -165,8 +173,9 @@ export function readDeployContext(context: (key: string) => unknown): DeployCont
   ) as unknown as DeployLimits;
   const apiQuotaEnv: Record<string, string> = {};
   for (const [key, contextKey] of Object.entries(QUOTA_CONTEXT_KEYS)) {
-    const [envVar, fallback] = TUNABLE_DEFAULTS[key as keyof typeof QUOTA_CONTEXT_KEYS];
-    const value = contextInteger(context, contextKey, fallback);
+    const tunable = key as keyof typeof QUOTA_CONTEXT_KEYS;
+    const [envVar, fallback] = TUNABLE_DEFAULTS[tunable];
+    const value = contextInteger(context, contextKey, fallback, ZERO_ALLOWED.has(tunable));
     if (value !== fallback) apiQuotaEnv[envVar] = String(value);
   }
   return { limits, apiQuotaEnv };

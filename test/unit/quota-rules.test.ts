@@ -107,4 +107,17 @@ describe('limits configuration', () => {
     expect(() => readDeployContext(context({ apiBurst: 'lots' }))).toThrow(ConfigError);
     expect(() => readDeployContext(context({ apiBurst: 'lots' }))).toThrow(/apiBurst/);
   });
+
+  it('the key cache and the poll slot grace are deploy context too, where 0 (off) is allowed', () => {
+    const context = (values: Record<string, unknown>) => (key: string) => values[key];
+    expect(
+      readDeployContext(context({ apiKeyCacheSeconds: 0, pollSlotAfterMs: '2500' })).apiQuotaEnv,
+    ).toEqual({
+      API_KEY_CACHE_SECONDS: '0',
+      POLL_SLOT_AFTER_MS: '2500',
+    });
+    // 0 stays refused where it would mean no quota at all.
+    expect(() => readDeployContext(context({ longPollsPerTenant: 0 }))).toThrow(/longPollsPerTenant/);
+    expect(() => readDeployContext(context({ apiKeyCacheSeconds: -1 }))).toThrow(/0 or more/);
+  });
 });
