@@ -282,9 +282,12 @@ export async function dispatchSnapshot(
   const models = new Map(snapshot.models);
   const sampleClaims = new Set(snapshot.sampleClaims ?? []);
   const live: readonly LiveRow[] = snapshot.live;
+  // The next round's plan when the previous round already made it (to tell whether it was the last).
+  let ahead: { readonly planned: Plan; readonly now: number } | undefined;
   for (let round = 0; round < ctx.maxPlans; round++) {
-    const now = ctx.now();
-    const planned = plan({ live, models, sampleClaims }, ctx.settings.limits, now);
+    const now = ahead?.now ?? ctx.now();
+    const planned = ahead?.planned ?? plan({ live, models, sampleClaims }, ctx.settings.limits, now);
+    ahead = undefined;
     counters.plans++;
     if (plansNothing(planned)) break;
     if (round === 0 && (hooks.draining ?? (await ctx.adapters.isDraining()))) {
@@ -296,11 +299,14 @@ export async function dispatchSnapshot(
     // commit writes no record a trigger watches), so leaving them would wait for the safety tick.
     const last = round === ctx.maxPlans - 1 || (!planned.cap_reached && planned.samples.length === 0);
     // The pass's last plan tells the tick once its claims landed. A plan with samples is the last
-    // when the same snapshot, with these claims, plans nothing more (the next round would see so).
+    // when the same snapshot, with these claims, plans nothing more: that plan is made here, once the
+    // claims are in `models` and `sampleClaims` (nothing changes them after), and is the next round's.
     const claimed = (): void => {
-      if (last || plansNothing(plan({ live, models, sampleClaims }, ctx.settings.limits, ctx.now()))) {
-        hooks.claimed?.();
+      if (!last) {
+        const at = ctx.now();
+        ahead = { planned: plan({ live, models, sampleClaims }, ctx.settings.limits, at), now: at };
       }
+      if (last || (ahead !== undefined && plansNothing(ahead.planned))) hooks.claimed?.();
     };
     await dispatchPlan(ctx, planned, { models, sampleClaims, now, counters, claimed });
     if (last) break;
