@@ -13,6 +13,11 @@ export interface DynamoDbLocal {
    * `jdk.compiler` module): DynamoDB Local then listens on every interface, as its own main does.
    */
   readonly loopbackOnly: boolean;
+  /**
+   * The indexes the launcher added to DynamoDB Local's stream-record table (see
+   * `LoopbackDynamoDbLocal.java`): empty when asked not to, or when the launcher could not run.
+   */
+  readonly streamRecordIndexes: readonly string[];
   /** Pid of the JVM, so callers (and tests) can check that it is gone after `stop()`. */
   readonly pid: number;
   stop(): Promise<void>;
@@ -47,6 +52,12 @@ export interface DynamoDbLocalOptions {
    * reusing what an earlier run left there. Default: in memory, gone when it stops.
    */
   readonly dbPath?: string;
+  /**
+   * Index DynamoDB Local's stream records by stream and shard (default true), so a write to a
+   * streamed table costs the same however many records earlier tables left. False only for the
+   * benchmark that measures what that saves (`npm run bench -- local-cloud`).
+   */
+  readonly streamRecordIndexes?: boolean;
 }
 
 /**
@@ -61,8 +72,9 @@ export async function startDynamoDbLocal(options: DynamoDbLocalOptions = {}): Pr
   const serverArgs = [...storage, '-sharedDb', '-disableTelemetry', '-port', String(port)];
   const jar = join(distribution, 'DynamoDBLocal.jar');
   const library = `-Djava.library.path=${join(distribution, 'DynamoDBLocal_lib')}`;
+  const indexes = options.streamRecordIndexes === false ? ['-Dlocal.streamRecordIndexes=off'] : [];
   let started = await startJvm(
-    [...JVM_FLAGS, library, '-cp', jar, LOOPBACK_LAUNCHER, ...serverArgs],
+    [...JVM_FLAGS, library, ...indexes, '-cp', jar, LOOPBACK_LAUNCHER, ...serverArgs],
     distribution,
     port,
   );
@@ -77,7 +89,16 @@ export async function startDynamoDbLocal(options: DynamoDbLocalOptions = {}): Pr
   }
   if ('failure' in started) throw new Error(`DynamoDB Local did not start: ${started.failure}`);
   const { jvm, endpoint } = started;
-  return { endpoint, loopbackOnly, pid: jvm.pid, stop: () => jvm.stop() };
+  const output = jvm.recentOutput();
+  const warning = /^warning: stream records left unindexed.*$/m.exec(output);
+  if (warning !== null) process.stderr.write(`DynamoDB Local: ${warning[0]}\n`);
+  return {
+    endpoint,
+    loopbackOnly,
+    streamRecordIndexes: /^stream-record-indexes: (.*)$/m.exec(output)?.[1]?.split(',').filter(Boolean) ?? [],
+    pid: jvm.pid,
+    stop: () => jvm.stop(),
+  };
 }
 
 async function startJvm(
