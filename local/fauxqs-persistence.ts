@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { BuildAppOptions } from 'fauxqs';
+import { fauxqsClass } from './fauxqs-internals.js';
 
 /**
  * Disk-backed stores for fauxqs, which keeps everything in memory and has no persistence option
@@ -35,22 +35,11 @@ interface StoreClasses {
   readonly SnsStore: new () => Stores['snsStore'];
 }
 
-/**
- * fauxqs exports only `buildApp`; its store classes sit beside it in the package (the types name
- * them through `BuildAppOptions['stores']`). Loaded by file, next to the module the package exports.
- */
 async function storeClasses(): Promise<StoreClasses> {
-  const dist = dirname(fileURLToPath(import.meta.resolve('fauxqs')));
-  const load = async <T>(file: string, name: string): Promise<T> => {
-    const module = (await import(pathToFileURL(join(dist, file)).href)) as Record<string, unknown>;
-    const value = module[name];
-    if (typeof value !== 'function') throw new Error(`fauxqs no longer exports ${name} from ${file}`);
-    return value as T;
-  };
   return {
-    S3Store: await load('s3/s3Store.js', 'S3Store'),
-    SqsStore: await load('sqs/sqsStore.js', 'SqsStore'),
-    SnsStore: await load('sns/snsStore.js', 'SnsStore'),
+    S3Store: await fauxqsClass('s3/s3Store.js', 'S3Store'),
+    SqsStore: await fauxqsClass('sqs/sqsStore.js', 'SqsStore'),
+    SnsStore: await fauxqsClass('sns/snsStore.js', 'SnsStore'),
   };
 }
 

@@ -1,5 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import { buildApp } from 'fauxqs';
+import { wakeLongPollsAsManyAsReady } from './fauxqs-long-polls.js';
 import { persistentFauxqsStores } from './fauxqs-persistence.js';
 
 export interface Fauxqs {
@@ -19,9 +20,11 @@ const QUEUE_URL_HOST = 'queue@127.0.0.1';
 
 /**
  * Starts fauxqs in this process, listening on a free port of 127.0.0.1 only. With `dataDir`, its S3
- * objects and SQS messages are kept there and restored from there (`fauxqs-persistence.ts`).
+ * objects and SQS messages are kept there and restored from there (`fauxqs-persistence.ts`). Long
+ * polls end as SQS's do: one waiting receive per message that arrives (`fauxqs-long-polls.ts`).
  */
 export async function startFauxqsServer(options: { readonly dataDir?: string } = {}): Promise<Fauxqs> {
+  await wakeLongPollsAsManyAsReady();
   const stores = options.dataDir === undefined ? undefined : await persistentFauxqsStores(options.dataDir);
   const app = buildApp({ logger: false, host: QUEUE_URL_HOST, ...(stores === undefined ? {} : { stores }) });
   await app.listen({ port: 0, host: '127.0.0.1' });
