@@ -1,5 +1,6 @@
 import type { IamRequest, IamResource } from '../shared/grants.js';
 import type { QueueId, TableId, Topology } from '../shared/topology.js';
+import { type Input, keyAttribute, list, record } from './command-input.js';
 
 /**
  * The IAM authorisations AWS makes for one SDK call, with the resources named by their topology ids.
@@ -66,8 +67,6 @@ export function resourceIndex(
     queues,
   };
 }
-
-type Input = Readonly<Record<string, unknown>>;
 
 export function iamRequestsFor(
   service: AwsService,
@@ -201,12 +200,8 @@ function queryKey(input: Input): LeadingKeysOf {
 
 /** A key attribute's value as `dynamodb:LeadingKeys` holds it (strings and numbers as text). */
 function keyValue(value: unknown): string | undefined {
-  if (typeof value === 'string') return value;
-  if (typeof value === 'number' || typeof value === 'bigint') return String(value);
-  const typed = record(value);
-  if (typeof typed.S === 'string') return typed.S;
-  if (typeof typed.N === 'string') return typed.N;
-  return undefined;
+  const attribute = keyAttribute(value);
+  return attribute === undefined ? undefined : 'S' in attribute ? attribute.S : attribute.N;
 }
 
 /** S3 operations whose IAM action is not `s3:<Operation>` on the object the input names. */
@@ -278,14 +273,6 @@ function sqsRequests(operation: string, input: Input, index: ResourceIndex): Loc
 
 function queueNameOf(urlOrName: string): string {
   return urlOrName.slice(urlOrName.lastIndexOf('/') + 1);
-}
-
-function record(value: unknown): Input {
-  return typeof value === 'object' && value !== null ? (value as Input) : {};
-}
-
-function list(value: unknown): readonly unknown[] {
-  return Array.isArray(value) ? value : [];
 }
 
 function string(value: unknown): string {

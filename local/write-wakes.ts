@@ -7,6 +7,7 @@ import {
   type InitializeOutput,
   initializeStackOf,
 } from './client-middleware.js';
+import { type Input, type KeyAttribute, keyAttribute, list, record } from './command-input.js';
 import { matchesPattern } from './event-filter.js';
 
 /**
@@ -58,7 +59,6 @@ interface Listener {
 }
 
 type StreamEventName = 'INSERT' | 'MODIFY' | 'REMOVE';
-type KeyValue = { readonly S: string } | { readonly N: string };
 
 /** One item a write command names. */
 export interface ItemWrite {
@@ -66,7 +66,7 @@ export interface ItemWrite {
   /** The stream events the write can make. */
   readonly events: readonly StreamEventName[];
   /** The item's key as its stream record's `Keys` carry it; undefined when the input does not say plainly. */
-  readonly keys: Readonly<Record<string, KeyValue>> | undefined;
+  readonly keys: Readonly<Record<string, KeyAttribute>> | undefined;
   /**
    * What the write leaves of the item's top-level attributes, as far as the input says: a put leaves
    * exactly its item's; an update removes those its expression's REMOVE clause names and assigns
@@ -83,34 +83,16 @@ export type WrittenAttributes =
   | { readonly kind: 'replaced'; readonly present: Typed }
   | { readonly kind: 'updated'; readonly removed: readonly string[]; readonly assigned: Typed };
 
-type Input = Readonly<Record<string, unknown>>;
-
-const record = (value: unknown): Input =>
-  typeof value === 'object' && value !== null ? (value as Input) : {};
-
 const PUT: readonly StreamEventName[] = ['INSERT', 'MODIFY'];
 const DELETE: readonly StreamEventName[] = ['REMOVE'];
-
-/**
- * A key or item's attribute as a stream record carries it: the low-level client's attribute value,
- * or the document client's plain string or number (its marshalling runs after this middleware).
- */
-function keyValue(value: unknown): KeyValue | undefined {
-  if (typeof value === 'string') return { S: value };
-  if (typeof value === 'number' || typeof value === 'bigint') return { N: String(value) };
-  const typed = record(value);
-  if (typeof typed.S === 'string') return { S: typed.S };
-  if (typeof typed.N === 'string') return { N: typed.N };
-  return undefined;
-}
 
 /** The key attributes of `item` (a `Key`, or a put's whole `Item`), when every one reads plainly. */
 function keysOf(item: unknown, keyNames: (table: string) => readonly string[] | undefined, table: string) {
   const names = keyNames(table);
   if (names === undefined) return undefined;
-  const keys: Record<string, KeyValue> = {};
+  const keys: Record<string, KeyAttribute> = {};
   for (const name of names) {
-    const value = keyValue(record(item)[name]);
+    const value = keyAttribute(record(item)[name]);
     if (value === undefined) return undefined;
     keys[name] = value;
   }
@@ -146,7 +128,7 @@ export function itemsWritten(
       return remove(input);
     case 'BatchWriteItem':
       return Object.entries(record(input.RequestItems)).flatMap(([table, requests]) =>
-        (Array.isArray(requests) ? requests : []).flatMap((request) => {
+        list(requests).flatMap((request) => {
           const { PutRequest, DeleteRequest } = record(request);
           if (PutRequest !== undefined) return put({ ...record(PutRequest), TableName: table });
           if (DeleteRequest !== undefined) return remove({ ...record(DeleteRequest), TableName: table });
@@ -154,7 +136,7 @@ export function itemsWritten(
         }),
       );
     case 'TransactWriteItems':
-      return (Array.isArray(input.TransactItems) ? input.TransactItems : []).flatMap((entry) => {
+      return list(input.TransactItems).flatMap((entry) => {
         const { Put, Update, Delete } = record(entry);
         if (Put !== undefined) return put(record(Put));
         if (Update !== undefined) return update(record(Update));

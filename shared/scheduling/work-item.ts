@@ -159,11 +159,17 @@ export function manifestFor(workItemId: string): WorkManifest {
   return { work_item_id: workItemId, key: storageKeys.workItem(workItemId) };
 }
 
-/** The manifest the scheduler sends for a written work item: its name and its parts' ids. */
-export function manifestOf(item: WorkItem): WorkManifest {
+/** A work item's parts by id: what its manifest names of it (`manifestOf`). */
+export type WorkItemPartIds = Required<Pick<WorkManifest, 'model_ids' | 'sample_ids'>>;
+
+export function partIdsOf(item: WorkItem): WorkItemPartIds {
   return {
-    ...manifestFor(item.work_item_id),
     model_ids: item.models.map((model) => model.model_id),
     sample_ids: item.samples.map((sample) => sample.request_id),
   };
+}
+
+/** The manifest the scheduler sends for a written work item: its name and its parts' ids. */
+export function manifestOf(item: WorkItem): WorkManifest {
+  return { ...manifestFor(item.work_item_id), ...partIdsOf(item) };
 }

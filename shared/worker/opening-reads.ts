@@ -3,7 +3,7 @@ import type { ModelRow, SampleClaimRecord } from '../domain/records.js';
 import { readModels } from '../repositories/models.js';
 import { readSampleClaims } from '../repositories/sample-claims.js';
 import type { Tables } from '../repositories/tables.js';
-import type { WorkItem } from '../scheduling/work-item.js';
+import type { WorkItem, WorkItemPartIds } from '../scheduling/work-item.js';
 import { readPrefixRefs } from './sample-resume.js';
 
 /**
@@ -20,23 +20,10 @@ export interface OpeningReads {
   readonly prefixRefs: Promise<ReadonlyMap<string, Record<string, unknown>>>;
 }
 
-/** The ids the opening reads need: a work item's, or what its manifest names of it. */
-export interface PartIds {
-  readonly modelIds: readonly string[];
-  readonly sampleIds: readonly string[];
-}
-
-export function partIdsOf(item: WorkItem): PartIds {
-  return {
-    modelIds: item.models.map((model) => model.model_id),
-    sampleIds: item.samples.map((sample) => sample.request_id),
-  };
-}
-
 /** Whether reads started for `read` cover every part of `item` (a manifest's ids against its item's). */
-export function covers(read: PartIds, item: WorkItem): boolean {
-  const models = new Set(read.modelIds);
-  const samples = new Set(read.sampleIds);
+export function covers(read: WorkItemPartIds, item: WorkItem): boolean {
+  const models = new Set(read.model_ids);
+  const samples = new Set(read.sample_ids);
   return (
     item.models.every((model) => models.has(model.model_id)) &&
     item.samples.every((sample) => samples.has(sample.request_id))
@@ -44,20 +31,20 @@ export function covers(read: PartIds, item: WorkItem): boolean {
 }
 
 export function openingReads(
-  ids: PartIds,
+  ids: WorkItemPartIds,
   doc: DynamoDBDocumentClient,
   tables: Tables<'futures' | 'models' | 'registry'>,
 ): OpeningReads {
   const models: Promise<ReadonlyMap<string, ModelRow>> =
-    ids.modelIds.length === 0 ? Promise.resolve(new Map()) : readModels(doc, tables.models, ids.modelIds);
+    ids.model_ids.length === 0 ? Promise.resolve(new Map()) : readModels(doc, tables.models, ids.model_ids);
   const claims: Promise<ReadonlyMap<string, SampleClaimRecord>> =
-    ids.sampleIds.length === 0
+    ids.sample_ids.length === 0
       ? Promise.resolve(new Map())
-      : readSampleClaims(doc, tables.registry, ids.sampleIds);
+      : readSampleClaims(doc, tables.registry, ids.sample_ids);
   const prefixRefs: Promise<ReadonlyMap<string, Record<string, unknown>>> =
-    ids.sampleIds.length === 0
+    ids.sample_ids.length === 0
       ? Promise.resolve(new Map())
-      : readPrefixRefs(doc, tables.futures, ids.sampleIds);
+      : readPrefixRefs(doc, tables.futures, ids.sample_ids);
   // A failed read fails each part that awaits it (as its own read did), not the work item.
   for (const read of [models, claims, prefixRefs]) read.catch(() => undefined);
   return { models, claims, prefixRefs };

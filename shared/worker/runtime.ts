@@ -6,14 +6,14 @@ import { logger } from '../logger.js';
 import { createPrefixStore } from '../prefix/store.js';
 import { INLINE_RESULT_MAX_BYTES } from '../repositories/futures.js';
 import { resolveTables } from '../repositories/tables.js';
-import type { WorkItem } from '../scheduling/work-item.js';
+import { partIdsOf, type WorkItem, type WorkItemPartIds } from '../scheduling/work-item.js';
 import type { CommitTables } from './commit-items.js';
 import type { RunContext, SamplingContext } from './context.js';
 import { DEFAULT_CUT_POLL_MS, WorkItemCut } from './cut.js';
 import { LeaseKeeper } from './lease.js';
 import { loadWorkItem, type WorkSource } from './load-work-item.js';
 import { runModelPart } from './model-part.js';
-import { covers, type OpeningReads, openingReads, type PartIds, partIdsOf } from './opening-reads.js';
+import { covers, type OpeningReads, openingReads } from './opening-reads.js';
 import { PassBatcher } from './pass-batcher.js';
 import { runSamplePart } from './sample-part.js';
 import { loadSampleStarts } from './sample-resume.js';
@@ -168,8 +168,8 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
 }
 
 /** The part ids a manifest names (`manifestOf`); undefined for a work item by value or a bare manifest. */
-function namedParts(source: WorkSource): PartIds | undefined {
+function namedParts(source: WorkSource): WorkItemPartIds | undefined {
   if (!('key' in source) || source.model_ids === undefined || source.sample_ids === undefined)
     return undefined;
-  return { modelIds: source.model_ids, sampleIds: source.sample_ids };
+  return { model_ids: source.model_ids, sample_ids: source.sample_ids };
 }

@@ -2,7 +2,7 @@ import { BatchWriteCommand, DeleteCommand, PutCommand, UpdateCommand } from '@aw
 import type { DynamoDBRecord, DynamoDBStreamEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initializeStackOf } from '../../local/client-middleware.js';
-import type { LocalRuntime } from '../../local/runtime.js';
+import type { LocalRuntime, LocalRuntimeOptions } from '../../local/runtime.js';
 import { awsClients } from '../../shared/aws/clients.js';
 import { registryKey } from '../../shared/registry-keys.js';
 import { type Trigger, topology } from '../../shared/topology.js';
@@ -76,6 +76,20 @@ describe('local runtime: writes wake the stream triggers', () => {
  * full page is read on at once. The idle poll is a minute, so every read counted here was a wake's
  * or a full page's.
  */
+/** For `onSdkClient`: calls `counted` for each GetRecords the runtime's triggers send. */
+function countGetRecords(counted: () => void): NonNullable<LocalRuntimeOptions['onSdkClient']> {
+  return (client, user) => {
+    if (user !== 'triggers') return;
+    initializeStackOf(client).add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'GetRecordsCommand') counted();
+        return next(args);
+      },
+      { step: 'initialize', priority: 'high', name: 'countGetRecords', override: true },
+    );
+  };
+}
+
 describe('local runtime: a woken stream read costs one GetRecords unless its page was full', () => {
   const BATCH_SIZE = 10;
   let cloud: TestCloud;
@@ -113,16 +127,9 @@ describe('local runtime: a woken stream read costs one GetRecords unless its pag
           return { batchItemFailures: [] };
         },
       },
-      onSdkClient: (client, user) => {
-        if (user !== 'triggers') return;
-        initializeStackOf(client).add(
-          (next, context) => async (args) => {
-            if (context.commandName === 'GetRecordsCommand') reads += 1;
-            return next(args);
-          },
-          { step: 'initialize', priority: 'high', name: 'countGetRecords', override: true },
-        );
-      },
+      onSdkClient: countGetRecords(() => {
+        reads += 1;
+      }),
     });
     // DynamoDB Local answers the first read after a shard's first record with a trimmed iterator
     // (stream-trigger.ts): pay that before counting.
@@ -190,16 +197,9 @@ describe('local runtime: registry writes wake the drain trigger only for a drain
           return { batchItemFailures: [] };
         },
       },
-      onSdkClient: (client, user) => {
-        if (user !== 'triggers') return;
-        initializeStackOf(client).add(
-          (next, context) => async (args) => {
-            if (context.commandName === 'GetRecordsCommand') reads += 1;
-            return next(args);
-          },
-          { step: 'initialize', priority: 'high', name: 'countGetRecords', override: true },
-        );
-      },
+      onSdkClient: countGetRecords(() => {
+        reads += 1;
+      }),
     });
   });
   afterAll(async () => {

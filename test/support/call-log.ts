@@ -1,7 +1,5 @@
-import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import type { S3Client } from '@aws-sdk/client-s3';
-import type { SQSClient } from '@aws-sdk/client-sqs';
 import { localAwsClients } from '../../local/aws-clients.js';
+import { initializeStackOf } from '../../local/client-middleware.js';
 import type { CloudEndpoints } from '../../local/cloud.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
 
@@ -73,31 +71,20 @@ export function loggedClients(
     if (typeof input.QueueUrl === 'string') return 'queue';
     return '';
   };
-  for (const client of [clients.dynamo, clients.s3, clients.sqs] as (
-    | DynamoDBClient
-    | S3Client
-    | SQSClient
-  )[]) {
-    const stack = client.middlewareStack as unknown as {
-      add(middleware: unknown, options: { step: string; name: string }): void;
-    };
-    stack.add(
-      (
-        next: (args: { input: Record<string, unknown> }) => Promise<unknown>,
-        context: { commandName?: string },
-      ) =>
-        async (args: { input: Record<string, unknown> }) => {
-          const operation = (context.commandName ?? '?').replace(/Command$/, '');
-          calls.push(`${operation} ${target(args.input)}`.trim());
-          const span: Span = { start: performance.now(), end: Number.POSITIVE_INFINITY };
-          spans.push(span);
-          try {
-            return await next(args);
-          } finally {
-            span.end = performance.now();
-          }
-        },
-      { step: 'initialize', name: 'callLog' },
+  for (const client of [clients.dynamo, clients.s3, clients.sqs]) {
+    initializeStackOf(client).add(
+      (next, context) => async (args) => {
+        const operation = (context.commandName ?? '?').replace(/Command$/, '');
+        calls.push(`${operation} ${target(args.input as Record<string, unknown>)}`.trim());
+        const span: Span = { start: performance.now(), end: Number.POSITIVE_INFINITY };
+        spans.push(span);
+        try {
+          return await next(args);
+        } finally {
+          span.end = performance.now();
+        }
+      },
+      { step: 'initialize', priority: 'high', name: 'callLog', override: true },
     );
   }
   return { clients, log };

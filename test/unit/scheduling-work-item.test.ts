@@ -5,11 +5,12 @@ import { plan } from '../../shared/scheduling/planner.js';
 import {
   manifestFor,
   manifestOf,
+  partIdsOf,
   type WorkItem,
   workItemSchema,
   workManifestSchema,
 } from '../../shared/scheduling/work-item.js';
-import { covers, partIdsOf } from '../../shared/worker/opening-reads.js';
+import { covers } from '../../shared/worker/opening-reads.js';
 import { modelRow, rid, rowsOf, snapshotOf, UNCAPPED } from './scheduling-fixtures.js';
 
 const NOW = 10_000;
@@ -241,11 +242,11 @@ describe('work manifest', () => {
       sample_ids: ['s-1'],
     });
     expect(workManifestSchema.parse(JSON.parse(JSON.stringify(manifest)))).toEqual(manifest);
-    const ids = { modelIds: manifest.model_ids ?? [], sampleIds: manifest.sample_ids ?? [] };
+    const ids = { model_ids: manifest.model_ids ?? [], sample_ids: manifest.sample_ids ?? [] };
     expect(covers(ids, item)).toBe(true);
     expect(partIdsOf(item)).toEqual(ids);
     // Ids that miss a part are not used for it: the worker reads afresh from the item.
-    expect(covers({ ...ids, modelIds: ['m-1'] }, item)).toBe(false);
-    expect(covers({ ...ids, sampleIds: [] }, item)).toBe(false);
+    expect(covers({ ...ids, model_ids: ['m-1'] }, item)).toBe(false);
+    expect(covers({ ...ids, sample_ids: [] }, item)).toBe(false);
   });
 });
