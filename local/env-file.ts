@@ -14,7 +14,19 @@ import { STACK_ENV_OUTPUTS } from '../shared/stack-outputs.js';
  * - a dotenv-style file of `NAME=value` lines.
  */
 
-const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+/**
+ * The checkout this module belongs to: the nearest folder above it holding `package.json`, so the
+ * compiled entry points (`npm run build`, `dist/local/env-file.js`) find the same `.local/` as the
+ * sources run through tsx do.
+ */
+export const PROJECT_ROOT = findProjectRoot(path.dirname(fileURLToPath(import.meta.url)));
+
+function findProjectRoot(start: string): string {
+  for (let dir = start; ; dir = path.dirname(dir)) {
+    if (existsSync(path.join(dir, 'package.json'))) return dir;
+    if (path.dirname(dir) === dir) return path.resolve(start, '..');
+  }
+}
 
 /** Where `npm start` keeps what outlives it: this env file and, unless throwaway, its data (`data/`). */
 export const LOCAL_DIR = path.join(PROJECT_ROOT, '.local');
