@@ -11,6 +11,7 @@ import { FUNCTION_IDS, type FunctionId, type QueueId, type Topology } from '../s
 import { installConfigScope } from './env-scope.js';
 import { AccessPolicy, enforceGrantsOn, runAsFunction } from './grant-enforcement.js';
 import { resourceIndex } from './iam-requests.js';
+import type { ListenPort } from './port-choice.js';
 import { LOCAL_REGION } from './resources.js';
 import { type HttpTrigger, startHttpTrigger } from './triggers/http-trigger.js';
 import { type HandlerOverrides, type InvocationObserver, Invoker } from './triggers/invoker.js';
@@ -42,7 +43,7 @@ export interface LocalRuntimeOptions {
   /** Wire the triggers of these functions only (default: every function). */
   readonly functions?: readonly FunctionId[];
   /** Port of the HTTP API (default: a free one). */
-  readonly httpPort?: number;
+  readonly httpPort?: ListenPort;
   /** Pause between empty stream reads, in ms (default 250), cut short by the handlers' own writes. */
   readonly streamPollIntervalMs?: number;
   /**

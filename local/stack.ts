@@ -2,6 +2,7 @@ import type { AwsClients } from '../shared/aws/clients.js';
 import { topology } from '../shared/topology.js';
 import { localAwsClients } from './aws-clients.js';
 import { type LocalCloud, startLocalCloud } from './cloud.js';
+import type { ListenPort } from './port-choice.js';
 import { envFor, type ProvisionedResources, provisionResources } from './resources.js';
 import { type LocalRuntime, type LocalRuntimeOptions, startLocalRuntime } from './runtime.js';
 
@@ -14,7 +15,7 @@ export interface LocalStackOptions {
   /** Resource name prefix (`npm start` uses `local`). */
   readonly prefix: string;
   /** Port of the HTTP API (default: a free one). */
-  readonly httpPort?: number;
+  readonly httpPort?: ListenPort;
   /** Pause between empty stream reads, in ms (the runtime's default when not given). */
   readonly streamPollIntervalMs?: number;
   /** Extra variables for the functions' environment (for example POWERTOOLS_LOG_LEVEL). */

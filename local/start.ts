@@ -2,6 +2,7 @@ import * as path from 'node:path';
 import { logger } from '../shared/logger.js';
 import { LOCAL_DIR, removeLocalEnvFile, runningWriter, writeLocalEnvFile } from './env-file.js';
 import { printDevelopmentApiKey, readyHooks } from './on-ready.js';
+import { DEFAULT_API_PORT, DEFAULT_STATUS_PORT, portNotice, portSetting } from './port-choice.js';
 import { clientExportLines, type LocalStack, startLocalStack } from './stack.js';
 import { type StatusPageServer, startStatusPage } from './status-page/server.js';
 
@@ -71,16 +72,21 @@ async function main(): Promise<void> {
     );
   }
   envFile = settings.envFile;
-  const port = process.env.PORT === undefined ? undefined : Number(process.env.PORT);
+  // Fixed ports when free, so exported URLs survive a restart (local/port-choice.ts).
+  const apiPort = portSetting('PORT', process.env.PORT, DEFAULT_API_PORT);
+  const statusPort = portSetting('STATUS_PORT', process.env.STATUS_PORT, DEFAULT_STATUS_PORT);
   stack = await startLocalStack({
     prefix: PREFIX,
-    httpPort: port,
+    httpPort: apiPort,
     ...(dataDir === undefined ? {} : { dataDir }),
   });
   const { apiUrl, env, resources, clients } = stack;
   // The operator's view (own port) and the env file the CLI (`npx tinker-serverless status`) reads.
-  const statusPort = process.env.STATUS_PORT === undefined ? undefined : Number(process.env.STATUS_PORT);
   statusPage = await startStatusPage({ port: statusPort });
+  const portNotices = [
+    portNotice('API', 'PORT', apiPort, Number(new URL(apiUrl).port)),
+    portNotice('status page', 'STATUS_PORT', statusPort, Number(new URL(statusPage.url).port)),
+  ].filter((line) => line !== undefined);
   writeLocalEnvFile({ ...env, TINKER_BASE_URL: apiUrl, TINKER_STATUS_URL: statusPage.url }, envFile);
   if (dataDir !== undefined) {
     // Streams start at their tip, so work restored from an earlier run waits for no new write: run
@@ -117,6 +123,7 @@ async function main(): Promise<void> {
       `tinker-serverless is running locally (DynamoDB Local + fauxqs + handlers), up in ${seconds} s.`,
       'API base URL:',
       apiUrl,
+      ...portNotices,
       ...extraLines,
       'Press Ctrl-C to stop.',
       '',

@@ -1,5 +1,4 @@
 import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { awsClients } from '../../shared/aws/clients.js';
 import { config } from '../../shared/config.js';
 import type { PoolQueueStatus } from '../../shared/ops/queue-status.js';
@@ -12,6 +11,7 @@ import {
   type StatusPageResponse,
   statusPageSubpath,
 } from '../../shared/status-page/page.js';
+import { type ListenPort, listenOn } from '../port-choice.js';
 
 export interface StatusPageServer {
   /** The page's URL, e.g. `http://127.0.0.1:PORT/status`. */
@@ -21,7 +21,7 @@ export interface StatusPageServer {
 
 export interface StatusPageOptions {
   /** Default: a free port. */
-  readonly port?: number;
+  readonly port?: ListenPort;
   /** Loopback by default: served this way the page asks for no key (the API's route does). */
   readonly host?: string;
   /** Default: `readPoolStatus` with the configuration and clients process.env points at. */
@@ -86,14 +86,7 @@ export async function startStatusPage(options: StatusPageOptions = {}): Promise<
       },
     );
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const { port } = server.address() as AddressInfo;
+  const port = await listenOn(server, options.port ?? 0, host);
   allowedHosts = loopbackHosts(port);
   return {
     url: `http://${host}:${port}${STATUS_PAGE_ROOT}`,

@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { logger } from '../../shared/logger.js';
 import type { FunctionId } from '../../shared/topology.js';
+import { type ListenPort, listenOn } from '../port-choice.js';
 import {
   type HttpReply,
   INTERNAL_ERROR_REPLY,
@@ -30,18 +30,14 @@ export interface HttpTrigger {
 export async function startHttpTrigger(
   routes: readonly HttpRoute[],
   invoker: Invoker,
-  port = 0,
+  port: ListenPort = 0,
 ): Promise<HttpTrigger> {
   // Longest base path first, so `/admin` wins over `/`.
   const ordered = [...routes].sort((a, b) => b.basePath.length - a.basePath.length);
   const server = createServer((request, response) => {
     void serve(request, response, ordered, invoker);
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, '127.0.0.1', () => resolve());
-  });
-  const { port: boundPort } = server.address() as AddressInfo;
+  const boundPort = await listenOn(server, port, '127.0.0.1');
   return { url: `http://127.0.0.1:${boundPort}`, stop: () => close(server) };
 }
 
