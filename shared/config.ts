@@ -30,6 +30,12 @@ export interface Config {
    */
   readonly emitMetrics: boolean;
   /**
+   * X-Ray tracing of the handlers and their AWS SDK calls (POWERTOOLS_TRACE_ENABLED, default true;
+   * the stack sets it false under `-c tracing=false`). Powertools' Tracer also stays off wherever
+   * Lambda's execution environment is absent (`npm start`, tests, a GPU host), so locally it costs nothing.
+   */
+  readonly tracing: boolean;
+  /**
    * `get_info`'s `model_data.tokenizer_id` (REFERENCE_TOKENIZER_ID): what the client's
    * `AutoTokenizer.from_pretrained` loads for the reference model, so it must be loadable on the
    * client's machine (a Hub id, or a folder path there). Optional: unset, the answer omits it. The
@@ -255,6 +261,8 @@ export function readConfig(env: Env = process.env): Config {
     },
     s3ForcePathStyle: booleanFlag(env, 'S3_FORCE_PATH_STYLE'),
     emitMetrics: booleanFlag(env, 'EMIT_METRICS') || env.AWS_LAMBDA_FUNCTION_NAME !== undefined,
+    tracing:
+      optional(env, 'POWERTOOLS_TRACE_ENABLED') === undefined || booleanFlag(env, 'POWERTOOLS_TRACE_ENABLED'),
     tokenizerId: optional(env, TOKENIZER_ID_VAR),
     tunables,
   };
@@ -291,8 +299,8 @@ export function setConfigScope(scope: (() => Env | undefined) | undefined): void
  * - the prefix store's defaults (`prefix/table.ts`): its table and client, read once when the store
  *   is built (by the worker's runtime, per work item), which is already the edge;
  * - settings read where they are used: the pool and shard count of a new future's `live` key
- *   (`repositories/futures.ts`), the metrics switch (`ops/metrics.ts`, `api/quotas.ts`), get_info's
- *   tokenizer id (`api/info.ts`).
+ *   (`repositories/futures.ts`), the metrics switch (`ops/metrics.ts`, `api/quotas.ts`), the tracing
+ *   switch (`aws/tracer.ts`), get_info's tokenizer id (`api/info.ts`).
  * Each is a read of a cached object: none changes behaviour between calls.
  */
 export function config(): Config {

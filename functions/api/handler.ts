@@ -1,12 +1,13 @@
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import { handleApiRequest } from '../../shared/api/router.js';
+import { observedHandler } from '../../shared/aws/lambda-handler.js';
 
 /**
  * API Gateway HTTP API (payload v2) -> the API edge -> its answer. Bodies stay bytes both ways (W3):
  * a binary request arrives base64-encoded and is decoded to bytes, never to text; a binary answer
  * (a protobuf result) goes back base64-encoded with `isBase64Encoded`.
  */
-export async function handler(
+async function handleHttpEvent(
   event: APIGatewayProxyEventV2,
   context?: Pick<Context, 'getRemainingTimeInMillis'>,
 ): Promise<APIGatewayProxyStructuredResultV2> {
@@ -37,3 +38,5 @@ export async function handler(
     body: JSON.stringify(response.body),
   };
 }
+
+export const handler = observedHandler('api', handleHttpEvent);

@@ -1,4 +1,5 @@
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import { observedHandler } from '../../shared/aws/lambda-handler.js';
 import type { Backend } from '../../shared/backend/backend.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { logger } from '../../shared/logger.js';
@@ -67,4 +68,4 @@ export function createWorkerHandler(
   };
 }
 
-export const handler = createWorkerHandler();
+export const handler = observedHandler('worker', createWorkerHandler());

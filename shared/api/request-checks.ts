@@ -3,6 +3,7 @@ import { type ForwardBackwardInput, inputTokenCount } from '../backend/pass-inpu
 import type { Tensor } from '../backend/tensor.js';
 import type { Tunables } from '../config.js';
 import { invalidField as invalid, ValidationError } from '../errors.js';
+import { appendLogKeys } from '../logger.js';
 import {
   FLOAT_LOSS_INPUTS,
   FLOAT32_ONLY_INPUTS,
@@ -12,7 +13,7 @@ import {
   resolveLossConfig,
 } from './capabilities.js';
 import { boundMessage, describeField } from './describe.js';
-import type { ModelInputBody, SampleRequestBody } from './schemas.js';
+import { idString, type ModelInputBody, type SampleRequestBody } from './schemas.js';
 
 /**
  * Validation beyond shapes: limits (413), features this deployment does not offer (422) and rules
@@ -51,12 +52,26 @@ export function parseJsonBody(
 /** Parses with a zod schema; the first issues become one 400 naming the first field. */
 export function parseRequest<S extends z.ZodType>(schema: S, body: unknown): z.output<S> {
   const parsed = schema.safeParse(body);
-  if (parsed.success) return parsed.data;
+  if (parsed.success) {
+    appendIdLogKeys(parsed.data);
+    return parsed.data;
+  }
   const issues = parsed.error.issues.slice(0, 3);
   const first = issues[0];
   const field = first ? describeField(first.path) : 'body';
   const message = issues.map((issue) => `${describeField(issue.path)}: ${issue.message}`).join('; ');
   throw new ValidationError(boundMessage(message), { context: { field } });
+}
+
+/** Ids a request names, for the rest of its log lines: only values shaped as ids, never free text. */
+const LOGGED_IDS = ['model_id', 'request_id'] as const;
+
+function appendIdLogKeys(data: unknown): void {
+  if (typeof data !== 'object' || data === null) return;
+  for (const name of LOGGED_IDS) {
+    const value = (data as Record<string, unknown>)[name];
+    if (idString.safeParse(value).success) appendLogKeys({ [name]: value as string });
+  }
 }
 
 /** `field.name`, or `name` at the top level (protobuf bodies have no wrapper member). */

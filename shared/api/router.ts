@@ -9,7 +9,7 @@ import {
   TinkerError,
   type ValidationError,
 } from '../errors.js';
-import { logger } from '../logger.js';
+import { appendLogKeys, logger } from '../logger.js';
 import { keyKind } from '../repositories/api-keys.js';
 import { NO_FAVICON, statusPageSubpath } from '../status-page/page.js';
 import { decompressZstdBounded } from '../wire/zstd.js';
@@ -300,6 +300,7 @@ export async function handleApiRequest(
     // From this container's cache for API_KEY_CACHE_SECONDS after a successful lookup (authenticate.ts).
     const tenant = await tenantOfKey(doc, api.tables.registry, apiKey, tunables);
     if (tenant === undefined) return await refuseTenantRoute(apiKey, api, tunables);
+    appendLogKeys({ tenant });
     const now = deps.now?.() ?? Date.now();
     // A refused submit costs one write and stores nothing. An intake route parses and reads while the
     // quota is counted and waits for it before writing; any other submit waits for it first. Its

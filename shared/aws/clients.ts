@@ -3,6 +3,7 @@ import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { config } from '../config.js';
+import { captureClient } from './tracer.js';
 
 /**
  * SDK clients, created once per container and shared. Endpoints come from the SDK's own
@@ -29,13 +30,16 @@ export const dynamoClientSettings = {
   },
 } as const;
 
+/** Each client traced by X-Ray when tracing is on (`tracer.ts`); the document client shares the DynamoDB client's. */
 export function createAwsClients(options: { s3ForcePathStyle?: boolean } = {}): AwsClients {
-  const dynamo = new DynamoDBClient({ ...dynamoClientSettings });
+  const dynamo = captureClient(new DynamoDBClient({ ...dynamoClientSettings }));
   const clients: AwsClients = {
     dynamo,
     doc: DynamoDBDocumentClient.from(dynamo, { marshallOptions: { removeUndefinedValues: true } }),
-    s3: new S3Client({ forcePathStyle: options.s3ForcePathStyle ?? config().s3ForcePathStyle }),
-    sqs: new SQSClient({}),
+    s3: captureClient(
+      new S3Client({ forcePathStyle: options.s3ForcePathStyle ?? config().s3ForcePathStyle }),
+    ),
+    sqs: captureClient(new SQSClient({})),
   };
   clientsCreated?.(clients);
   return clients;

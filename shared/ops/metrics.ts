@@ -1,9 +1,11 @@
+import { Metrics } from '@aws-lambda-powertools/metrics';
 import { config } from '../config.js';
+import { logger } from '../logger.js';
 
 /**
- * Custom CloudWatch metrics, named in one place: the scheduler, sweeper and api emit them (as Embedded
- * Metric Format lines on stdout, which Lambda ships to CloudWatch Logs and CloudWatch turns into
- * metrics), and the stack's alarms and dashboard (`cdk/constructs/alarms.ts`, `dashboard.ts`) watch
+ * Custom CloudWatch metrics, named in one place: the scheduler, sweeper and api emit them (through
+ * Powertools Metrics, as Embedded Metric Format lines on stdout, which Lambda ships to CloudWatch Logs
+ * and CloudWatch turns into metrics), and the stack's alarms and dashboard (`cdk/constructs/alarms.ts`, `dashboard.ts`) watch
  * them. Every datum carries the pool as its only dimension, so alarms are per pool.
  */
 
@@ -30,49 +32,31 @@ export const opsMetrics = {
   throttledOperatorReads: { name: 'ThrottledOperatorReads', unit: 'Count' },
 } as const satisfies Record<string, OpsMetric>;
 
-/** One EMF document: the `_aws` metadata names the metric, the root holds its value and dimension. */
-export interface EmfDocument {
-  readonly _aws: {
-    readonly Timestamp: number;
-    readonly CloudWatchMetrics: readonly {
-      readonly Namespace: string;
-      readonly Dimensions: readonly (readonly string[])[];
-      readonly Metrics: readonly { readonly Name: string; readonly Unit: MetricUnit }[];
-    }[];
-  };
-  readonly [key: string]: unknown;
-}
-
-export function emfDocument(metric: OpsMetric, value: number, pool: string, timestamp: number): EmfDocument {
-  if (!Number.isFinite(value))
-    throw new RangeError(`metric ${metric.name} needs a finite value, got ${value}`);
-  return {
-    _aws: {
-      Timestamp: timestamp,
-      CloudWatchMetrics: [
-        {
-          Namespace: METRICS_NAMESPACE,
-          Dimensions: [[POOL_DIMENSION]],
-          Metrics: [{ Name: metric.name, Unit: metric.unit }],
-        },
-      ],
-    },
-    [POOL_DIMENSION]: pool,
-    [metric.name]: value,
-  };
-}
+/**
+ * One Powertools `Metrics` for the process. Powertools gives every datum a `service` dimension by
+ * default; the alarms and the dashboard watch the metrics by `Pool` alone, and CloudWatch files a
+ * datum under its exact dimension set, so that default is dropped: each datum has `Pool` only.
+ */
+const metrics = new Metrics({ namespace: METRICS_NAMESPACE, logger });
+metrics.clearDefaultDimensions();
 
 /**
- * Writes one metric datum as a single EMF line. On Lambda, stdout is the function's log stream; the
- * line must stay one line, which is why it bypasses the logger's own formatting.
+ * Publishes one datum now, as one EMF line on stdout (Lambda ships it to CloudWatch Logs, which turns
+ * it into the metric). Published at once rather than at the end of the invocation: a datum then
+ * survives an invocation cut short by its timeout, and callers outside a Lambda handler (the local
+ * runtime's ticks, tests) need no flush. Off unless `config().emitMetrics`.
  */
 export function emitMetric(
   metric: OpsMetric,
   value: number,
   pool: string,
-  options: { readonly now?: number; readonly write?: (line: string) => void } = {},
+  options: { readonly now?: number } = {},
 ): void {
-  if (options.write === undefined && !config().emitMetrics) return;
-  const write = options.write ?? ((line: string) => process.stdout.write(line));
-  write(`${JSON.stringify(emfDocument(metric, value, pool, options.now ?? Date.now()))}\n`);
+  if (!Number.isFinite(value))
+    throw new RangeError(`metric ${metric.name} needs a finite value, got ${value}`);
+  if (!config().emitMetrics) return;
+  metrics.addDimension(POOL_DIMENSION, pool);
+  metrics.addMetric(metric.name, metric.unit, value);
+  if (options.now !== undefined) metrics.setTimestamp(options.now);
+  metrics.publishStoredMetrics();
 }

@@ -1,5 +1,5 @@
 import { faultHook } from '../fault-hook.js';
-import { logger } from '../logger.js';
+import { logger, withLogKeys } from '../logger.js';
 import { parseManifest } from './load-work-item.js';
 import { runWorkItem } from './runtime.js';
 import type { WorkerOptions, WorkItemOutcome } from './types.js';
@@ -17,7 +17,11 @@ export type MessageVerdict =
 
 export async function processWorkMessage(body: string, options: WorkerOptions): Promise<MessageVerdict> {
   try {
-    const outcome = await runWorkItem(parseManifest(body), options);
+    const manifest = parseManifest(body);
+    // Every line logged while it runs names the work item (its own scope: a GPU host runs several).
+    const outcome = await withLogKeys({ work_item_id: manifest.work_item_id }, () =>
+      runWorkItem(manifest, options),
+    );
     faultHook.crash('worker:after-commit');
     return { done: !outcome.retry, outcome };
   } catch (error) {

@@ -1,5 +1,5 @@
-import { describe, expect, it } from 'vitest';
-import { readConfig } from '../../shared/config.js';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { readConfig, resetConfig } from '../../shared/config.js';
 import type { LiveRow, ModelRow, RequestType } from '../../shared/domain/records.js';
 import { ConfigError } from '../../shared/errors.js';
 import { mintRequestId } from '../../shared/ids.js';
@@ -10,7 +10,7 @@ import {
   formatDuration,
   renderStatusText,
 } from '../../shared/ops/format.js';
-import { emfDocument, emitMetric, opsMetrics } from '../../shared/ops/metrics.js';
+import { emitMetric, opsMetrics } from '../../shared/ops/metrics.js';
 import { oldestPendingAgeSeconds, queueStatus } from '../../shared/ops/queue-status.js';
 
 const NOW = 1_800_000_000_000;
@@ -254,15 +254,39 @@ describe('oldestPendingAgeSeconds (what the tick emits)', () => {
 });
 
 describe('metrics', () => {
-  it('writes one EMF line per datum, with the pool as the only dimension', () => {
+  afterEach(() => {
+    vi.unstubAllEnvs();
+    vi.restoreAllMocks();
+    resetConfig();
+  });
+
+  /** The stdout lines written while `run` runs, with metrics switched on or off (EMIT_METRICS). */
+  function stdoutOf(run: () => void, emit = true): string[] {
+    vi.stubEnv('EMIT_METRICS', emit ? 'true' : 'false');
+    resetConfig();
     const lines: string[] = [];
-    emitMetric(opsMetrics.leasesExpired, 2, 'gpu', { now: NOW, write: (line) => lines.push(line) });
+    const spy = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => {
+      lines.push(String(chunk));
+      return true;
+    });
+    try {
+      run();
+    } finally {
+      spy.mockRestore();
+    }
+    return lines;
+  }
+
+  it('writes one EMF line per datum, with the pool as the only dimension', () => {
+    // Recent, so CloudWatch would take it (and Powertools has nothing to warn about).
+    const now = Date.now() - 1_000;
+    const lines = stdoutOf(() => emitMetric(opsMetrics.leasesExpired, 2, 'gpu', { now }));
     expect(lines).toHaveLength(1);
     expect(lines[0]!.endsWith('\n')).toBe(true);
     expect(lines[0]!.trimEnd()).not.toContain('\n');
     expect(JSON.parse(lines[0]!)).toEqual({
       _aws: {
-        Timestamp: NOW,
+        Timestamp: now,
         CloudWatchMetrics: [
           {
             Namespace: 'TinkerServerless',
@@ -276,8 +300,24 @@ describe('metrics', () => {
     });
   });
 
+  it('keeps data apart: each datum its own line, nothing carried into the next', () => {
+    const lines = stdoutOf(() => {
+      emitMetric(opsMetrics.throttledSubmits, 1, 'a');
+      emitMetric(opsMetrics.oldestPendingAgeSeconds, 30, 'b');
+    });
+    expect(lines.map((line) => JSON.parse(line) as Record<string, unknown>)).toEqual([
+      expect.objectContaining({ Pool: 'a', ThrottledSubmits: 1 }),
+      expect.objectContaining({ Pool: 'b', OldestPendingAgeSeconds: 30 }),
+    ]);
+    expect(JSON.parse(lines[1]!)).not.toHaveProperty('ThrottledSubmits');
+  });
+
+  it('writes nothing when metrics are off', () => {
+    expect(stdoutOf(() => emitMetric(opsMetrics.leasesExpired, 2, 'gpu'), false)).toEqual([]);
+  });
+
   it('refuses values CloudWatch cannot store', () => {
-    expect(() => emfDocument(opsMetrics.oldestPendingAgeSeconds, Number.NaN, 'gpu', NOW)).toThrow(/finite/);
+    expect(() => emitMetric(opsMetrics.oldestPendingAgeSeconds, Number.NaN, 'gpu')).toThrow(/finite/);
   });
 });
 
