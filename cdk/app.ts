@@ -11,6 +11,7 @@ import { withoutIndexes } from './staging.js';
  * - `referenceWorker` (default true): deploy the reference CPU worker Lambda
  * - `removalPolicy`: `retain` (default) or `destroy`, for the tables, bucket and log groups
  * - `tokenizerId` (default unset): get_info's tokenizer_id, an id the clients can load (see the stack)
+ * - `tracing` (default true): X-Ray active tracing on every function; `-c tracing=false` turns it off
  * - `omitIndexes` (default unset): comma-separated index names left out of this deploy, to add a
  *   table's indexes one stack update at a time (cdk/staging.ts)
  * - the limits (README "Limits"): `apiRatePerSecond`, `apiBurst`, `apiReservedConcurrency`,
@@ -33,6 +34,11 @@ if (removalPolicyName !== 'retain' && removalPolicyName !== 'destroy') {
   throw new Error(`Context removalPolicy must be retain or destroy, got "${removalPolicyName}"`);
 }
 
+const tracingSetting = context('tracing') ?? 'true';
+if (tracingSetting !== 'true' && tracingSetting !== 'false') {
+  throw new Error(`Context tracing must be true or false, got "${tracingSetting}"`);
+}
+
 const { limits, apiQuotaEnv } = readDeployContext((key) => app.node.tryGetContext(key));
 
 const omitIndexes = (context('omitIndexes') ?? '')
@@ -47,6 +53,7 @@ const stack = new TinkerServerlessStack(app, 'TinkerServerless', {
   stackName: context('stackName') ?? 'tinker-serverless',
   namePrefix: context('namePrefix'),
   referenceWorker: context('referenceWorker') !== 'false',
+  tracing: tracingSetting === 'true',
   removalPolicy: removalPolicyName === 'destroy' ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,
   tokenizerId: context('tokenizerId'),
   description: 'tinker-serverless: Tinker-compatible control plane for multi-LoRA training and sampling',

@@ -27,6 +27,9 @@ const REASONS = {
   listStreams:
     'dynamodb:ListStreams has no resource-level permissions; the DynamoDB event source mapping needs it. Reading ' +
     'records is granted on the one table stream this function is triggered by.',
+  xray:
+    'xray:PutTraceSegments and xray:PutTelemetryRecords have no resource-level permissions; active tracing ' +
+    '(on unless the context sets tracing=false) needs them to send the function’s traces.',
   runtime:
     'Pinned to nodejs22.x on purpose: the bundle targets node22 and the suite runs on that line; moving to a newer ' +
     'runtime is a deliberate, tested upgrade rather than drift (test/cdk/functions.test.ts pins it).',
@@ -73,11 +76,16 @@ export function nagAcknowledgments(
     const streamTriggered = topology.functions[functionId].triggers.some(
       (trigger) => trigger.kind === 'stream',
     );
-    if (streamTriggered && fn.role !== undefined) {
+    // One acknowledgment per role and finding: its reason names each wildcard action it covers.
+    const wildcardReasons = [
+      ...(streamTriggered ? [REASONS.listStreams] : []),
+      ...(stack.tracing ? [REASONS.xray] : []),
+    ];
+    if (wildcardReasons.length > 0 && fn.role !== undefined) {
       acknowledgments.push({
         scope: fn.role,
         id: 'AwsSolutions-IAM5[Resource::*]',
-        reason: REASONS.listStreams,
+        reason: wildcardReasons.join(' '),
       });
     }
   }

@@ -57,6 +57,11 @@ export interface TinkerServerlessStackProps extends StackProps {
   readonly limits?: DeployLimits;
   /** Quota variables for the api function (`readDeployContext`); unset ones keep their defaults. */
   readonly apiQuotaEnv?: Readonly<Record<string, string>>;
+  /**
+   * X-Ray active tracing on every function, which Powertools' Tracer fills in (default true; the
+   * context's `tracing=false` turns it off, and the functions' POWERTOOLS_TRACE_ENABLED with it).
+   */
+  readonly tracing?: boolean;
 }
 
 /** Which deploy-time limit reserves each function's concurrency; the others keep their declaration's. */
@@ -90,6 +95,8 @@ export class TinkerServerlessStack extends Stack {
   readonly bucket: DataBucket;
   readonly queues: TopologyQueues;
   readonly functions: Partial<Record<FunctionId, NodejsFunction>> = {};
+  /** Whether the functions are traced (cdk/nag.ts acknowledges the X-Ray grant it brings). */
+  readonly tracing: boolean;
   readonly http?: HttpEntry;
 
   constructor(scope: Construct, id: string, props: TinkerServerlessStackProps = {}) {
@@ -102,6 +109,7 @@ export class TinkerServerlessStack extends Stack {
     }
     const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
     const limits = props.limits ?? readDeployContext(() => undefined).limits;
+    this.tracing = props.tracing ?? true;
 
     this.tables = new TopologyTables(this, 'Tables', { tables: topology.tables, namePrefix, removalPolicy });
     this.bucket = new DataBucket(this, 'Data', { decl: topology.bucket, namePrefix, removalPolicy });
@@ -117,6 +125,7 @@ export class TinkerServerlessStack extends Stack {
         projectRoot: PROJECT_ROOT,
         logRetention: props.logRetention ?? logs.RetentionDays.ONE_MONTH,
         removalPolicy,
+        tracing: this.tracing,
       });
       const fn = construct.function;
       this.functions[functionId] = fn;

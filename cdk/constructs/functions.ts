@@ -62,6 +62,8 @@ export interface TopologyFunctionProps {
   readonly projectRoot: string;
   readonly logRetention: logs.RetentionDays;
   readonly removalPolicy: RemovalPolicy;
+  /** X-Ray active tracing (CDK then grants the role xray:PutTraceSegments and PutTelemetryRecords). */
+  readonly tracing: boolean;
 }
 
 /**
@@ -103,9 +105,12 @@ export class TopologyFunction extends Construct {
       reservedConcurrentExecutions: decl.reservedConcurrency,
       logGroup,
       role: this.role,
+      tracing: props.tracing ? lambda.Tracing.ACTIVE : lambda.Tracing.DISABLED,
       environment: {
         ...props.settings,
         POWERTOOLS_SERVICE_NAME: `tinker-serverless-${props.functionId}`,
+        // Read by config() (shared/aws/tracer.ts): without active tracing there is no segment to fill.
+        POWERTOOLS_TRACE_ENABLED: String(props.tracing),
         NODE_OPTIONS: '--enable-source-maps',
       },
       bundling: {

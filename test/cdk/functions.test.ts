@@ -55,6 +55,7 @@ describe('functions', () => {
           ...Object.keys(topology.settings),
           ...resourceVariables,
           'POWERTOOLS_SERVICE_NAME',
+          'POWERTOOLS_TRACE_ENABLED',
           'NODE_OPTIONS',
         ].sort(),
       );
@@ -99,6 +100,47 @@ describe('the tokenizerId option', () => {
         functionId === 'api' ? 'acme/byte-tokenizer' : undefined,
       );
       expect(environment(functionId).REFERENCE_TOKENIZER_ID).toBeUndefined();
+    }
+  });
+});
+
+describe('tracing (context tracing)', () => {
+  /** Every action the role of `functionId` in `synthesized` is allowed, whatever the resource. */
+  function roleActions(synthesized: ReturnType<typeof synth>, functionId: FunctionId): string[] {
+    const props = properties(synthesized.template, functionLogicalId(synthesized.stack, functionId));
+    const roleId = (props.Role as { 'Fn::GetAtt': [string] })['Fn::GetAtt'][0];
+    const policies = Object.values(synthesized.template.findResources('AWS::IAM::Policy')) as {
+      Properties: {
+        Roles: { Ref: string }[];
+        PolicyDocument: { Statement: { Action: string | string[] }[] };
+      };
+    }[];
+    return policies
+      .filter((policy) => policy.Properties.Roles.some((ref) => ref.Ref === roleId))
+      .flatMap((policy) =>
+        policy.Properties.PolicyDocument.Statement.flatMap((s) => ([] as string[]).concat(s.Action)),
+      );
+  }
+
+  it('is active on every function by default, with the X-Ray grant and the Tracer switched on', () => {
+    for (const functionId of FUNCTION_IDS) {
+      expect(functionProps(functionId).TracingConfig, functionId).toEqual({ Mode: 'Active' });
+      expect(environment(functionId).POWERTOOLS_TRACE_ENABLED).toBe('true');
+      expect(roleActions({ stack, template } as ReturnType<typeof synth>, functionId)).toEqual(
+        expect.arrayContaining(['xray:PutTraceSegments', 'xray:PutTelemetryRecords']),
+      );
+    }
+  });
+
+  it('is off everywhere with tracing=false: no tracing config, no X-Ray grant, the Tracer off', () => {
+    const untraced = synth({ tracing: false });
+    for (const functionId of FUNCTION_IDS) {
+      const props = properties(untraced.template, functionLogicalId(untraced.stack, functionId));
+      expect(props.TracingConfig, functionId).toBeUndefined();
+      expect(
+        (props.Environment as { Variables: Record<string, unknown> }).Variables.POWERTOOLS_TRACE_ENABLED,
+      ).toBe('false');
+      expect(roleActions(untraced, functionId).filter((action) => action.startsWith('xray:'))).toEqual([]);
     }
   });
 });

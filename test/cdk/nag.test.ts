@@ -20,6 +20,7 @@ const VARIANTS: [string, SynthOptions][] = [
   ['default', {}],
   ['destroyable', { removalPolicy: RemovalPolicy.DESTROY }],
   ['without the reference worker', { referenceWorker: false }],
+  ['without tracing', { tracing: false }],
 ];
 
 /** Every acknowledgment recorded anywhere in the tree: rule id and reason. */
@@ -73,7 +74,7 @@ describe('AwsSolutions checks', () => {
     }
   });
 
-  it('acknowledge on the narrowest construct: the runtime per function, ListStreams on stream-triggered roles only', () => {
+  it('acknowledge on the narrowest construct: the runtime per function, ListStreams on stream-triggered roles, X-Ray on traced ones', () => {
     const { stack } = synth();
     const byId = new Map<string, string[]>();
     for (const { id, scope } of nagAcknowledgments(stack))
@@ -81,7 +82,21 @@ describe('AwsSolutions checks', () => {
     expect(byId.get('AwsSolutions-L1')?.sort()).toEqual(
       FUNCTION_IDS.map((functionId) => stack.functions[functionId]!.node.path).sort(),
     );
-    expect(byId.get('AwsSolutions-IAM5[Resource::*]')).toEqual([stack.functions.scheduler!.role!.node.path]);
+    // Traced (the default): every role may send traces; the scheduler's acknowledgment names ListStreams too.
+    const wildcards = nagAcknowledgments(stack).filter(({ id }) => id === 'AwsSolutions-IAM5[Resource::*]');
+    expect(wildcards.map(({ scope }) => scope.node.path).sort()).toEqual(
+      FUNCTION_IDS.map((functionId) => stack.functions[functionId]!.role!.node.path).sort(),
+    );
+    for (const { scope, reason } of wildcards) {
+      expect(reason).toContain('xray:PutTraceSegments');
+      expect(reason.includes('ListStreams')).toBe(scope === stack.functions.scheduler!.role);
+    }
+    const untraced = synth({ tracing: false }).stack;
+    expect(
+      nagAcknowledgments(untraced)
+        .filter(({ id }) => id === 'AwsSolutions-IAM5[Resource::*]')
+        .map(({ scope }) => scope.node.path),
+    ).toEqual([untraced.functions.scheduler!.role!.node.path]);
     expect(byId.get('AwsSolutions-APIG4')).toEqual([stack.http!.node.path]);
     // Only the stream failure queue goes without a DLQ of its own; the work queue has one.
     expect(byId.get('AwsSolutions-SQS3')).toEqual([stack.queues.byId.streamDlq.node.path]);

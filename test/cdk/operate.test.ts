@@ -1,8 +1,15 @@
 import type { Template } from 'aws-cdk-lib/assertions';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { WORKER_OUTPUTS } from '../../cdk/constructs/external-worker.js';
 import { parseEnvFile } from '../../local/env-file.js';
-import { METRICS_NAMESPACE, opsMetrics, POOL_DIMENSION } from '../../shared/ops/metrics.js';
+import { resetConfig } from '../../shared/config.js';
+import {
+  emitMetric,
+  METRICS_NAMESPACE,
+  type OpsMetric,
+  opsMetrics,
+  POOL_DIMENSION,
+} from '../../shared/ops/metrics.js';
 import { STACK_ENV_OUTPUTS } from '../../shared/stack-outputs.js';
 import {
   FUNCTION_IDS,
@@ -192,6 +199,80 @@ describe('alarms', () => {
       EvaluationPeriods: 5,
     });
     expect(opsMetrics.oldestPendingAgeSeconds.name).toBe('OldestPendingAgeSeconds');
+  });
+});
+
+describe('the alarms and the dashboard watch what the code emits', () => {
+  const { template } = withWorker;
+  afterEach(() => {
+    vi.unstubAllEnvs();
+    resetConfig();
+  });
+
+  /** The EMF document `emitMetric` writes for one datum of `metric` in `pool` (as on Lambda). */
+  function emitted(metric: OpsMetric, pool: string): Record<string, unknown> & { _aws: EmfMetadata } {
+    vi.stubEnv('EMIT_METRICS', 'true');
+    resetConfig();
+    const lines: string[] = [];
+    const spy = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => {
+      lines.push(String(chunk));
+      return true;
+    });
+    try {
+      emitMetric(metric, 1, pool);
+    } finally {
+      spy.mockRestore();
+    }
+    expect(lines).toHaveLength(1);
+    return JSON.parse(lines[0]!) as Record<string, unknown> & { _aws: EmfMetadata };
+  }
+
+  interface EmfMetadata {
+    CloudWatchMetrics: { Namespace: string; Dimensions: string[][]; Metrics: { Name: string }[] }[];
+  }
+
+  it('every alarm on a custom metric matches the namespace, name and exact dimension set of its datum', () => {
+    const custom = Object.values(
+      template.findResources('AWS::CloudWatch::Alarm', {
+        Properties: { Namespace: METRICS_NAMESPACE },
+      }) as Record<string, Resource>,
+    ).map(
+      ({ Properties }) => Properties as { MetricName: string; Dimensions: { Name: string; Value: string }[] },
+    );
+    expect(custom.map((alarm) => alarm.MetricName).sort()).toEqual([
+      'LeasesExpired',
+      'OldestPendingAgeSeconds',
+    ]);
+    for (const alarm of custom) {
+      const metric = Object.values(opsMetrics).find((candidate) => candidate.name === alarm.MetricName);
+      expect(metric, alarm.MetricName).toBeDefined();
+      const document = emitted(metric!, POOL);
+      // CloudWatch files a datum under its exact dimension set: an extra one (such as Powertools'
+      // default `service`) would leave the alarm watching an empty metric.
+      expect(document._aws.CloudWatchMetrics).toEqual([
+        {
+          Namespace: METRICS_NAMESPACE,
+          Dimensions: [alarm.Dimensions.map((dimension) => dimension.Name)],
+          Metrics: [expect.objectContaining({ Name: alarm.MetricName })],
+        },
+      ]);
+      for (const dimension of alarm.Dimensions) expect(document[dimension.Name]).toBe(dimension.Value);
+    }
+  });
+
+  it('the dashboard graphs each custom metric by the dimension its datum carries', () => {
+    const body = text(
+      properties(template, Object.keys(template.findResources('AWS::CloudWatch::Dashboard'))[0]!)
+        .DashboardBody,
+    );
+    for (const metric of [opsMetrics.leasesExpired, opsMetrics.oldestPendingAgeSeconds]) {
+      const document = emitted(metric, POOL);
+      const [dimensions] = document._aws.CloudWatchMetrics[0]!.Dimensions;
+      expect(dimensions).toEqual([POOL_DIMENSION]);
+      expect(body).toContain(
+        `"${METRICS_NAMESPACE}","${metric.name}","${POOL_DIMENSION}","${document[POOL_DIMENSION]}"`,
+      );
+    }
   });
 });
 
