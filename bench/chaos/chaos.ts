@@ -12,7 +12,7 @@ import { CRASH_ARMING, chaosSettings, FAULT_RATES } from './plan.js';
 import { checkDeadLetters, queueDepth } from './queue-checks.js';
 import { type ChaosReport, violationsOf } from './report.js';
 import { checkState } from './state-checks.js';
-import { checkStorage, readBlob } from './storage-checks.js';
+import { checkStorage, committedCheckpoints, readBlob } from './storage-checks.js';
 import { clientsByRequest, runTenants, type TenantsOutcome } from './tenants.js';
 import { chaosWorkload } from './workload.js';
 
@@ -178,11 +178,13 @@ export async function runChaos(target: ChaosTarget, options: ChaosOptions): Prom
     record,
     effects: stack.effects,
   });
+  const checkpoints = await committedCheckpoints(admin.doc, names.tables.registry);
   const equivalence = await checkEquivalence({
     record,
     answers,
     futures,
     readBlob: (key) => readBlob(admin.s3, names.bucket, key),
+    checkpointBlobKey: (requestId) => checkpoints.get(requestId)?.blob_key,
   });
   const storage = await checkStorage({
     s3: admin.s3,
@@ -191,6 +193,7 @@ export async function runChaos(target: ChaosTarget, options: ChaosOptions): Prom
     tables: names.tables,
     futures,
     models,
+    checkpoints,
   });
   const deadLetters = await checkDeadLetters(admin.sqs, names.queueUrls.workDlq, stack.log);
   const deliveryFailures = stack.log.failures();

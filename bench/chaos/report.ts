@@ -113,7 +113,12 @@ export function violationsOf(report: ChaosReport): string[] {
   add(storage.orphan_results.length, 'orphan results after GC', storage.orphan_results);
   add(storage.orphan_work_items.length, 'work items left after GC', storage.orphan_work_items);
   add(storage.orphan_states.length, 'unreferenced model states after GC', storage.orphan_states);
-  add(storage.orphan_checkpoints.length, 'checkpoints of failed saves after GC', storage.orphan_checkpoints);
+  add(
+    storage.orphan_checkpoints.length,
+    'checkpoint blobs no name record names after GC',
+    storage.orphan_checkpoints,
+  );
+  add(storage.orphan_archives.length, 'archives no name record names after GC', storage.orphan_archives);
   add(storage.dangling.length, 'referenced blobs missing', storage.dangling);
   add(
     dead_letters.unexplained.length,
@@ -157,7 +162,7 @@ export function formatReport(report: ChaosReport): string {
     `terminal              ${report.terminal}/${report.requests} (lost ${report.lost})`,
     `duplicated effects    ${report.duplicated_effects}`,
     `sequential equivalence ${report.sequential_equivalence} (${equivalence.compared} answers, ${equivalence.checkpoints_compared} checkpoints; ${equivalence.server_failed} ended by E2's attempt limit)`,
-    `orphans after GC      payloads ${storage.orphan_payloads.length}, results ${storage.orphan_results.length}, work items ${storage.orphan_work_items.length}, states ${storage.orphan_states.length}, checkpoints ${storage.orphan_checkpoints.length} (GC deleted ${storage.gc.payloads_deleted} payloads, ${storage.gc.work_items_deleted} work items, ${storage.gc.states_deleted} states, ${storage.gc.checkpoints_deleted} checkpoints)`,
+    `orphans after GC      payloads ${storage.orphan_payloads.length}, results ${storage.orphan_results.length}, work items ${storage.orphan_work_items.length}, states ${storage.orphan_states.length}, checkpoints ${storage.orphan_checkpoints.length}, archives ${storage.orphan_archives.length} (GC deleted ${storage.gc.payloads_deleted} payloads, ${storage.gc.results_deleted} results, ${storage.gc.work_items_deleted} work items, ${storage.gc.states_deleted} states, ${storage.gc.checkpoints_deleted} checkpoints, ${storage.gc.archives_deleted} archives)`,
     `dead letters          ${dead_letters.messages} (${dead_letters.explained} explained)`,
     `recovery              ${report.recovery.failed_deliveries}/${report.recovery.deliveries} deliveries failed, ${report.recovery.sample_cuts} sample cuts (${report.recovery.sample_resumes} resumed), zombies ${report.recovery.zombies.stalled} (refused ${report.recovery.zombies.refused}, committed ${report.recovery.zombies.committed}, other ${report.recovery.zombies.other.join('/') || 0}), ${report.recovery.worker_processes_started} worker processes started`,
     report.violations.length === 0

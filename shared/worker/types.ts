@@ -87,6 +87,11 @@ export interface WorkerOptions {
   readonly prefixes?: PrefixStore;
   /** Told each part's request ids once its commit landed (default: the installed `commitSignal()`). */
   readonly commits?: CommitSignal;
+  /**
+   * The run's id, in every key it writes (E3); default: a fresh `mintRunId()`. Only tests pin it, to
+   * stand for two runs that write the same keys.
+   */
+  readonly runId?: string;
   /** Committed states kept in memory for the next work item (default: the process's `processStateCache()`). */
   readonly states?: StateCache;
 }
