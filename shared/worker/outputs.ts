@@ -7,8 +7,8 @@ import type { StepResult } from './steps.js';
 
 /**
  * Where a completed step's result goes: inline on the future row when its JSON is small, else to S3
- * under `results/<request_id>/<run>.json` (`result_key`; the run's own key, E3). Inline results of one commit share a budget so the
- * transaction stays under DynamoDB's 4 MB (E4). Inline results are the JSON text, a string attribute,
+ * under `results/<request_id>/<run>.json` (`result_key`; the run's own key, E3). Inline results of
+ * one commit share a budget so the transaction stays under DynamoDB's 4 MB (E4). Inline results are the JSON text, a string attribute,
  * not a DynamoDB map: DynamoDB numbers cannot hold every float64 (above 2^53 the SDK refuses them,
  * below 1e-130 DynamoDB does), and one unstorable loss used to fail the whole model's commit.
  */

@@ -58,7 +58,7 @@ export interface WorkerOptions {
   readonly renewEveryMs?: number;
   /** K of E2, used when this worker releases a model for re-plan (default: MAX_ATTEMPTS). */
   readonly maxAttempts?: number;
-  /** Results whose JSON is larger go to S3 under `results/<request_id>.json` (default 64 KiB). */
+  /** Results whose JSON is larger go to S3 under `results/<request_id>/<run>.json` (default 64 KiB). */
   readonly inlineResultMaxBytes?: number;
   /** How long the first pass of a fused batch waits for passes of other models (default 0: same tick). */
   readonly passWindowMs?: number;
