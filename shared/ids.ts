@@ -22,6 +22,16 @@ export function mintRequestId(
   return nowMs.toString(16).padStart(TIMESTAMP_HEX_DIGITS, '0') + random.toString('hex');
 }
 
+/**
+ * A worker run's id: minted each time a worker starts a work item (a delivery, a redelivery, a
+ * duplicate), and part of every key that run writes (E3), so two runs of one work item never write
+ * the same object. 48 random bits: runs of one work item never collide in practice, and the keys'
+ * other parts (model and epoch, request id) already tell different work items apart.
+ */
+export function mintRunId(random: Buffer = randomBytes(6)): string {
+  return random.toString('hex');
+}
+
 /** Milliseconds since the epoch at which a request id was minted. */
 export function requestIdTime(requestId: string): number {
   return Number.parseInt(requestId.slice(0, TIMESTAMP_HEX_DIGITS), 16);

@@ -6,6 +6,7 @@ import { RolloutCuts } from '../../local/demo/rollout-cuts.js';
 import type { ProvisionedResources } from '../../local/resources.js';
 import type { HandlerOverrides, LocalRuntime } from '../../local/runtime.js';
 import { type AwsClients, awsClients } from '../../shared/aws/clients.js';
+import type { Backend } from '../../shared/backend/backend.js';
 import type { ModelRow } from '../../shared/domain/records.js';
 import { requestCut } from '../../shared/ops/control-store.js';
 import { createSchedulerHandler, type SchedulerEvent } from '../../shared/scheduler/invocation.js';
@@ -70,6 +71,8 @@ export class ChaosStack {
     readonly target: ChaosTarget,
     readonly settings: ChaosSettings,
     readonly seed: number,
+    /** Each worker's backend: the zombies', the worker Lambda's, each worker process's. */
+    backend: () => Backend,
   ) {
     const { names, admin } = target;
     const onEvent = (event: WorkerEvent) => {
@@ -91,6 +94,7 @@ export class ChaosStack {
     });
     this.zombies = new ZombieAgent({
       processes: this.processes,
+      backend: backend(),
       readModel: async (modelId) =>
         (
           await admin.doc.send(
@@ -116,6 +120,7 @@ export class ChaosStack {
     });
     this.lambda = new LambdaWorker({
       processes: this.processes,
+      backend: backend(),
       log: this.log,
       seed,
       timeoutShare: settings.lambdaTimeout,
@@ -129,6 +134,7 @@ export class ChaosStack {
     });
     this.fleet = new ProcessFleet({
       processes: this.processes,
+      backend,
       log: this.log,
       queueUrl: names.queueUrls.work,
       // Looked up when a loop starts: the runtime resets the shared clients when it starts.

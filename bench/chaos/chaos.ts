@@ -1,18 +1,23 @@
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { QueryCommand } from '@aws-sdk/lib-dynamodb';
 import type { AwsClients } from '../../shared/aws/clients.js';
+import type { Backend } from '../../shared/backend/backend.js';
+import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { liveKey } from '../../shared/ids.js';
+import { readFutureResult } from '../../shared/repositories/futures.js';
 import { LIVE_INDEX } from '../../shared/topology.js';
+import { NoisyBackend } from '../../test/support/noisy-backend.js';
 import type { Answer } from '../../test/support/worker-harness.js';
 import { ChaosStack, type ChaosTarget } from './chaos-stack.js';
 import { Backpressure } from './client.js';
 import { describePending } from './diagnose.js';
 import { answersOverHttp, checkEquivalence, newOracleRecord } from './equivalence.js';
+import { checkLineage } from './lineage-checks.js';
 import { CRASH_ARMING, chaosSettings, FAULT_RATES } from './plan.js';
 import { checkDeadLetters, queueDepth } from './queue-checks.js';
 import { type ChaosReport, violationsOf } from './report.js';
 import { checkState } from './state-checks.js';
-import { checkStorage, readBlob } from './storage-checks.js';
+import { checkStorage, committedCheckpoints, readBlob } from './storage-checks.js';
 import { clientsByRequest, runTenants, type TenantsOutcome } from './tenants.js';
 import { chaosWorkload } from './workload.js';
 
@@ -35,6 +40,20 @@ export interface ChaosOptions {
   readonly progress?: (line: string) => void;
   /** Give up waiting when no request ended for this long (default 120 s). */
   readonly stallMs?: number;
+  /**
+   * The workers' backend (default `reference`). `noisy` (`NoisyBackend`) makes every run's states and
+   * metrics differ, as a GPU engine's do: the answers are then not compared with the sequential
+   * oracle (R1 cannot hold bit for bit), and the lineage check (E3-E5) takes its place.
+   */
+  readonly backend?: ChaosBackend;
+}
+
+export type ChaosBackend = 'reference' | 'noisy';
+
+/** Each worker's backend; noisy ones seeded apart, so no two instances draw the same tags. */
+function backendFactory(kind: ChaosBackend, seed: number): () => Backend {
+  let made = 0;
+  return () => (kind === 'noisy' ? new NoisyBackend(seed * 1000 + ++made) : new ReferenceBackend());
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -73,7 +92,8 @@ export async function runChaos(target: ChaosTarget, options: ChaosOptions): Prom
   const pool = target.env.POOL ?? 'default';
   const shards = Number(target.env.LIVE_SHARDS ?? 1);
   const record = newOracleRecord();
-  const stack = new ChaosStack(target, settings, seed);
+  const backend = options.backend ?? 'reference';
+  const stack = new ChaosStack(target, settings, seed, backendFactory(backend, seed));
   // Everything runs in this one process: a blocked event loop delays lease renewals like a slow host.
   const loopDelay = monitorEventLoopDelay({ resolution: 20 });
   loopDelay.enable();
@@ -178,12 +198,27 @@ export async function runChaos(target: ChaosTarget, options: ChaosOptions): Prom
     record,
     effects: stack.effects,
   });
-  const equivalence = await checkEquivalence({
-    record,
-    answers,
-    futures,
-    readBlob: (key) => readBlob(admin.s3, names.bucket, key),
-  });
+  const checkpoints = await committedCheckpoints(admin.doc, names.tables.registry);
+  const read = (key: string) => readBlob(admin.s3, names.bucket, key);
+  const equivalence =
+    backend === 'reference'
+      ? await checkEquivalence({
+          record,
+          answers,
+          futures,
+          readBlob: read,
+          checkpointBlobKey: (requestId) => checkpoints.get(requestId)?.blob_key,
+        })
+      : undefined;
+  const lineage =
+    backend === 'noisy'
+      ? await checkLineage({
+          models,
+          futures,
+          readBlob: read,
+          readResult: (row) => readFutureResult(admin.s3, names.bucket, row),
+        })
+      : undefined;
   const storage = await checkStorage({
     s3: admin.s3,
     doc: admin.doc,
@@ -191,6 +226,7 @@ export async function runChaos(target: ChaosTarget, options: ChaosOptions): Prom
     tables: names.tables,
     futures,
     models,
+    checkpoints,
   });
   const deadLetters = await checkDeadLetters(admin.sqs, names.queueUrls.workDlq, stack.log);
   const deliveryFailures = stack.log.failures();
@@ -207,6 +243,7 @@ export async function runChaos(target: ChaosTarget, options: ChaosOptions): Prom
   const report: ChaosReport = {
     name: 'chaos',
     seed,
+    backend,
     requests: state.accepted,
     wall_time_s: Math.round(elapsed() * 10) / 10,
     faults: {
@@ -219,7 +256,7 @@ export async function runChaos(target: ChaosTarget, options: ChaosOptions): Prom
     terminal: state.terminal,
     lost: state.lost.length,
     duplicated_effects: state.duplicated_effects,
-    sequential_equivalence: equivalence.equivalent,
+    sequential_equivalence: equivalence?.equivalent ?? null,
     violations: [],
     phases_s: Object.fromEntries(
       Object.entries(phases).map(([name, at]) => [name, Math.round(at * 10) / 10]),
@@ -249,7 +286,13 @@ export async function runChaos(target: ChaosTarget, options: ChaosOptions): Prom
       work_queue_left: queueLeft,
       driver_errors: tenants.errors,
     },
-    checks: { state, equivalence, storage, dead_letters: deadLetters },
+    checks: {
+      state,
+      ...(equivalence === undefined ? {} : { equivalence }),
+      ...(lineage === undefined ? {} : { lineage }),
+      storage,
+      dead_letters: deadLetters,
+    },
     sdk_calls: stack.injector.calls,
     sdk_calls_by_function: stack.processes.calls,
     event_loop_delay_ms: {

@@ -10,7 +10,6 @@ import { ReferenceBackend } from '../../shared/backend/reference/reference-backe
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import type { FutureRow } from '../../shared/domain/records.js';
 import { StepUserError } from '../../shared/errors.js';
-import { checkpointContentId, storageKeys } from '../../shared/storage-keys.js';
 import { type Answer, WorkerHarness } from '../../test/support/worker-harness.js';
 
 /**
@@ -126,6 +125,8 @@ export async function checkEquivalence(input: {
   readonly futures: ReadonlyMap<string, FutureRow>;
   /** A blob the system wrote, or undefined when it is missing. */
   readonly readBlob: (key: string) => Promise<Uint8Array | undefined>;
+  /** The blob key a save's committed name record names (E3), by request id. */
+  readonly checkpointBlobKey: (requestId: string) => string | undefined;
 }): Promise<EquivalenceReport> {
   const { record, answers, futures } = input;
   const serverFailed = new Set<string>();
@@ -164,11 +165,13 @@ export async function checkEquivalence(input: {
     if (submission.kind !== 'save_weights' && submission.kind !== 'save_weights_for_sampler') continue;
     if ('category' in (expected.get(submission.request_id) as object)) continue;
     const bytes = exports.shift();
-    const key = storageKeys.checkpoint(submission.model_id, checkpointContentId(submission.request_id));
-    const saved = await input.readBlob(key);
+    const key = input.checkpointBlobKey(submission.request_id);
+    const saved = key === undefined ? undefined : await input.readBlob(key);
     checkpoints++;
     if (bytes === undefined || saved === undefined || !Buffer.from(bytes).equals(Buffer.from(saved))) {
-      checkpointMismatches.push(`${submission.request_id} (${key}${saved === undefined ? ', missing' : ''})`);
+      checkpointMismatches.push(
+        `${submission.request_id} (${key ?? 'no committed name record'}${saved === undefined ? ', missing' : ''})`,
+      );
     }
   }
 

@@ -1,5 +1,6 @@
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { createWorkerHandler } from '../../functions/worker/handler.js';
+import type { Backend } from '../../shared/backend/backend.js';
 import { hashString, seedWords, uniformAt } from '../../shared/backend/reference/prng.js';
 import type { WorkerEvent } from '../../shared/worker/index.js';
 import type { DeliveryLog } from './delivery-log.js';
@@ -20,6 +21,8 @@ import type { ZombieAgent } from './zombie.js';
 
 export interface LambdaWorkerOptions {
   readonly processes: Processes;
+  /** The handler's backend (made once: a warm container's). */
+  readonly backend: Backend;
   readonly log: DeliveryLog;
   readonly seed: number;
   /** Share of invocations that time out, and their deadline. */
@@ -56,6 +59,7 @@ export class LambdaWorker {
     this.#seed = seedWords(options.seed);
     this.#handler = createWorkerHandler({
       ...MARGINS,
+      backend: options.backend,
       worker: {
         sampleSliceTokens: options.sliceTokens,
         cutPollMs: options.cutPollMs,

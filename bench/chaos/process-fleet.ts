@@ -1,6 +1,6 @@
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import { runWorkerProcess } from '../../bin/worker.js';
-import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
+import type { Backend } from '../../shared/backend/backend.js';
 import type { WorkerEvent } from '../../shared/worker/index.js';
 import type { DeliveryLog } from './delivery-log.js';
 import type { Processes, SimProcess } from './processes.js';
@@ -13,6 +13,8 @@ import type { Processes, SimProcess } from './processes.js';
 
 export interface ProcessFleetOptions {
   readonly processes: Processes;
+  /** A worker process's backend, made when it starts. */
+  readonly backend: () => Backend;
   readonly log: DeliveryLog;
   readonly queueUrl: string;
   /** The runtime's (fault-injected) SQS client, looked up when a loop starts. */
@@ -81,7 +83,7 @@ export class ProcessFleet {
         this.options.runAsWorker(() =>
           runWorkerProcess({
             queueUrl: this.options.queueUrl,
-            backend: new ReferenceBackend(),
+            backend: this.options.backend(),
             sqs: this.options.sqs(),
             stop: stop.signal,
             abandon: abandon.signal,

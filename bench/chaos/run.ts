@@ -8,9 +8,10 @@ import { runChaos } from './chaos.js';
 import { formatReport, writeReport } from './report.js';
 
 /**
- * `npm run chaos [-- --requests N] [--seed S] [--log-level LEVEL]`: the chaos run on a local cloud of
- * its own (DynamoDB Local + fauxqs, started and stopped here). Prints the checks, writes
- * `bench/results/chaos.json`, and exits non-zero on any violation.
+ * `npm run chaos [-- --requests N] [--seed S] [--log-level LEVEL] [--backend reference|noisy]`: the
+ * chaos run on a local cloud of its own (DynamoDB Local + fauxqs, started and stopped here). Prints
+ * the checks, writes `bench/results/chaos.json` (`chaos-noisy.json` on the noisy backend, see
+ * `ChaosOptions.backend`), and exits non-zero on any violation.
  */
 
 /** utime + stime of a process, from /proc (Linux), in seconds; 0 elsewhere. */
@@ -39,6 +40,8 @@ async function main(args: readonly string[]): Promise<number> {
   const requests = integer(flag(args, '--requests'), '--requests', 2000);
   const seed = integer(flag(args, '--seed'), '--seed', 20260601);
   const logLevel = flag(args, '--log-level') ?? 'SILENT';
+  const backend = flag(args, '--backend') ?? 'reference';
+  if (backend !== 'reference' && backend !== 'noisy') throw new Error('--backend must be reference or noisy');
   const say = (line: string) => process.stdout.write(`${line}\n`);
 
   const cloud = await startLocalCloud();
@@ -70,11 +73,11 @@ async function main(args: readonly string[]): Promise<number> {
             },
           ),
       },
-      { requests, seed, logLevel, progress: say },
+      { requests, seed, logLevel, backend, progress: say },
     );
     say('');
     say(formatReport(report));
-    say(`\nwritten: ${writeReport(report)}`);
+    say(`\nwritten: ${writeReport(report, backend === 'noisy' ? 'chaos-noisy.json' : 'chaos.json')}`);
     return report.violations.length === 0 ? 0 : 1;
   } finally {
     await stop();

@@ -1,4 +1,4 @@
-import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
+import type { Backend } from '../../shared/backend/backend.js';
 import type { ModelRow } from '../../shared/domain/records.js';
 import { processWorkMessage, type WorkerEvent } from '../../shared/worker/index.js';
 import { gate } from '../../test/support/wait.js';
@@ -30,6 +30,7 @@ export interface ZombieReport {
 
 export interface ZombieOptions {
   readonly processes: Processes;
+  readonly backend: Backend;
   readonly readModel: (modelId: string) => Promise<ModelRow | undefined>;
   readonly sliceTokens: number;
   /** Zombies wanted in the run. */
@@ -49,7 +50,6 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export class ZombieAgent {
   readonly report: ZombieReport = { stalled: 0, refused: 0, committed: 0, other: [] };
-  readonly #backend = new ReferenceBackend();
   #active = true;
   /** `serve` calls not yet returned. */
   #underway = 0;
@@ -98,7 +98,7 @@ export class ZombieAgent {
     const epochs = new Map<string, number>();
     const running = processes.run(process, () =>
       processWorkMessage(body, {
-        backend: this.#backend,
+        backend: this.options.backend,
         renewEveryMs: 3_600_000,
         sampleSliceTokens: this.options.sliceTokens,
         onEvent: async (event) => {

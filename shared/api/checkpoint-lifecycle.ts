@@ -77,9 +77,10 @@ async function buildMissingArchive(ctx: OperationContext, record: CheckpointName
   const blob = await getBytes(
     ctx.clients.s3,
     ctx.bucket,
-    record.blob_key ?? storageKeys.checkpoint(record.model_id, record.content_id),
+    record.blob_key ?? storageKeys.legacyCheckpoint(record.model_id, record.content_id),
   );
-  const archiveKey = storageKeys.archive(record.model_id, record.content_id);
+  // Built here from committed bytes, so every build writes the same tar: one key per content will do.
+  const archiveKey = storageKeys.legacyArchive(record.model_id, record.content_id);
   const tar = checkpointArchive(blob, { createdAtMs: record.created_at ?? 0 });
   await putBytes(ctx.clients.s3, ctx.bucket, archiveKey, tar);
   // A lost race (deleted or expired meanwhile) leaves the object to that content's gc entry.

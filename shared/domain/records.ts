@@ -57,6 +57,11 @@ export interface FutureRow {
   readonly error?: FutureError;
   /** Resumable samples cut by a worker: per sequence, its latest committed prefix (P4a). */
   readonly prefix_ref?: SamplePrefixRef;
+  /**
+   * The worker run (`mintRunId`) whose commit ended it; absent on rows ended before runs were
+   * recorded. Its request's objects under another run's keys are garbage (E3, E5).
+   */
+  readonly run?: string;
   readonly created_at: number;
   readonly updated_at: number;
   readonly ttl?: number;
@@ -109,6 +114,8 @@ export interface ModelRow {
   readonly lease_until?: number;
   readonly attempts: number;
   readonly last_completed_at?: number;
+  /** The worker run (`mintRunId`) whose commit last advanced the row: how a commit knows it landed (E5). */
+  readonly last_run?: string;
   /** Also the `by_tenant` sort key: a tenant's training runs, newest first (C1). */
   readonly created_at: number;
   /** create_model's, as sent (any JSON values; the TrainingRun answer stringifies them, C1). */

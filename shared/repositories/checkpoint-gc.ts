@@ -31,6 +31,20 @@ export function gcEntry(
   };
 }
 
+/**
+ * The entry of a content not saved yet (a TTL given at submit): no objects, since their keys will be
+ * the committing run's (E3); the sweeper takes them from the name record once it holds the content.
+ */
+export function unsavedGcEntry(
+  record: Pick<CheckpointNameRecord, 'pk' | 'model_id' | 'content_id'>,
+  due: number,
+): GcEntryRecord {
+  return {
+    ...gcEntry({ pk: record.pk, model_id: record.model_id, content_id: record.content_id }, due),
+    blob_keys: [],
+  };
+}
+
 /** Puts (or moves: one entry per content) a content's gc entry. */
 export function gcEntryPutItem(table: string, entry: GcEntryRecord): TransactItem {
   return { Put: { TableName: table, Item: { ...entry } } };

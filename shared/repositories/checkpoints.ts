@@ -137,7 +137,7 @@ export async function requireLiveCheckpoint(
 export function checkpointObjectKeys(
   record: Pick<CheckpointNameRecord, 'model_id' | 'content_id' | 'blob_key' | 'archive_key'>,
 ): string[] {
-  const blob = record.blob_key ?? storageKeys.checkpoint(record.model_id, record.content_id);
+  const blob = record.blob_key ?? storageKeys.legacyCheckpoint(record.model_id, record.content_id);
   return record.archive_key === undefined ? [blob] : [blob, record.archive_key];
 }
 

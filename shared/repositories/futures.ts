@@ -139,24 +139,40 @@ export type StoredOutcome =
 
 /**
  * A future's end, as a commit's transaction item: `SET status, result | result_key | error,
- * updated_at REMOVE live` on `status = pending` (first writer wins; the row leaves the index).
+ * updated_at [, run] REMOVE live` on `status = pending` (first writer wins; the row leaves the index).
+ * `run` is the worker run whose commit ends it: the objects of its request under another run's keys
+ * are that run's garbage (E3, E5).
  */
 export function futureEndItem(
   table: string,
   requestId: string,
   outcome: StoredOutcome,
   now: number,
+  run?: string,
 ): TransactItem {
   const { status, ...fields } = outcome;
   const [field, value] = Object.entries(fields)[0] as [string, unknown];
+  const names: Record<string, string> = { '#status': 'status', '#field': field };
+  const values: Record<string, unknown> = {
+    ':status': status,
+    ':value': value,
+    ':now': now,
+    ':pending': 'pending',
+  };
+  let sets = 'SET #status = :status, #field = :value, updated_at = :now';
+  if (run !== undefined) {
+    sets += ', #run = :run';
+    names['#run'] = 'run';
+    values[':run'] = run;
+  }
   return {
     Update: {
       TableName: table,
       Key: { request_id: requestId },
-      UpdateExpression: 'SET #status = :status, #field = :value, updated_at = :now REMOVE live',
+      UpdateExpression: `${sets} REMOVE live`,
       ConditionExpression: '#status = :pending',
-      ExpressionAttributeNames: { '#status': 'status', '#field': field },
-      ExpressionAttributeValues: { ':status': status, ':value': value, ':now': now, ':pending': 'pending' },
+      ExpressionAttributeNames: names,
+      ExpressionAttributeValues: values,
     },
   };
 }

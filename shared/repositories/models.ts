@@ -190,6 +190,8 @@ export async function replanModel(
 export interface ModelAdvance {
   readonly model_id: string;
   readonly inflight: string;
+  /** The committing run (`mintRunId`), recorded as `last_run` (E5). */
+  readonly run: string;
   readonly base_applied_through: number;
   /** The last step's seq. */
   readonly applied_through: number;
@@ -201,12 +203,18 @@ export interface ModelAdvance {
 }
 
 /**
- * The commit's model row action: `SET applied_through, last_completed_at, attempts = 0 [, state_ref]
- * [, status] REMOVE inflight, lease_until` on `inflight = :token AND applied_through = :base`.
+ * The commit's model row action: `SET applied_through, last_completed_at, attempts = 0, last_run
+ * [, state_ref] [, status] REMOVE inflight, lease_until` on `inflight = :token AND applied_through = :base`.
  */
 export function modelAdvanceItem(table: string, advance: ModelAdvance): TransactItem {
-  const sets = ['applied_through = :applied', 'last_completed_at = :now', 'attempts = :zero'];
+  const sets = [
+    'applied_through = :applied',
+    'last_completed_at = :now',
+    'attempts = :zero',
+    'last_run = :run',
+  ];
   const values: Record<string, unknown> = {
+    ':run': advance.run,
     ':applied': advance.applied_through,
     ':now': advance.now,
     ':zero': 0,

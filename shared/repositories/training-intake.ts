@@ -10,8 +10,7 @@ import {
 } from '../domain/records.js';
 import { IdempotencyConflictError, ValidationError } from '../errors.js';
 import type { SerializedPayload } from '../payload-store.js';
-import { storageKeys } from '../storage-keys.js';
-import { gcEntry, gcEntryPutItem } from './checkpoint-gc.js';
+import { gcEntry, gcEntryPutItem, unsavedGcEntry } from './checkpoint-gc.js';
 import {
   checkpointReplaceItem,
   checkpointReserveItem,
@@ -209,17 +208,8 @@ export async function submitTrainingStep(
         ];
         if (reservation) items.push(...reservation);
         if (input.reservation && input.ttlSeconds !== undefined) {
-          const content = input.reservation;
-          const record = {
-            pk: content.pk,
-            model_id: content.model_id,
-            content_id: content.content_id,
-            blob_key: storageKeys.checkpoint(content.model_id, content.content_id),
-            archive_key: storageKeys.archive(content.model_id, content.content_id),
-          };
-          items.push(
-            gcEntryPutItem(store.tables.registry, gcEntry(record, input.now + input.ttlSeconds * 1000)),
-          );
+          const due = input.now + input.ttlSeconds * 1000;
+          items.push(gcEntryPutItem(store.tables.registry, unsavedGcEntry(input.reservation, due)));
         }
         return { answer, items };
       },

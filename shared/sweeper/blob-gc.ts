@@ -3,11 +3,19 @@ import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { batchGetByKey } from '../aws/batch-get.js';
 import { logger } from '../logger.js';
 import { readModels } from '../repositories/models.js';
-import { checkpointContentId, storageKeys } from '../storage-keys.js';
+import { checkpointContentId, parseRunKey, storageKeys } from '../storage-keys.js';
 
 /**
  * E5: only the sweeper deletes blobs, and only blobs no committed row references. Ages are judged
  * from the object's LastModified, so a blob written just now is never taken for an orphan.
+ *
+ * Worker keys are unique per run (E3): `state/<model>/<epoch>/<run>.bin`, `results/<request>/<run>.json`,
+ * `checkpoints|archives/<model>/c-<request>/<run>.*`. A run that did not commit (a duplicate
+ * delivery's loser, a zombie, a run that failed) leaves objects no row names; each prefix below is
+ * listed, and its objects judged against the row its key names: the model row for states, the
+ * request's future (its `result_key`, and `run`, the run whose commit ended it) for the rest. Keys
+ * of the layouts before runs (`state/<model>/<epoch>.bin`, `results/<request>.json`,
+ * `checkpoints/<model>/c-<request>.bin`) are judged by the rules of their time.
  */
 export interface BlobGcPolicy {
   /** Work items are read once by their worker; kept this long after they were written. */
@@ -44,6 +52,7 @@ export interface BlobGcCounters {
   payloads_deleted: number;
   results_deleted: number;
   checkpoints_deleted: number;
+  archives_deleted: number;
   delete_errors: number;
 }
 
@@ -109,9 +118,9 @@ export interface BlobGcTarget {
   readonly modelsTable: string;
 }
 
-const STATE_KEY = /^state\/(.+)\/(\d+)\.bin$/;
-const REQUEST_BLOB_KEY = /^(payloads|results)\/(.+)\.json$/;
-const CHECKPOINT_KEY = /^checkpoints\/([^/]+)\/c-([^/]+)\.bin$/;
+const LEGACY_STATE_KEY = /^state\/([^/]+)\/(\d+)\.bin$/;
+const LEGACY_REQUEST_BLOB_KEY = /^(payloads|results)\/([^/]+)\.json$/;
+const LEGACY_CHECKPOINT_KEY = /^checkpoints\/([^/]+)\/c-([^/]+)\.bin$/;
 const SAVE_REQUEST_TYPES: ReadonlySet<unknown> = new Set(['save_weights', 'save_weights_for_sampler']);
 
 export async function collectGarbage(
@@ -126,6 +135,7 @@ export async function collectGarbage(
     payloads_deleted: 0,
     results_deleted: 0,
     checkpoints_deleted: 0,
+    archives_deleted: 0,
     delete_errors: 0,
   };
   const remove = async (keys: readonly string[]): Promise<number> => {
@@ -155,17 +165,29 @@ export async function collectGarbage(
     }
   }
 
-  for await (const page of listPages(target.s3, target.bucket, 'checkpoints/')) {
-    counters.objects_listed += page.length;
-    counters.checkpoints_deleted += await remove(await failedSaveCheckpoints(target, page, now, policy));
+  for (const prefix of ['checkpoints/', 'archives/'] as const) {
+    for await (const page of listPages(target.s3, target.bucket, prefix)) {
+      counters.objects_listed += page.length;
+      const deleted = await remove(await unsavedCheckpointObjects(target, page, now, policy));
+      if (prefix === 'checkpoints/') counters.checkpoints_deleted += deleted;
+      else counters.archives_deleted += deleted;
+    }
   }
   return counters;
 }
 
+function stateKeyParts(key: string): { modelId: string; epoch: number } | undefined {
+  const parsed = parseRunKey(key);
+  if (parsed?.kind === 'state') return { modelId: parsed.modelId, epoch: parsed.epoch };
+  const legacy = LEGACY_STATE_KEY.exec(key);
+  return legacy === null ? undefined : { modelId: legacy[1]!, epoch: Number(legacy[2]) };
+}
+
 /**
  * State objects past their grace that the model row (read strongly, after the listing) does not
- * name: not the committed `state_ref`, and not the epoch of the work item in flight, whose commit may
- * still land. Objects of models that no longer exist are unreferenced too.
+ * name: not the committed `state_ref`, and not of the epoch of the work item in flight, whose commit
+ * may still land (any of its runs). A losing run of a committed epoch is unreferenced like any other.
+ * Objects of models that no longer exist are unreferenced too.
  */
 async function unreferencedStates(
   target: BlobGcTarget,
@@ -175,9 +197,9 @@ async function unreferencedStates(
 ): Promise<string[]> {
   const candidates: { key: string; modelId: string; epoch: number }[] = [];
   for (const object of page) {
-    const match = STATE_KEY.exec(object.key);
-    if (match === null || object.lastModified + policy.stateGraceMs > now) continue;
-    candidates.push({ key: object.key, modelId: match[1]!, epoch: Number(match[2]) });
+    if (object.lastModified + policy.stateGraceMs > now) continue;
+    const state = stateKeyParts(object.key);
+    if (state !== undefined) candidates.push({ key: object.key, ...state });
   }
   if (candidates.length === 0) return [];
   const models = await readModels(target.doc, target.modelsTable, new Set(candidates.map((c) => c.modelId)));
@@ -191,58 +213,88 @@ async function unreferencedStates(
     .map((candidate) => candidate.key);
 }
 
-/** Payloads and results past their grace whose future row (read strongly) no longer exists. */
+/**
+ * Payloads and results past their grace whose future row (read strongly) no longer exists, and
+ * results of a run whose future ended without naming them (`result_key` is another run's, or the
+ * result is inline, or the step failed): a terminal future never changes again (E4). A pending
+ * future keeps every result of its request: a run may still commit one.
+ */
 async function orphanRequestBlobs(
   target: BlobGcTarget,
   page: readonly ListedObject[],
   now: number,
   policy: BlobGcPolicy,
 ): Promise<string[]> {
-  const candidates: { key: string; requestId: string }[] = [];
+  const candidates: { key: string; requestId: string; ofRun: boolean }[] = [];
   for (const object of page) {
-    const match = REQUEST_BLOB_KEY.exec(object.key);
-    if (match === null || object.lastModified + policy.orphanGraceMs > now) continue;
-    candidates.push({ key: object.key, requestId: match[2]! });
+    if (object.lastModified + policy.orphanGraceMs > now) continue;
+    const parsed = parseRunKey(object.key);
+    if (parsed?.kind === 'result') {
+      candidates.push({ key: object.key, requestId: parsed.requestId, ofRun: true });
+      continue;
+    }
+    const legacy = LEGACY_REQUEST_BLOB_KEY.exec(object.key);
+    if (legacy !== null) candidates.push({ key: object.key, requestId: legacy[2]!, ofRun: false });
   }
   if (candidates.length === 0) return [];
   const rows = await batchGetByKey(
     target.doc,
     candidates.map((candidate) => candidate.requestId),
-    { table: target.futuresTable, keyName: 'request_id', consistent: true, attributes: ['request_id'] },
+    {
+      table: target.futuresTable,
+      keyName: 'request_id',
+      consistent: true,
+      attributes: ['request_id', 'status', 'result_key'],
+    },
   );
-  return candidates.filter((candidate) => !rows.has(candidate.requestId)).map((candidate) => candidate.key);
+  return candidates
+    .filter(({ key, requestId, ofRun }) => {
+      const row = rows.get(requestId);
+      if (row === undefined) return true;
+      return ofRun && row.status !== 'pending' && row.result_key !== key;
+    })
+    .map((candidate) => candidate.key);
 }
 
-/** The model and save request a checkpoint key belongs to; undefined for a key the worker never writes. */
-function parseCheckpointKey(key: string): { modelId: string; requestId: string } | undefined {
-  const match = CHECKPOINT_KEY.exec(key);
-  if (match === null) return undefined;
-  const modelId = match[1]!;
-  const requestId = match[2]!;
+/**
+ * The model, save request and run (undefined: the layout before runs) a checkpoint blob or archive
+ * key belongs to; undefined for a key the worker never writes.
+ */
+function checkpointKeyParts(key: string): { modelId: string; requestId: string; run?: string } | undefined {
+  const parsed = parseRunKey(key);
+  if (parsed?.kind === 'checkpoint' || parsed?.kind === 'archive') {
+    return { modelId: parsed.modelId, requestId: parsed.requestId, run: parsed.run };
+  }
+  const legacy = LEGACY_CHECKPOINT_KEY.exec(key);
+  if (legacy === null) return undefined;
+  const modelId = legacy[1]!;
+  const requestId = legacy[2]!;
   // Only keys that the storage layout gives back unchanged: anything else is not ours to judge.
-  if (storageKeys.checkpoint(modelId, checkpointContentId(requestId)) !== key) return undefined;
+  if (storageKeys.legacyCheckpoint(modelId, checkpointContentId(requestId)) !== key) return undefined;
   return { modelId, requestId };
 }
 
 /**
- * Checkpoint blobs past their grace whose save request (its future, read strongly) ended `failed`.
- * Every attempt of a request writes the same key (E3), and a save's name record is committed in the
- * same transaction that completes its future, on condition the future is still pending (E4); the
- * failed status is final (every terminal write is conditional on `pending`, and a retried submit
- * answers the original future, R7). So a failed save's blob is referenced by nothing and never will
- * be. Anything less certain keeps the blob: a row that is missing, pending or completed, or that
- * does not describe a save of this key's model. Deleting a referenced checkpoint cannot be undone.
+ * Checkpoint blobs and archives past their grace that no save's commit names: their save request
+ * (its future, read strongly) ended `failed`, or ended `completed` by another run than the key's.
+ * A save's name record is committed in the same transaction that ends its future with its run, on
+ * condition the future is still pending (E4); a terminal status is final (every terminal write is
+ * conditional on `pending`, and a retried submit answers the original future, R7). So such an object
+ * is referenced by nothing and never will be. Anything less certain keeps it: a row that is missing
+ * or pending, a completed row without a run (ended before runs were recorded) or with this key's
+ * run, or a row that does not describe a save of this key's model. Deleting a referenced checkpoint
+ * cannot be undone. The committed objects go with their content (sweeper/checkpoint-gc.ts).
  */
-async function failedSaveCheckpoints(
+async function unsavedCheckpointObjects(
   target: BlobGcTarget,
   page: readonly ListedObject[],
   now: number,
   policy: BlobGcPolicy,
 ): Promise<string[]> {
-  const candidates: { key: string; modelId: string; requestId: string }[] = [];
+  const candidates: { key: string; modelId: string; requestId: string; run?: string }[] = [];
   for (const object of page) {
     if (object.lastModified + policy.checkpointGraceMs > now) continue;
-    const parsed = parseCheckpointKey(object.key);
+    const parsed = checkpointKeyParts(object.key);
     if (parsed !== undefined) candidates.push({ key: object.key, ...parsed });
   }
   if (candidates.length === 0) return [];
@@ -253,17 +305,18 @@ async function failedSaveCheckpoints(
       table: target.futuresTable,
       keyName: 'request_id',
       consistent: true,
-      attributes: ['request_id', 'status', 'model_id', 'request_type'],
+      attributes: ['request_id', 'status', 'model_id', 'request_type', 'run'],
     },
   );
   return candidates
-    .filter(({ modelId, requestId }) => {
+    .filter(({ modelId, requestId, run }) => {
       const row = rows.get(requestId);
+      if (row === undefined || row.model_id !== modelId || !SAVE_REQUEST_TYPES.has(row.request_type)) {
+        return false;
+      }
+      if (row.status === 'failed') return true;
       return (
-        row !== undefined &&
-        row.status === 'failed' &&
-        row.model_id === modelId &&
-        SAVE_REQUEST_TYPES.has(row.request_type)
+        row.status === 'completed' && run !== undefined && typeof row.run === 'string' && row.run !== run
       );
     })
     .map((candidate) => candidate.key);

@@ -1,6 +1,7 @@
 import { DeleteObjectsCommand, type S3Client } from '@aws-sdk/client-s3';
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { gcDecision } from '../domain/checkpoint-life.js';
+import type { CheckpointNameRecord, GcEntryRecord } from '../domain/records.js';
 import { logger } from '../logger.js';
 import {
   deleteCollectedGcEntry,
@@ -8,7 +9,11 @@ import {
   moveGcEntry,
   readGcEntry,
 } from '../repositories/checkpoint-gc.js';
-import { deleteExpiredCheckpointName, readCheckpointName } from '../repositories/checkpoints.js';
+import {
+  checkpointObjectKeys,
+  deleteExpiredCheckpointName,
+  readCheckpointName,
+} from '../repositories/checkpoints.js';
 import { deleteCollectedMarker } from '../repositories/public-markers.js';
 
 /**
@@ -75,6 +80,15 @@ export async function collectCheckpoints(
   return counters;
 }
 
+/**
+ * The entry's objects, and those of the name record while it still holds the entry's content (an
+ * entry written at submit names none: the keys are the committing run's, E3).
+ */
+function objectsToCollect(entry: GcEntryRecord, record: CheckpointNameRecord | undefined): string[] {
+  const held = record?.content_id === entry.content_id && record.status === 'committed';
+  return [...new Set([...entry.blob_keys, ...(held ? checkpointObjectKeys(record) : [])])];
+}
+
 async function collectOne(
   target: CheckpointGcTarget,
   pk: string,
@@ -91,18 +105,19 @@ async function collectOne(
     return moveGcEntry(target.doc, target.registryTable, entry, decision.due);
   }
   if (decision.action === 'collect') {
-    if (entry.blob_keys.length > 0) {
+    const objects = objectsToCollect(entry, record);
+    if (objects.length > 0) {
       const answer = await target.s3.send(
         new DeleteObjectsCommand({
           Bucket: target.bucket,
-          Delete: { Objects: entry.blob_keys.map((Key) => ({ Key })), Quiet: true },
+          Delete: { Objects: objects.map((Key) => ({ Key })), Quiet: true },
         }),
       );
       if ((answer.Errors?.length ?? 0) > 0) {
         counters.collect_errors++;
         return false;
       }
-      counters.objects_deleted += entry.blob_keys.length;
+      counters.objects_deleted += objects.length;
     }
     if (
       await deleteExpiredCheckpointName(

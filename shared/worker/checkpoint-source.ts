@@ -52,12 +52,7 @@ export async function loadCheckpointBytes(
     if (!isLiveCheckpoint(record, store.now)) {
       throw new StepUserError(`path: checkpoint ${ref.path} has expired`, { context: { field: 'path' } });
     }
-    return checkpointBlob(
-      clients,
-      bucket,
-      record.blob_key ?? storageKeys.checkpoint(record.model_id, record.content_id),
-      ref.path,
-    );
+    return checkpointBlob(clients, bucket, checkpointBlobKey(record), ref.path);
   }
   const saver = await readFuture(clients.doc, tables.futures, record.request_id, true);
   if (saver?.status === 'failed') {
@@ -66,6 +61,13 @@ export async function loadCheckpointBytes(
     });
   }
   throw new InfrastructureError(`checkpoint ${ref.path} is not saved yet`, { context: { pk: ref.pk } });
+}
+
+/** The blob a committed name record names (E3: never derived, but for records from before `blob_key`). */
+export function checkpointBlobKey(
+  record: Pick<CheckpointNameRecord, 'model_id' | 'content_id' | 'blob_key'>,
+): string {
+  return record.blob_key ?? storageKeys.legacyCheckpoint(record.model_id, record.content_id);
 }
 
 /**
@@ -90,21 +92,23 @@ export async function checkpointBlob(
 
 /**
  * Checks a sampler checkpoint a sample names is still what its sampling session was made on: the
- * same content, live, readable by the sample's tenant. A session made before W5 carries no path: its
- * blob is read as is (`checkpointBlob` still turns a collected one into the user's error).
+ * same content, live, readable by the sample's tenant; answers the blob key its name record names. A
+ * session made before W5 carries no path: its blob is read at the one key of its time
+ * (`checkpointBlob` still turns a collected one into the user's error).
  */
 export async function requireLiveSamplerCheckpoint(
-  checkpoint: { readonly content_id: string; readonly path?: string },
+  checkpoint: { readonly model_id: string; readonly content_id: string; readonly path?: string },
   store: {
     /** The name record by key: the work item's shared read (`SamplerCache.checkpointName`). */
     readonly readName: (pk: string) => Promise<CheckpointNameRecord | undefined>;
     readonly tenant: string;
     readonly now: number;
   },
-): Promise<void> {
-  if (checkpoint.path === undefined) return;
+): Promise<string> {
+  const legacy = storageKeys.legacyCheckpoint(checkpoint.model_id, checkpoint.content_id);
+  if (checkpoint.path === undefined) return legacy;
   const parsed = parseCheckpointPath(checkpoint.path);
-  if (parsed === undefined) return;
+  if (parsed === undefined) return legacy;
   const record = await store.readName(registryKey.checkpointName(parsed.modelId, parsed.kind, parsed.name));
   if (
     record === undefined ||
@@ -117,4 +121,5 @@ export async function requireLiveSamplerCheckpoint(
       { context: { field: 'model_path' } },
     );
   }
+  return checkpointBlobKey(record);
 }

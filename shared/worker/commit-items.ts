@@ -18,7 +18,7 @@ export type { StoredOutcome } from '../repositories/futures.js';
  * A model's commit, in one TransactWriteItems (at most 100 actions; the planner's `commitActionsOf`
  * budgets them):
  * - the model row's advance (`modelAdvanceItem`), on `inflight = :token AND applied_through = :base`;
- * - each step's future's end (`futureEndItem`), on `status = pending`;
+ * - each step's future's end (`futureEndItem`, recording the run), on `status = pending`;
  * - a save's checkpoint name record (`checkpointEffectItem`): filled, or its reservation freed;
  * - an unnamed sampler save's sampling session record, put on `attribute_not_exists(pk)`.
  */
@@ -53,9 +53,10 @@ export interface CommitTransaction {
 const MAX_TOKEN_CHARS = 36;
 
 /**
- * ClientRequestToken of a commit: a function of the work item's in-flight token (and of the
+ * ClientRequestToken of a commit: a function of the work item's in-flight token, the run (and of the
  * transaction's variant after futures were dropped from it), so every retry of one commit sends the
- * same token and a retry of a commit that landed succeeds without applying it twice (E5).
+ * same token and a retry of a commit that landed succeeds without applying it twice (E5). Another
+ * run of the same work item sends another token: its commit is judged on its conditions.
  */
 export function commitToken(...parts: readonly (string | number)[]): string {
   return sha256Hex(['commit', ...parts].join('\u0000')).slice(0, MAX_TOKEN_CHARS);
@@ -65,7 +66,7 @@ export function modelCommitTransaction(commit: ModelCommit, tables: CommitTables
   const items: TransactItem[] = [modelAdvanceItem(tables.models, commit)];
   const targets: ActionTarget[] = [{ kind: 'model' }];
   for (const step of commit.steps) {
-    items.push(futureEndItem(tables.futures, step.request_id, step.outcome, commit.now));
+    items.push(futureEndItem(tables.futures, step.request_id, step.outcome, commit.now, commit.run));
     targets.push({ kind: 'future', request_id: step.request_id });
     if (step.checkpoint !== undefined) {
       items.push(checkpointEffectItem(tables.registry, step.checkpoint, step.request_id, commit.now));
@@ -88,13 +89,14 @@ const sampleTargets = (requestId: string): readonly ActionTarget[] => [
 export function sampleCommitTransaction(
   requestId: string,
   claimToken: string,
+  run: string,
   outcome: StoredOutcome,
   now: number,
   tables: CommitTables,
 ): CommitTransaction {
   return {
     items: [
-      futureEndItem(tables.futures, requestId, outcome, now),
+      futureEndItem(tables.futures, requestId, outcome, now, run),
       sampleClaimDeleteItem(tables.registry, requestId, claimToken),
     ],
     targets: sampleTargets(requestId),

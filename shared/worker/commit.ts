@@ -100,7 +100,7 @@ export async function commitModel(
     const transaction = modelCommitTransaction({ ...commit, steps }, tables);
     const decided = await transactUntilDecided(
       transaction.items,
-      commitToken(commit.inflight, variant),
+      commitToken(commit.inflight, commit.run, variant),
       doc,
       sleep,
     );
@@ -139,8 +139,9 @@ export async function commitModel(
 
 /**
  * E5: re-read the model row strongly. Mine landed when the row holds my state key (unique to this
- * epoch), or when the row is still at my epoch with nothing in flight and my last seq applied (only a
- * commit of this epoch can get there: every re-plan and claim bumps the epoch).
+ * run), or when the row is still at my epoch with nothing in flight, my last seq applied and my run
+ * as its `last_run` (only a commit of this epoch can get there: every re-plan and claim bumps the
+ * epoch; and of the runs of this epoch, a duplicate delivery's included, only the one that landed).
  */
 async function settleModelCommit(
   commit: ModelCommit,
@@ -151,7 +152,10 @@ async function settleModelCommit(
   if (row === undefined) throw new InfrastructureError(`model ${commit.model_id} vanished during its commit`);
   const landed =
     (commit.state_ref !== undefined && row.state_ref === commit.state_ref) ||
-    (row.epoch === epoch && row.inflight === undefined && row.applied_through >= commit.applied_through);
+    (row.epoch === epoch &&
+      row.inflight === undefined &&
+      row.applied_through >= commit.applied_through &&
+      row.last_run === commit.run);
   if (landed) return { committed: true, settledByReread: true };
   if (row.inflight === commit.inflight) {
     throw new InfrastructureError(`commit of ${commit.inflight} did not land`, {
@@ -168,16 +172,17 @@ async function settleModelCommit(
 export async function commitSample(
   requestId: string,
   claimToken: string,
+  run: string,
   outcome: StoredOutcome,
   now: number,
   store: CommitStore,
   sleep: Sleep = realSleep,
 ): Promise<CommitResult> {
   const { doc, tables } = store;
-  const transaction = sampleCommitTransaction(requestId, claimToken, outcome, now, tables);
+  const transaction = sampleCommitTransaction(requestId, claimToken, run, outcome, now, tables);
   const decided = await transactUntilDecided(
     transaction.items,
-    commitToken(requestId, claimToken),
+    commitToken(requestId, claimToken, run),
     doc,
     sleep,
   );
@@ -192,8 +197,14 @@ export async function commitSample(
     });
   }
   // The claim is gone or another's. Only an attempt of mine whose answer was lost can have ended the
-  // future while leaving no claim behind.
-  if (decided.ambiguous && claim === undefined && future !== undefined && future.status !== 'pending') {
+  // future with my run while leaving no claim behind (a duplicate delivery's run holds the same claim).
+  if (
+    decided.ambiguous &&
+    claim === undefined &&
+    future !== undefined &&
+    future.status !== 'pending' &&
+    future.run === run
+  ) {
     return { committed: true, settledByReread: true };
   }
   return { committed: false };

@@ -18,6 +18,11 @@ export interface RunContext {
   readonly tables: CommitTables;
   /** The bucket of states, checkpoints and results, resolved with the tables. */
   readonly bucket: string;
+  /**
+   * This run's id (`mintRunId`), in every key it writes and on the rows its commits end (E3, E5): a
+   * duplicate delivery of the same work item runs with another, so its writes never land on ours.
+   */
+  readonly run: string;
   readonly maxAttempts: number;
   readonly inlineResultMaxBytes: number;
   readonly signal: AbortSignal | undefined;

@@ -76,6 +76,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
       tables: ctx.tables,
       bucket: ctx.bucket,
       model,
+      run: ctx.run,
       now: ctx.now,
     };
     const executions: StepExecution[] = [];
@@ -97,13 +98,14 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
     if (!(await ctx.leases.stillHeld(model.inflight))) throw new LeaseLostError(model.inflight);
     const placement = { inlineMaxBytes: ctx.inlineResultMaxBytes, budget: COMMIT_INLINE_BUDGET_BYTES };
     const [stored, steps] = await Promise.all([
-      storeState(backend, clients.s3, ctx.bucket, model.model_id, model.epoch, part),
+      storeState(backend, clients.s3, ctx.bucket, model.model_id, model.epoch, ctx.run, part),
       Promise.all(
         executions.map(
           async (execution): Promise<StepCommit> => ({
             request_id: execution.request_id,
             outcome: await storeOutcome(
               execution.request_id,
+              ctx.run,
               execution.outcome,
               placement,
               clients.s3,
@@ -135,6 +137,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
       {
         model_id: model.model_id,
         inflight: model.inflight,
+        run: ctx.run,
         base_applied_through: model.base_applied_through,
         applied_through: last?.seq ?? model.base_applied_through,
         ...(stateRef === undefined ? {} : { state_ref: stateRef }),
@@ -146,10 +149,9 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
       { doc: clients.doc, tables: ctx.tables },
     );
     if (!result.committed) return { outcome: 'lost' };
-    // Only a commit this part saw land: a re-read finds the key named, not whose bytes it holds.
-    if (stored !== undefined && !result.settledByReread) {
-      ctx.states.committed(stored.key, stored.bytes, model.base_state_ref);
-    }
+    // This run's commit landed (seen, or found by re-reading its run on the row, E5): the key is this
+    // run's alone, so it holds exactly these bytes.
+    if (stored !== undefined) ctx.states.committed(stored.key, stored.bytes, model.base_state_ref);
     return { outcome: 'committed', settled_by_reread: result.settledByReread };
   } finally {
     ctx.leases.release(model.inflight);

@@ -7,8 +7,8 @@ import type { StepResult } from './steps.js';
 
 /**
  * Where a completed step's result goes: inline on the future row when its JSON is small, else to S3
- * under `results/<request_id>.json` (`result_key`). Inline results of one commit share a budget so the
- * transaction stays under DynamoDB's 4 MB (E4). Inline results are the JSON text, a string attribute,
+ * under `results/<request_id>/<run>.json` (`result_key`; the run's own key, E3). Inline results of
+ * one commit share a budget so the transaction stays under DynamoDB's 4 MB (E4). Inline results are the JSON text, a string attribute,
  * not a DynamoDB map: DynamoDB numbers cannot hold every float64 (above 2^53 the SDK refuses them,
  * below 1e-130 DynamoDB does), and one unstorable loss used to fail the whole model's commit.
  */
@@ -23,6 +23,7 @@ export interface ResultPlacement {
 /** Decides and, for large results, writes. Pure apart from the PUT. */
 export async function storeOutcome(
   requestId: string,
+  run: string,
   outcome: StepResult,
   placement: ResultPlacement,
   s3: S3Client,
@@ -47,7 +48,7 @@ export async function storeOutcome(
     placement.budget -= bytes;
     return { status: 'completed', result: json };
   }
-  const key = storageKeys.result(requestId);
+  const key = storageKeys.result(requestId, run);
   await putBytes(s3, bucket, key, json, true);
   return { status: 'completed', result_key: key };
 }
@@ -78,8 +79,8 @@ export function firstNonFinite(value: unknown): string | undefined {
 }
 
 /**
- * The new model state under its fenced key (E3), with the bytes written; undefined when no step
- * changed the state.
+ * The new model state under its run's key (E3: `state/<model>/<epoch>/<run>.bin`), with the bytes
+ * written; undefined when no step changed the state.
  */
 export async function storeState(
   backend: Backend,
@@ -87,13 +88,14 @@ export async function storeState(
   bucket: string,
   modelId: string,
   epoch: number,
+  run: string,
   part: {
     readonly state: Parameters<Backend['serializeState']>[0] | undefined;
     readonly stateChanged: boolean;
   },
 ): Promise<{ readonly key: string; readonly bytes: Uint8Array } | undefined> {
   if (!part.stateChanged || part.state === undefined) return undefined;
-  const key = storageKeys.modelState(modelId, epoch);
+  const key = storageKeys.modelState(modelId, epoch, run);
   const bytes = await backend.serializeState(part.state);
   await putBytes(s3, bucket, key, bytes);
   return { key, bytes };

@@ -1,7 +1,7 @@
-import { randomUUID } from 'node:crypto';
 import { awsClients } from '../aws/clients.js';
 import { commitSignal } from '../commit-signal.js';
 import { config } from '../config.js';
+import { mintRunId } from '../ids.js';
 import { logger } from '../logger.js';
 import { createPrefixStore } from '../prefix/store.js';
 import { INLINE_RESULT_MAX_BYTES } from '../repositories/futures.js';
@@ -34,11 +34,12 @@ function samplingContext(
   tables: CommitTables,
   now: () => number,
   opening: OpeningReads,
+  run: string,
 ): SamplingContext | undefined {
   if (item.samples.length === 0) return undefined;
   const prefixes = options.prefixes ?? createPrefixStore({ client: clients.doc });
   // Unique per run: two deliveries of one work item never write each other's prefix rows (P2).
-  const attempt = `${item.work_item_id}.${randomUUID().slice(0, 8)}`;
+  const attempt = `${item.work_item_id}.${run}`;
   const cutDeadline = options.cutDeadline ?? (() => now() + DEFAULT_CUT_SAVE_MS);
   const pollMs = options.cutPollMs ?? DEFAULT_CUT_POLL_MS;
   const cut = new WorkItemCut(
@@ -101,12 +102,14 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
     now,
   );
   const onEvent = options.onEvent;
-  const sampling = samplingContext(item, options, clients, tables, now, opening);
+  const run = options.runId ?? mintRunId();
+  const sampling = samplingContext(item, options, clients, tables, now, opening, run);
   const ctx: RunContext = {
     backend: options.backend,
     clients,
     tables,
     bucket,
+    run,
     maxAttempts: options.maxAttempts ?? tunables.maxAttempts,
     inlineResultMaxBytes: options.inlineResultMaxBytes ?? INLINE_RESULT_MAX_BYTES,
     signal: options.signal,

@@ -92,6 +92,7 @@ async function runClaimedSample(
   const placement = { inlineMaxBytes: ctx.inlineResultMaxBytes, budget: ctx.inlineResultMaxBytes };
   const stored = await storeOutcome(
     sample.request_id,
+    ctx.run,
     generated.result,
     placement,
     ctx.clients.s3,
@@ -99,7 +100,7 @@ async function runClaimedSample(
   );
   faultHook.crash('worker:after-result-write');
   stopIfAborted(ctx.signal);
-  const committed = await commitSample(sample.request_id, sample.claim_token, stored, ctx.now(), {
+  const committed = await commitSample(sample.request_id, sample.claim_token, ctx.run, stored, ctx.now(), {
     doc: ctx.clients.doc,
     tables: ctx.tables,
   });
@@ -158,15 +159,19 @@ function resumeOf(progress: ReadonlyMap<number, Progress>): (SequencePrefix | nu
 async function generate(sample: WorkItemSample, ctx: RunContext): Promise<Generated> {
   try {
     const payload = parseSamplePayload(sample.request_id, sample.payload);
-    if (payload.checkpoint !== undefined) {
-      // Deleted, expired or unpublished since the session was made: this sample's user error (C3-C5).
-      await requireLiveSamplerCheckpoint(payload.checkpoint, {
-        readName: (pk) => ctx.samplers.checkpointName(pk),
-        tenant: sample.tenant,
-        now: ctx.now(),
-      });
-    }
-    const sampler = await ctx.samplers.get(payload.base_model, payload.checkpoint);
+    // Deleted, expired or unpublished since the session was made: this sample's user error (C3-C5).
+    const checkpoint =
+      payload.checkpoint === undefined
+        ? undefined
+        : {
+            ...payload.checkpoint,
+            blob_key: await requireLiveSamplerCheckpoint(payload.checkpoint, {
+              readName: (pk) => ctx.samplers.checkpointName(pk),
+              tenant: sample.tenant,
+              now: ctx.now(),
+            }),
+          };
+    const sampler = await ctx.samplers.get(payload.base_model, checkpoint);
     const request = sampleRequestOf(sample.request_id, payload);
     const sampling = ctx.sampling;
     if (sampling === undefined) {

@@ -1,9 +1,14 @@
 import type { Backend, SamplerModel } from '../backend/backend.js';
 import type { CheckpointNameRecord } from '../domain/records.js';
 import { readCheckpointName } from '../repositories/checkpoints.js';
-import { storageKeys } from '../storage-keys.js';
 import { checkpointBlob } from './checkpoint-source.js';
 import type { WorkerClients } from './types.js';
+
+export interface SamplerCheckpoint {
+  readonly model_id: string;
+  readonly content_id: string;
+  readonly blob_key: string;
+}
 
 /**
  * Samplers loaded once per work item: the bare base model, or a committed sampler checkpoint (R4: a
@@ -34,10 +39,8 @@ export class SamplerCache {
     return reading;
   }
 
-  get(
-    baseModel: string,
-    checkpoint?: { readonly model_id: string; readonly content_id: string },
-  ): Promise<SamplerModel> {
+  /** `checkpoint.blob_key`: the blob its committed name record names (`requireLiveSamplerCheckpoint`). */
+  get(baseModel: string, checkpoint?: SamplerCheckpoint): Promise<SamplerModel> {
     const key =
       checkpoint === undefined
         ? `base\u0000${baseModel}`
@@ -51,15 +54,12 @@ export class SamplerCache {
     return loading;
   }
 
-  async #load(
-    baseModel: string,
-    checkpoint: { readonly model_id: string; readonly content_id: string } | undefined,
-  ): Promise<SamplerModel> {
+  async #load(baseModel: string, checkpoint: SamplerCheckpoint | undefined): Promise<SamplerModel> {
     if (checkpoint === undefined) return this.backend.loadSampler(baseModel, null);
     const bytes = await checkpointBlob(
       this.clients,
       this.bucket,
-      storageKeys.checkpoint(checkpoint.model_id, checkpoint.content_id),
+      checkpoint.blob_key,
       `${checkpoint.model_id}/${checkpoint.content_id}`,
     );
     return this.backend.loadSampler(baseModel, bytes);

@@ -1,12 +1,11 @@
 /**
  * Model states this process wrote and committed, by state key, so the next work item of the same
- * model that names that key (`base_state_ref`) needs no GET of it. Sound because a state key is fenced
- * (E3: `state/<model>/<epoch>.bin`, one epoch per claim, never issued again) and an entry is added only
- * once this process saw the commit that names it land (E4; not after a re-read, which shows the key
- * named, not whose bytes it holds). One case is left: two copies of one work item delivered at once
- * share its epoch, so the losing copy's PUT may land after the winner's commit; the bytes are the
- * same when the backend is deterministic (the reference one is), and may differ on one that is not.
- * A miss (another process committed it, the entry was evicted) reads S3 as before.
+ * model that names that key (`base_state_ref`) needs no GET of it. Sound because a state key is unique
+ * to the run that wrote it (E3: `state/<model>/<epoch>/<run>.bin`; one epoch per claim, never issued
+ * again, and a run id per delivery, so two copies of one work item delivered at once never share a
+ * key) and an entry is added only once this process knows its own run's commit landed (E4, E5): the
+ * key then holds exactly the bytes this process wrote, whatever the backend. A miss (another process
+ * committed it, the entry was evicted) reads S3 as before.
  *
  * Bounded by bytes, least recently used first out. A model's entry is replaced when its next state
  * commits, so the cache holds about one state per model this process runs. Each hit hands out a copy:

@@ -57,6 +57,8 @@ export interface StepEnv {
   readonly tables: Tables<'futures' | 'registry'>;
   readonly bucket: string;
   readonly model: WorkItemModel;
+  /** The run's id: a save's blob and archive keys are this run's (E3). */
+  readonly run: string;
   readonly now: () => number;
 }
 
@@ -111,11 +113,12 @@ function archiveOf(
   requestId: string,
   modelId: string,
   contentId: string,
+  run: string,
 ): { readonly key: string; readonly bytes: Uint8Array } | undefined {
   const submitted = requestIdTime(requestId);
   try {
     const tar = checkpointArchive(bytes, { createdAtMs: Number.isFinite(submitted) ? submitted : 0 });
-    return { key: storageKeys.archive(modelId, contentId), bytes: tar };
+    return { key: storageKeys.archive(modelId, contentId, run), bytes: tar };
   } catch (error) {
     logger.warn('checkpoint saved without an archive', {
       content_id: contentId,
@@ -179,10 +182,11 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
       const kind = step.request_type === 'save_weights' ? 'training' : 'sampler';
       const bytes = await backend.exportWeights(requireState(part, modelId), kind);
       const contentId = checkpointContentId(step.request_id);
-      const key = storageKeys.checkpoint(modelId, contentId);
+      // Under this run's keys (E3): another run of the same save may export other bytes.
+      const key = storageKeys.checkpoint(modelId, contentId, env.run);
       // The archive is built once, here, from the exported blob (C2): the route only presigns it. Its
-      // mtimes are the save's submit time (its request id's), so every attempt writes the same bytes.
-      const archive = archiveOf(bytes, step.request_id, modelId, contentId);
+      // mtimes are the save's submit time (its request id's), so it depends on the blob alone.
+      const archive = archiveOf(bytes, step.request_id, modelId, contentId, env.run);
       part.saved.set(contentId, { key, bytes, ...(archive === undefined ? {} : { archive }) });
       const session = 'sampling_session' in payload ? payload.sampling_session : undefined;
       const checkpoint: CheckpointEffect = {

@@ -58,7 +58,7 @@ export interface WorkerOptions {
   readonly renewEveryMs?: number;
   /** K of E2, used when this worker releases a model for re-plan (default: MAX_ATTEMPTS). */
   readonly maxAttempts?: number;
-  /** Results whose JSON is larger go to S3 under `results/<request_id>.json` (default 64 KiB). */
+  /** Results whose JSON is larger go to S3 under `results/<request_id>/<run>.json` (default 64 KiB). */
   readonly inlineResultMaxBytes?: number;
   /** How long the first pass of a fused batch waits for passes of other models (default 0: same tick). */
   readonly passWindowMs?: number;
@@ -87,6 +87,11 @@ export interface WorkerOptions {
   readonly prefixes?: PrefixStore;
   /** Told each part's request ids once its commit landed (default: the installed `commitSignal()`). */
   readonly commits?: CommitSignal;
+  /**
+   * The run's id, in every key it writes (E3); default: a fresh `mintRunId()`. Only tests pin it, to
+   * stand for two runs that write the same keys.
+   */
+  readonly runId?: string;
   /** Committed states kept in memory for the next work item (default: the process's `processStateCache()`). */
   readonly states?: StateCache;
 }

@@ -174,7 +174,10 @@ describe('the archive (C2)', () => {
     const { owner } = tenants;
     const requestId = await saveWeights(owner, 'arch');
     const record = await nameRecord(owner.modelId, 'weights', 'arch');
-    expect(record?.archive_key).toBe(`archives/${owner.modelId}/c-${requestId}.tar`);
+    // Under the saving run's key (E3), beside the blob's.
+    expect(record?.archive_key).toMatch(
+      new RegExp(`^archives/${owner.modelId}/c-${requestId}/[0-9a-f]{12}\\.tar$`),
+    );
     const blob = await objectBytes(record?.blob_key ?? '');
     expect(record?.size_bytes).toBe(blob.length);
 
@@ -218,7 +221,8 @@ describe('the archive (C2)', () => {
     const answer = await route(owner, 'GET', `${ckpt(owner, 'weights', 'legacy')}/archive`);
     expect(answer.status).toBe(302);
     const rebuilt = await nameRecord(owner.modelId, 'weights', 'legacy');
-    expect(rebuilt?.archive_key).toBe(record.archive_key);
+    // Built by the route from the committed blob: one key per content, as before runs.
+    expect(rebuilt?.archive_key).toBe(`archives/${owner.modelId}/${record.content_id}.tar`);
     const bytes = new Uint8Array(await (await fetch(answer.headers.get('location') ?? '')).arrayBuffer());
     const blob = await objectBytes(record.blob_key ?? '');
     expect(
@@ -251,13 +255,14 @@ describe('TTL (C5)', () => {
     await saveWeights(owner, 'ttl-save', { ttl_seconds: 3600 });
     const saved = (await nameRecord(owner.modelId, 'weights', 'ttl-save')) as CheckpointNameRecord;
     expect(saved.expires_at).toBe((saved.created_at ?? 0) + 3_600_000);
-    // The intake wrote its gc entry, due at the earliest expiry (submit + ttl); a sweep then moves
-    // it to the expiry the commit fixed, and collects nothing.
+    // The intake wrote its gc entry, due at the earliest expiry (submit + ttl), naming no objects
+    // (their keys are the committing run's, E3: collection takes them from the name record); a
+    // sweep then moves it to the expiry the commit fixed, and collects nothing.
     const entry = (await registry<GcEntryRecord>(registryKey.gcEntry(saved.content_id))) as GcEntryRecord;
     expect(entry).toMatchObject({ owner_key: 'gc', name_pk: saved.pk });
     expect(entry.due).toBeLessThan(saved.expires_at ?? 0);
     expect(entry.due).toBeGreaterThan((saved.expires_at ?? 0) - 60_000);
-    expect(entry.blob_keys).toEqual([saved.blob_key, saved.archive_key]);
+    expect(entry.blob_keys).toEqual([]);
     const early = await collect(entry.due);
     expect(early).toMatchObject({ entries_moved: 1, checkpoints_collected: 0 });
     expect((await registry<GcEntryRecord>(registryKey.gcEntry(saved.content_id)))?.due).toBe(

@@ -257,6 +257,7 @@ describe('worker faults through the pipeline', () => {
       const kill = new AbortController();
       const verdict = await processWorkMessage(message.Body ?? '', {
         backend,
+        runId: 'killed',
         signal: kill.signal,
         onEvent: (event: WorkerEvent) => {
           // The item holds at least its first step (how many more depends on what the tick saw).
@@ -271,7 +272,7 @@ describe('worker faults through the pipeline', () => {
       // Nothing committed: still in flight under the killed worker's claim, its requests pending.
       const { lease_until: _renewed, ...unchanged } = claimed;
       expect(await harness.modelRow(modelId)).toMatchObject(unchanged);
-      expect(await stateExists(storageKeys.modelState(modelId, claimed.epoch))).toBe(
+      expect(await stateExists(storageKeys.modelState(modelId, claimed.epoch, 'killed'))).toBe(
         killAt === 'model-written',
       );
 

@@ -19,7 +19,7 @@ import { revokeApiKey } from '../../shared/repositories/api-keys.js';
 import { INLINE_RESULT_MAX_BYTES } from '../../shared/repositories/futures.js';
 import { checkpointContentId, storageKeys } from '../../shared/storage-keys.js';
 import { decodeForwardBackwardRequest } from '../../shared/wire/forward-backward-request.js';
-import { completeFuture, failFuture } from '../support/futures.js';
+import { completeFuture, failFuture, SUPPORT_RUN } from '../support/futures.js';
 import { readPayload } from '../support/payloads.js';
 import { type ApiHarness, startApiHarness } from './api-harness.js';
 
@@ -279,7 +279,7 @@ describe('the SDK call sequence with its exact request bodies', () => {
     const big = { metrics: { 'loss:mean': 1 }, blob: 'x'.repeat(INLINE_RESULT_MAX_BYTES + 10) };
     await completeFuture(fb.request_id, big, api.cloud.clients);
     const row = await get<FutureRow>('futures', { request_id: fb.request_id });
-    expect(row!.result_key).toBe(storageKeys.result(fb.request_id));
+    expect(row!.result_key).toBe(storageKeys.result(fb.request_id, SUPPORT_RUN));
     expect(row!.result).toBeUndefined();
     expect(await client.waitFor(fb.request_id)).toEqual(big);
   });

@@ -31,7 +31,7 @@ function record(name: string, extra: Partial<CheckpointNameRecord> = {}): Checkp
     request_id: name,
     status: 'committed',
     content_id: contentId,
-    blob_key: storageKeys.checkpoint('model-w', contentId),
+    blob_key: storageKeys.checkpoint('model-w', contentId, 'run-1'),
     ...extra,
   };
 }
@@ -113,14 +113,15 @@ describe('a queued sample on a sampler checkpoint (C3-C5)', () => {
   // A fresh cache per check, as each work item has its own: a later check reads the record again.
   const check = (item: CheckpointNameRecord, tenant = 'owner', now = NOW, samplers = samplerCache()) =>
     requireLiveSamplerCheckpoint(
-      { content_id: item.content_id, path: item.path },
+      { model_id: item.model_id, content_id: item.content_id, path: item.path },
       { readName: (pk) => samplers.checkpointName(pk), tenant, now },
     );
 
   it('passes while live and readable, and fails as the user’s error once expired, deleted or private', async () => {
     const item = sampler('s-ttl', { expires_at: NOW + 10 });
     await store(item, false);
-    await check(item);
+    // The key its name record names, never one derived from the content (E3).
+    await expect(check(item)).resolves.toBe(item.blob_key);
     await expect(check(item, 'owner', NOW + 10)).rejects.toThrow(StepUserError);
     await expect(check(sampler('s-never'))).rejects.toThrow(/no longer exists/);
     await expect(check(item, 'stranger')).rejects.toThrow(StepUserError);
@@ -154,7 +155,11 @@ describe('a queued sample on a sampler checkpoint (C3-C5)', () => {
   it('turns a collected sampler blob into the user’s error, not a retry', async () => {
     const samplers = samplerCache();
     const failure = await samplers
-      .get('reference/byte-lm', { model_id: 'model-w', content_id: 'c-gone' })
+      .get('reference/byte-lm', {
+        model_id: 'model-w',
+        content_id: 'c-gone',
+        blob_key: storageKeys.checkpoint('model-w', 'c-gone', 'run-1'),
+      })
       .catch((error: unknown) => error);
     expect(failure).toBeInstanceOf(StepUserError);
   });

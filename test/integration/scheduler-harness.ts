@@ -13,7 +13,7 @@ import {
   registryKey,
   type SamplingSessionRecord,
 } from '../../shared/domain/records.js';
-import { mintId, mintRequestId } from '../../shared/ids.js';
+import { mintId, mintRequestId, mintRunId } from '../../shared/ids.js';
 import { logger } from '../../shared/logger.js';
 import { serializePayload } from '../../shared/payload-store.js';
 import type { IntakeStore } from '../../shared/repositories/intake.js';
@@ -248,10 +248,11 @@ export async function drainWorkItems(clients: AwsClients): Promise<WorkItem[]> {
 export async function commitWorkItem(clients: AwsClients, workItem: WorkItem): Promise<boolean> {
   const tables = resolveTables(['futures', 'models', 'registry']);
   const now = Date.now();
+  const run = mintRunId();
   let allCommitted = true;
   for (const model of workItem.models) {
     const last = model.steps.at(-1)!.seq;
-    const stateRef = storageKeys.modelState(model.model_id, model.epoch);
+    const stateRef = storageKeys.modelState(model.model_id, model.epoch, run);
     await clients.s3.send(
       new PutObjectCommand({ Bucket: config().bucket, Key: stateRef, Body: `state ${model.epoch}` }),
     );
@@ -259,6 +260,7 @@ export async function commitWorkItem(clients: AwsClients, workItem: WorkItem): P
       {
         model_id: model.model_id,
         inflight: model.inflight,
+        run,
         base_applied_through: model.base_applied_through,
         applied_through: last,
         state_ref: stateRef,
@@ -273,20 +275,21 @@ export async function commitWorkItem(clients: AwsClients, workItem: WorkItem): P
       },
       tables,
     );
-    const outcome = await transactWrite(commit.items, commitToken(model.inflight, 0), clients.doc);
+    const outcome = await transactWrite(commit.items, commitToken(model.inflight, run, 0), clients.doc);
     if (!outcome.ok) allCommitted = false;
   }
   for (const sample of workItem.samples) {
     const commit = sampleCommitTransaction(
       sample.request_id,
       sample.claim_token,
+      run,
       sample.fail === undefined
         ? { status: 'completed', result: { sampled: true } }
         : { status: 'failed', error: sample.fail },
       now,
       tables,
     );
-    await transactWrite(commit.items, commitToken(sample.request_id, sample.claim_token), clients.doc);
+    await transactWrite(commit.items, commitToken(sample.request_id, sample.claim_token, run), clients.doc);
   }
   return allCommitted;
 }

@@ -50,11 +50,14 @@ describe('scheduler tick on the local cloud', () => {
     expect(more).toEqual([]);
     expect(stepIds(item!)).toEqual({ [m]: [fb1.requestId, optim2.requestId] });
     const model = item!.models[0]!;
+    // The committed row's key, as the commit of epoch 1 named it (E3: never derived).
+    const committed = (await readModelRow(cloud.clients, m))?.state_ref;
+    expect(committed).toMatch(new RegExp(`^state/${m}/1/[^/]+\\.bin$`));
     expect(model).toMatchObject({
       epoch: 2,
       inflight: `${m}@2`,
       base_applied_through: 1,
-      base_state_ref: storageKeys.modelState(m, 1),
+      base_state_ref: committed,
     });
     expect(model.steps.map((step) => [step.seq, step.request_type])).toEqual([
       [2, 'forward_backward'],
@@ -76,10 +79,9 @@ describe('scheduler tick on the local cloud', () => {
     await runTick();
     const [next] = await drainWorkItems(cloud.clients);
     expect(stepIds(next!)).toEqual({ [m]: [fb3.requestId, optim4.requestId] });
-    expect(next!.models[0]).toMatchObject({
-      base_applied_through: 3,
-      base_state_ref: storageKeys.modelState(m, 2),
-    });
+    const advanced = (await readModelRow(cloud.clients, m))?.state_ref;
+    expect(advanced).toMatch(new RegExp(`^state/${m}/2/[^/]+\\.bin$`));
+    expect(next!.models[0]).toMatchObject({ base_applied_through: 3, base_state_ref: advanced });
   });
 
   it('model_a optim and model_b optim, no passes: both in one work item', async () => {

@@ -11,7 +11,14 @@ import { sweep } from '../../shared/sweeper/sweep.js';
 import { runWorkItem } from '../../shared/worker/index.js';
 import type { TestCloud } from '../support/cloud.js';
 import { crossEntropy, type TenantClient, textDatum, WorkerHarness } from '../support/worker-harness.js';
-import { drainWorkItems, readModelRow, readyModel, schedulerCloud, submitStep } from './scheduler-harness.js';
+import {
+  commitWorkItem,
+  createModel,
+  drainWorkItems,
+  readModelRow,
+  schedulerCloud,
+  submitStep,
+} from './scheduler-harness.js';
 
 /** E5: the sweeper deletes exactly the blobs no committed row references, and only old ones. */
 describe('sweeper: unreferenced blobs', () => {
@@ -36,33 +43,49 @@ describe('sweeper: unreferenced blobs', () => {
   };
 
   /**
-   * One model committed at epoch 1 (state/<m>/1.bin) and in flight at epoch 2 (its worker has
-   * written state/<m>/2.bin but not committed), an abandoned state at epoch 0, a model that does not
-   * exist, a pending request (payload referenced), an orphan payload and result, one work item.
+   * One model committed at epoch 1 (the row's `state/<m>/1/<run>.bin`), with a losing run's state at
+   * the same epoch (a duplicate delivery, E3), and in flight at epoch 2 (a run has written
+   * `state/<m>/2/<run>.bin` but not committed); an abandoned state at epoch 0 and one in the layout
+   * before runs, a model that does not exist, a pending request (payload and a run's result kept), an
+   * orphan payload and result, a losing run's result of a request that ended, one work item.
    */
   async function scene() {
-    const m = await readyModel(cloud.clients);
+    const { modelId: m, requestId: created } = await createModel(cloud.clients);
+    await runTick();
+    for (const workItem of await drainWorkItems(cloud.clients)) await commitWorkItem(cloud.clients, workItem);
     const live = await submitStep(cloud.clients, m, 'forward_backward');
     await runTick();
     const [item] = await drainWorkItems(cloud.clients);
-    expect((await readModelRow(cloud.clients, m)).inflight).toBe(`${m}@2`);
+    const row = await readModelRow(cloud.clients, m);
+    expect(row.inflight).toBe(`${m}@2`);
     const orphanId = mintRequestId();
     const blobs = {
-      committed: storageKeys.modelState(m, 1),
-      inflight: storageKeys.modelState(m, 2),
-      abandoned: storageKeys.modelState(m, 0),
-      unknownModel: storageKeys.modelState('model-gone', 7),
+      committed: row.state_ref!,
+      loser: storageKeys.modelState(m, 1, 'loser'),
+      inflight: storageKeys.modelState(m, 2, 'run-a'),
+      inflightDuplicate: storageKeys.modelState(m, 2, 'run-b'),
+      abandoned: storageKeys.modelState(m, 0, 'run-a'),
+      beforeRuns: storageKeys.legacyModelState(m, 0),
+      unknownModel: storageKeys.modelState('model-gone', 7, 'run-a'),
       livePayload: storageKeys.payload(live.requestId),
+      liveResult: storageKeys.result(live.requestId, 'run-a'),
       orphanPayload: storageKeys.payload(orphanId),
-      orphanResult: storageKeys.result(orphanId),
+      orphanResult: storageKeys.result(orphanId, 'run-a'),
+      loserResult: storageKeys.result(created, 'loser'),
       workItem: storageKeys.workItem(item!.work_item_id),
     };
+    expect(blobs.committed).toMatch(new RegExp(`^state/${m}/1/[^/]+\\.bin$`));
     for (const key of [
+      blobs.loser,
       blobs.inflight,
+      blobs.inflightDuplicate,
       blobs.abandoned,
+      blobs.beforeRuns,
       blobs.unknownModel,
+      blobs.liveResult,
       blobs.orphanPayload,
       blobs.orphanResult,
+      blobs.loserResult,
     ]) {
       await put(key);
     }
@@ -90,18 +113,29 @@ describe('sweeper: unreferenced blobs', () => {
     expect(counters).toMatchObject({
       // The create_model's work item and the step's.
       work_items_deleted: 2,
-      states_deleted: 2,
+      states_deleted: 4,
       payloads_deleted: 1,
-      results_deleted: 1,
+      results_deleted: 2,
       delete_errors: 0,
     });
     const left = await keys();
-    expect(left).toEqual(expect.arrayContaining([blobs.committed, blobs.inflight, blobs.livePayload]));
+    expect(left).toEqual(
+      expect.arrayContaining([
+        blobs.committed,
+        blobs.inflight,
+        blobs.inflightDuplicate,
+        blobs.livePayload,
+        blobs.liveResult,
+      ]),
+    );
     for (const gone of [
+      blobs.loser,
       blobs.abandoned,
+      blobs.beforeRuns,
       blobs.unknownModel,
       blobs.orphanPayload,
       blobs.orphanResult,
+      blobs.loserResult,
       blobs.workItem,
     ]) {
       expect(left).not.toContain(gone);
@@ -116,20 +150,22 @@ describe('sweeper: unreferenced blobs', () => {
     expect(report.replan).toMatchObject({ replanned: 1 });
     expect(report.gc).toMatchObject({
       work_items_deleted: 0,
-      states_deleted: 3,
+      states_deleted: 6,
       payloads_deleted: 1,
-      results_deleted: 1,
+      results_deleted: 2,
     });
     const left = await keys();
     expect(left).toEqual(expect.arrayContaining([blobs.workItem, blobs.committed, blobs.livePayload]));
     expect(left).not.toContain(blobs.inflight);
+    expect(left).not.toContain(blobs.inflightDuplicate);
   });
 });
 
 /**
- * Checkpoint blobs, made by the real worker: a save whose every attempt wrote its blob but never
- * committed, until K attempts failed it (E2), is the orphan; committed saves, a save still pending, a
- * blob with no future row and keys the worker never writes are not the GC's to take.
+ * Checkpoint blobs and archives, made by the real worker: a save whose attempt wrote its blob but
+ * never committed, until K attempts failed it (E2), and a losing run's copy of a committed save (a
+ * duplicate delivery, E3) are the orphans; committed saves, a save still pending, a blob with no future
+ * row and keys the worker never writes are not the GC's to take.
  */
 describe('sweeper: checkpoint blobs', () => {
   const backend = new ReferenceBackend();
@@ -139,20 +175,35 @@ describe('sweeper: checkpoint blobs', () => {
   let target: BlobGcTarget;
   let kept: string;
   let blobs: Record<
-    'training' | 'sampler' | 'failed' | 'pending' | 'noRow' | 'otherModel' | 'unparsable',
+    | 'training'
+    | 'sampler'
+    | 'failed'
+    | 'failedBeforeRuns'
+    | 'loser'
+    | 'pending'
+    | 'noRow'
+    | 'otherModel'
+    | 'unparsable',
     string
   >;
+  let archives: Record<'training' | 'sampler' | 'failed' | 'loser' | 'pending', string>;
 
   const onlyModel = (modelId: string) => (row: LiveRow) => row.model_id === modelId;
-  const keyOf = (modelId: string, requestId: string) =>
-    storageKeys.checkpoint(modelId, checkpointContentId(requestId));
   const put = (key: string) =>
     h.cloud.clients.s3.send(new PutObjectCommand({ Bucket: config().bucket, Key: key, Body: 'x' }));
-  const checkpointKeys = async (): Promise<string[]> => {
+  const listed = async (prefix: string): Promise<string[]> => {
     const answer = await h.cloud.clients.s3.send(
-      new ListObjectsV2Command({ Bucket: config().bucket, Prefix: 'checkpoints/' }),
+      new ListObjectsV2Command({ Bucket: config().bucket, Prefix: prefix }),
     );
     return (answer.Contents ?? []).map((object) => object.Key!).sort();
+  };
+  const checkpointKeys = () => listed('checkpoints/');
+  const archiveKeys = () => listed('archives/');
+  /** The one object a run of this save wrote under `prefix` (its key holds the run, E3). */
+  const written = async (prefix: 'checkpoints' | 'archives', modelId: string, requestId: string) => {
+    const keys = await listed(`${prefix}/${modelId}/${checkpointContentId(requestId)}/`);
+    expect(keys).toHaveLength(1);
+    return keys[0]!;
   };
 
   async function drainModel(modelId: string): Promise<void> {
@@ -215,40 +266,64 @@ describe('sweeper: checkpoint blobs', () => {
     const pending = await saveWrittenNotCommitted(pendingModel, 'in-flight');
     expect(await h.future(pending)).toMatchObject({ status: 'pending' });
 
+    const failed = await written('checkpoints', doomedModel, doomed);
     blobs = {
-      training: keyOf(model, trainingSave),
-      sampler: keyOf(model, samplerSave),
-      failed: keyOf(doomedModel, doomed),
-      pending: keyOf(pendingModel, pending),
-      noRow: keyOf(model, mintRequestId()),
+      training: await written('checkpoints', model, trainingSave),
+      sampler: await written('checkpoints', model, samplerSave),
+      failed,
+      failedBeforeRuns: storageKeys.legacyCheckpoint(doomedModel, checkpointContentId(doomed)),
+      // Another run of the committed save: its blob and archive are no commit's.
+      loser: storageKeys.checkpoint(model, checkpointContentId(trainingSave), 'loser'),
+      pending: await written('checkpoints', pendingModel, pending),
+      noRow: storageKeys.checkpoint(model, checkpointContentId(mintRequestId()), 'run-a'),
       // The failed save's content id under a model that is not the save's.
-      otherModel: keyOf(model, doomed),
-      unparsable: `checkpoints/${doomedModel}/c-${doomed}.bin.bak`,
+      otherModel: failed.replace(doomedModel, model),
+      unparsable: `${failed}.bak`,
     };
-    for (const key of [blobs.noRow, blobs.otherModel, blobs.unparsable]) await put(key);
+    archives = {
+      training: await written('archives', model, trainingSave),
+      sampler: await written('archives', model, samplerSave),
+      failed: await written('archives', doomedModel, doomed),
+      loser: storageKeys.archive(model, checkpointContentId(trainingSave), 'loser'),
+      pending: await written('archives', pendingModel, pending),
+    };
+    for (const key of [
+      blobs.failedBeforeRuns,
+      blobs.loser,
+      blobs.noRow,
+      blobs.otherModel,
+      blobs.unparsable,
+      archives.loser,
+    ]) {
+      await put(key);
+    }
     expect(await checkpointKeys()).toEqual(Object.values(blobs).sort());
+    expect(await archiveKeys()).toEqual(Object.values(archives).sort());
     // The saves that completed are the ones their name records commit.
-    for (const [name, kind, key] of [
-      ['kept', 'weights', blobs.training],
-      ['sampler-kept', 'sampler', blobs.sampler],
+    for (const [name, kind, key, archive] of [
+      ['kept', 'weights', blobs.training, archives.training],
+      ['sampler-kept', 'sampler', blobs.sampler, archives.sampler],
     ] as const) {
       expect(
         await h.registry<CheckpointNameRecord>(registryKey.checkpointName(model, kind, name)),
-      ).toMatchObject({ status: 'committed', blob_key: key });
+      ).toMatchObject({ status: 'committed', blob_key: key, archive_key: archive });
     }
   });
 
   afterAll(() => h?.cloud.clients.dynamo.destroy());
 
-  it("deletes only a failed save's blob, and only once it is past its grace", async () => {
+  it("deletes only a failed save's and a losing run's objects, and only once past their grace", async () => {
     const young = await collectGarbage(target, Date.now() + grace - 120_000);
-    expect(young).toMatchObject({ checkpoints_deleted: 0, delete_errors: 0 });
+    expect(young).toMatchObject({ checkpoints_deleted: 0, archives_deleted: 0, delete_errors: 0 });
     expect(await checkpointKeys()).toEqual(Object.values(blobs).sort());
+    expect(await archiveKeys()).toEqual(Object.values(archives).sort());
 
     const old = await collectGarbage(target, Date.now() + grace + 120_000);
-    expect(old).toMatchObject({ checkpoints_deleted: 1, delete_errors: 0 });
-    const { failed, ...others } = blobs;
+    expect(old).toMatchObject({ checkpoints_deleted: 3, archives_deleted: 2, delete_errors: 0 });
+    const { failed, failedBeforeRuns, loser, ...others } = blobs;
     expect(await checkpointKeys()).toEqual(Object.values(others).sort());
+    const { failed: failedArchive, loser: loserArchive, ...kept } = archives;
+    expect(await archiveKeys()).toEqual(Object.values(kept).sort());
   });
 
   it('leaves committed checkpoints loadable: a load and a sample answer as the sequential oracle', async () => {

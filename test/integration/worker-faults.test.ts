@@ -134,6 +134,7 @@ describe('worker faults change nothing in the results', () => {
     const kill = new AbortController();
     const outcome = await runWorkItem(dispatched!.manifest, {
       backend,
+      runId: 'killed',
       signal: kill.signal,
       onEvent: (event) => {
         if (event.kind === 'step-done' && event.seq === 2) kill.abort();
@@ -145,7 +146,7 @@ describe('worker faults change nothing in the results', () => {
     expect(row.inflight).toBe(dispatched!.item.models[0]?.inflight);
     expect(row.applied_through).toBe(0);
     for (const id of ids) expect((await h.future(id))?.status).toBe('pending');
-    expect(await objectExists(storageKeys.modelState(model_id, row.epoch))).toBe(false);
+    expect(await objectExists(storageKeys.modelState(model_id, row.epoch, 'killed'))).toBe(false);
 
     await h.replan(model_id);
     await drainModel(model_id);
@@ -158,6 +159,7 @@ describe('worker faults change nothing in the results', () => {
     const kill = new AbortController();
     const outcome = await runWorkItem(dispatched!.manifest, {
       backend,
+      runId: 'crashed',
       signal: kill.signal,
       onEvent: (event) => {
         if (event.kind === 'model-written') kill.abort();
@@ -165,7 +167,7 @@ describe('worker faults change nothing in the results', () => {
     });
     expect(outcome.models.map((m) => m.outcome)).toEqual(['abandoned']);
     const epoch = dispatched!.item.models[0]?.epoch as number;
-    const orphan = storageKeys.modelState(model_id, epoch);
+    const orphan = storageKeys.modelState(model_id, epoch, 'crashed');
     expect(await objectExists(orphan)).toBe(true);
     const row = (await h.modelRow(model_id)) as ModelRow;
     expect(row.state_ref).toBeUndefined();
@@ -175,7 +177,7 @@ describe('worker faults change nothing in the results', () => {
     await drainModel(model_id);
     await expectOracle(ids);
     const after = (await h.modelRow(model_id)) as ModelRow;
-    expect(after.state_ref).toBe(storageKeys.modelState(model_id, after.epoch));
+    expect(after.state_ref).toMatch(new RegExp(`^state/${model_id}/${after.epoch}/[^/]+\\.bin$`));
     expect(after.state_ref).not.toBe(orphan);
   });
 
@@ -242,7 +244,12 @@ describe('worker faults change nothing in the results', () => {
     const { model_id, ids } = await workload(h.tenant('renewal'));
     const dispatched = await h.dispatch({ only: onlyModel(model_id) });
     const paused = gate((event) => event.kind === 'step-done' && event.seq === 2);
-    const worker = runWorkItem(dispatched!.manifest, { backend, renewEveryMs: 50, onEvent: paused.onEvent });
+    const worker = runWorkItem(dispatched!.manifest, {
+      backend,
+      runId: 'stalled',
+      renewEveryMs: 50,
+      onEvent: paused.onEvent,
+    });
     await paused.arrived;
     // The worker stalled past its lease (renewals keep it 60 s ahead): the sweeper re-plans it later.
     const replanned = await h.replan(model_id, Date.now() + 10 * 60_000);
@@ -254,7 +261,9 @@ describe('worker faults change nothing in the results', () => {
     expect(await h.snapshot()).toEqual(before);
     expect(await h.modelRow(model_id)).toEqual(replanned);
     expect(
-      await objectExists(storageKeys.modelState(model_id, dispatched!.item.models[0]?.epoch as number)),
+      await objectExists(
+        storageKeys.modelState(model_id, dispatched!.item.models[0]?.epoch as number, 'stalled'),
+      ),
     ).toBe(false);
     await drainModel(model_id);
     await expectOracle(ids);

@@ -114,14 +114,16 @@ describe('the worker runtime on the local cloud', () => {
     expect(actual).toEqual(expected);
     for (const answer of actual.values()) expect(answer).not.toHaveProperty('category');
 
-    // Model rows: applied through their last seq, idle, attempts reset, state under an epoch's key.
+    // Model rows: applied through their last seq, idle, attempts reset, state under an epoch's and a
+    // run's key (E3), the run recorded beside it.
     const rowA = (await h.modelRow(a.model_id)) as ModelRow;
     expect(rowA).toMatchObject({ applied_through: 11, planned_through: 11, attempts: 0 });
     expect(rowA.inflight).toBeUndefined();
     expect(rowA.lease_until).toBeUndefined();
     // The last work item held only a forward, so the state is the one the work item before it wrote.
     expect(rowA.epoch).toBe(3);
-    expect(rowA.state_ref).toBe(storageKeys.modelState(a.model_id, 2));
+    expect(rowA.state_ref).toMatch(new RegExp(`^state/${a.model_id}/2/[0-9a-f]{12}\\.bin$`));
+    expect(rowA.last_run).toMatch(/^[0-9a-f]{12}$/);
 
     // Checkpoint names committed with their blob; the unnamed save created its sampling session.
     const saveId = h.submissions.find((s) => s.kind === 'save_weights')?.request_id as string;
@@ -131,7 +133,9 @@ describe('the worker runtime on the local cloud', () => {
     expect(name).toMatchObject({
       status: 'committed',
       request_id: saveId,
-      blob_key: storageKeys.checkpoint(a.model_id, checkpointContentId(saveId)),
+      blob_key: expect.stringMatching(
+        new RegExp(`^checkpoints/${a.model_id}/${checkpointContentId(saveId)}/[0-9a-f]{12}\\.bin$`),
+      ),
     });
     const blob = await h.cloud.clients.s3.send(
       new GetObjectCommand({ Bucket: config().bucket, Key: name.blob_key as string }),
@@ -153,10 +157,15 @@ describe('the worker runtime on the local cloud', () => {
     );
     const only = (row: { model_id: string }) => row.model_id === m.model_id;
     const dispatched = await h.dispatch({ only });
-    await runWorkItem(dispatched!.manifest, { backend: new ReferenceBackend(), inlineResultMaxBytes: 200 });
+    await runWorkItem(dispatched!.manifest, {
+      backend: new ReferenceBackend(),
+      inlineResultMaxBytes: 200,
+      runId: 'big-run',
+    });
     const row = await h.future(fb);
     expect(row?.result).toBeUndefined();
-    expect(row?.result_key).toBe(storageKeys.result(fb));
+    expect(row?.result_key).toBe(storageKeys.result(fb, 'big-run'));
+    expect(row?.run).toBe('big-run');
     const create = await h.future(m.request_id);
     // Inline results are the JSON text (DynamoDB numbers cannot hold every float64).
     expect(JSON.parse(create?.result as string)).toEqual({ model_id: m.model_id, type: 'create_model' });

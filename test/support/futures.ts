@@ -16,13 +16,22 @@ import { storageKeys } from '../../shared/storage-keys.js';
  * transaction, E4): API tests use it to give the API a completed or failed row to answer with.
  */
 
+/** The run these rows are ended by: a result written here is under this run's key (E3). */
+export const SUPPORT_RUN = 'test-support';
+
 /** Ends a pending row with the commit's own future action (`futureEndItem`), sent alone. */
 async function finish(
   requestId: string,
   terminal: StoredOutcome,
   doc: DynamoDBDocumentClient,
 ): Promise<void> {
-  const update = futureEndItem(config().table('futures'), requestId, terminal, Date.now()).Update;
+  const update = futureEndItem(
+    config().table('futures'),
+    requestId,
+    terminal,
+    Date.now(),
+    SUPPORT_RUN,
+  ).Update;
   if (update === undefined) throw new Error('a future end is an update');
   try {
     await doc.send(new UpdateCommand(update));
@@ -50,7 +59,7 @@ export async function completeFuture(
     await finish(requestId, { status: 'completed', result: body }, clients.doc);
     return;
   }
-  const key = storageKeys.result(requestId);
+  const key = storageKeys.result(requestId, SUPPORT_RUN);
   await clients.s3.send(
     new PutObjectCommand({ Bucket: config().bucket, Key: key, Body: body, ContentType: 'application/json' }),
   );

@@ -15,6 +15,7 @@ const tables = { futures: 'p-futures', models: 'p-models', registry: 'p-registry
 const base: ModelCommit = {
   model_id: 'model-a',
   inflight: 'model-a@7',
+  run: 'run-1',
   base_applied_through: 4,
   applied_through: 6,
   unloaded: false,
@@ -64,23 +65,27 @@ function fullestStep(type: TrainingRequestType, index: number): StepCommit {
 }
 
 describe('the model commit transaction (E4)', () => {
-  it('updates the model row on its in-flight token and base, removes the lease, resets attempts', () => {
-    const { items, targets } = modelCommitTransaction({ ...base, state_ref: 'state/model-a/7.bin' }, tables);
+  it('updates the model row on its in-flight token and base, removes the lease, resets attempts, records the run', () => {
+    const { items, targets } = modelCommitTransaction(
+      { ...base, state_ref: 'state/model-a/7/run-1.bin' },
+      tables,
+    );
     expect(targets[0]).toEqual({ kind: 'model' });
     expect(items[0]).toEqual({
       Update: {
         TableName: 'p-models',
         Key: { model_id: 'model-a' },
         UpdateExpression:
-          'SET applied_through = :applied, last_completed_at = :now, attempts = :zero, state_ref = :state REMOVE inflight, lease_until',
+          'SET applied_through = :applied, last_completed_at = :now, attempts = :zero, last_run = :run, state_ref = :state REMOVE inflight, lease_until',
         ConditionExpression: 'inflight = :token AND applied_through = :base',
         ExpressionAttributeValues: {
+          ':run': 'run-1',
           ':applied': 6,
           ':now': 1234,
           ':zero': 0,
           ':token': 'model-a@7',
           ':base': 4,
-          ':state': 'state/model-a/7.bin',
+          ':state': 'state/model-a/7/run-1.bin',
         },
       },
     });
@@ -93,7 +98,7 @@ describe('the model commit transaction (E4)', () => {
     expect(row?.Update?.ExpressionAttributeValues?.[':unloaded']).toBe('unloaded');
   });
 
-  it('ends each future only if it is still pending, and takes it out of the live index', () => {
+  it('ends each future only if it is still pending, records the run, and takes it out of the live index', () => {
     const { items, targets } = modelCommitTransaction(base, tables);
     expect(targets.slice(1)).toEqual([
       { kind: 'future', request_id: 'r5' },
@@ -103,13 +108,14 @@ describe('the model commit transaction (E4)', () => {
     expect(completed).toMatchObject({
       TableName: 'p-futures',
       Key: { request_id: 'r5' },
-      UpdateExpression: 'SET #status = :status, #field = :value, updated_at = :now REMOVE live',
+      UpdateExpression: 'SET #status = :status, #field = :value, updated_at = :now, #run = :run REMOVE live',
       ConditionExpression: '#status = :pending',
-      ExpressionAttributeNames: { '#status': 'status', '#field': 'result' },
+      ExpressionAttributeNames: { '#status': 'status', '#field': 'result', '#run': 'run' },
       ExpressionAttributeValues: {
         ':status': 'completed',
         ':value': { metrics: { 'loss:mean': 1 } },
         ':pending': 'pending',
+        ':run': 'run-1',
       },
     });
     expect(failed?.ExpressionAttributeNames?.['#field']).toBe('error');
@@ -192,12 +198,14 @@ describe('the sample commit transaction (R4)', () => {
     const { items } = sampleCommitTransaction(
       's1',
       'wi-9',
-      { status: 'completed', result_key: 'results/s1.json' },
+      'run-1',
+      { status: 'completed', result_key: 'results/s1/run-1.json' },
       5,
       tables,
     );
     expect(items[0]?.Update?.ConditionExpression).toBe('#status = :pending');
     expect(items[0]?.Update?.ExpressionAttributeNames?.['#field']).toBe('result_key');
+    expect(items[0]?.Update?.ExpressionAttributeValues?.[':run']).toBe('run-1');
     expect(items[1]).toEqual({
       Delete: {
         TableName: 'p-registry',
@@ -210,10 +218,11 @@ describe('the sample commit transaction (R4)', () => {
 });
 
 describe('commitToken (E5)', () => {
-  it('is deterministic, at most 36 characters, and differs per work item and variant', () => {
-    expect(commitToken('model-a@7', 0)).toBe(commitToken('model-a@7', 0));
-    expect(commitToken('model-a@7', 0)).toHaveLength(36);
-    expect(commitToken('model-a@7', 0)).not.toBe(commitToken('model-a@8', 0));
-    expect(commitToken('model-a@7', 0)).not.toBe(commitToken('model-a@7', 1));
+  it('is deterministic, at most 36 characters, and differs per work item, run and variant', () => {
+    expect(commitToken('model-a@7', 'run-1', 0)).toBe(commitToken('model-a@7', 'run-1', 0));
+    expect(commitToken('model-a@7', 'run-1', 0)).toHaveLength(36);
+    expect(commitToken('model-a@7', 'run-1', 0)).not.toBe(commitToken('model-a@8', 'run-1', 0));
+    expect(commitToken('model-a@7', 'run-1', 0)).not.toBe(commitToken('model-a@7', 'run-2', 0));
+    expect(commitToken('model-a@7', 'run-1', 0)).not.toBe(commitToken('model-a@7', 'run-1', 1));
   });
 });

@@ -91,6 +91,7 @@ function setup(b: Backend = backend): { part: PartState; env: StepEnv } {
       tables: { futures: 'futures', registry: 'registry' },
       bucket: 'data',
       model,
+      run: 'run-1',
       now: () => 1000,
     },
   };
@@ -146,7 +147,8 @@ describe('executeStep: each request type against the backend, with Tinker result
       checkpoint: ref('weights', 'w1'),
     });
     const saved = await run(save);
-    const saveKey = storageKeys.checkpoint(MODEL, checkpointContentId(save.request_id));
+    // Under the run's own keys (E3).
+    const saveKey = storageKeys.checkpoint(MODEL, checkpointContentId(save.request_id), 'run-1');
     expect(saved).toMatchObject({
       outcome: {
         status: 'completed',
@@ -156,6 +158,7 @@ describe('executeStep: each request type against the backend, with Tinker result
         action: 'commit',
         pk: ref('weights', 'w1').pk,
         blob_key: saveKey,
+        archive_key: storageKeys.archive(MODEL, checkpointContentId(save.request_id), 'run-1'),
         listing: { tenant: 'acme', model_id: MODEL, kind: 'weights', name: 'w1' },
       },
     });
