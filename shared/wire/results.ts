@@ -161,7 +161,7 @@ function topkMatrices(rows: NonNullable<StoredSampleResult['topk_prompt_logprobs
     tokenIds: arrayBytes(tokenIds),
     logprobs: arrayBytes(logprobs),
     k,
-    promptLength: rows.length,
+    length: rows.length,
   };
 }
 
