@@ -9,6 +9,7 @@ import {
   type SamplingSessionRecord,
   type SeqCounterRecord,
 } from '../domain/records.js';
+import { sampleSequenceIds } from '../domain/sample-sequences.js';
 import { formatCheckpointPath } from '../domain/tinker-path.js';
 import { RetryLaterError, ValidationError } from '../errors.js';
 import { deriveId, deriveSeed, mintId, mintRequestId, sha256Hex } from '../ids.js';
@@ -46,7 +47,13 @@ import type {
   SaveWeightsPayload,
   UnloadModelPayload,
 } from './payloads.js';
-import { checkForwardInput, checkSample, parseRequest } from './request-checks.js';
+import {
+  checkForwardInput,
+  checkModelInput,
+  checkSample,
+  checkTargetPromptIds,
+  parseRequest,
+} from './request-checks.js';
 import * as schemas from './schemas.js';
 
 /**
@@ -517,9 +524,19 @@ export async function createSamplingSession(ctx: OperationContext, body: unknown
   ).then((answer) => ({ type: 'create_sampling_session' as const, ...answer }));
 }
 
-export async function asample(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
+/** The asample answer (W8): the future, and one sequence id per sample in the order of the sequences. */
+export interface SampleAnswer extends FutureAnswer {
+  readonly sample_sequence_ids: string[];
+}
+
+export async function asample(ctx: OperationContext, body: unknown): Promise<SampleAnswer> {
   const request = parseRequest(schemas.sampleRequest, body);
   const tokens = checkSample(request, ctx.tunables);
+  const promptTokens = checkModelInput(request.prompt, 'prompt');
+  const targetIds =
+    request.target_prompt_logprobs == null
+      ? undefined
+      : checkTargetPromptIds(request.target_prompt_logprobs, promptTokens);
   const session = await requireSamplingSession(
     ctx.clients.doc,
     ctx.tables.registry,
@@ -527,6 +544,7 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Fut
     ctx.tenant,
   );
   // A session on a checkpoint deleted, expired or unpublished since it was made names nothing (C3-C5).
+  let weightsVersion: number | undefined;
   if (session.checkpoint_id !== undefined && session.model_path !== undefined) {
     const checkpoint = await resolveCheckpoint(
       ctx.clients.doc,
@@ -540,6 +558,7 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Fut
     if (checkpoint.content_id !== session.checkpoint_id) {
       throw checkpointNotFound(session.model_path, 'sampling_session_id');
     }
+    weightsVersion = checkpoint.weights_version;
   }
   const payload: SamplePayload = {
     request_type: 'sample',
@@ -563,17 +582,36 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Fut
     },
     prompt_logprobs: request.prompt_logprobs ?? false,
     topk_prompt_logprobs: request.topk_prompt_logprobs,
+    ...(request.topk_sample_logprobs > 0 ? { topk_sample_logprobs: request.topk_sample_logprobs } : {}),
+    ...(request.prompt_alt_tokens_k > 0 ? { prompt_alt_tokens_k: request.prompt_alt_tokens_k } : {}),
+    ...(targetIds === undefined ? {} : { target_prompt_logprobs: targetIds }),
   };
-  return submitSample(
+  const requestId = mintRequestId(ctx.now);
+  const answer = await submitSample(
     {
-      requestId: mintRequestId(ctx.now),
+      requestId,
       tenant: ctx.tenant,
       samplingSession: session,
       seqId: request.seq_id,
       tokens,
       payload: serializePayload(payload),
       now: ctx.now,
+      sequences: {
+        pk: registryKey.sampleSequences(requestId),
+        tenant: ctx.tenant,
+        request_id: requestId,
+        sampling_session_id: session.sampling_session_id,
+        base_model: session.base_model,
+        ...(session.model_path === undefined ? {} : { model_path: session.model_path }),
+        ...(weightsVersion === undefined ? {} : { weights_version: weightsVersion }),
+        num_samples: request.num_samples,
+        prompt_tokens: promptTokens,
+        max_tokens: request.sampling_params.max_tokens,
+        created_at: ctx.now,
+      },
     },
     ctx,
   );
+  // A retry answers the original request, and so the original's ids.
+  return { ...answer, sample_sequence_ids: sampleSequenceIds(answer.request_id, request.num_samples) };
 }

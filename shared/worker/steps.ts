@@ -177,7 +177,8 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
         throw new MalformedPayloadError(step.request_id, 'the checkpoint names another model');
       }
       const kind = step.request_type === 'save_weights' ? 'training' : 'sampler';
-      const bytes = await backend.exportWeights(requireState(part, modelId), kind);
+      const state = requireState(part, modelId);
+      const bytes = await backend.exportWeights(state, kind);
       const contentId = checkpointContentId(step.request_id);
       const key = storageKeys.checkpoint(modelId, contentId);
       // The archive is built once, here, from the exported blob (C2): the route only presigns it. Its
@@ -193,6 +194,7 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
         blob_key: key,
         ...(archive === undefined ? {} : { archive_key: archive.key }),
         size_bytes: bytes.length,
+        weights_version: state.weights_version,
         ...(payload.ttl_seconds === undefined ? {} : { ttl_seconds: payload.ttl_seconds }),
         // Named saves are listed (C1); an unnamed sampler save is reached through its sampling session.
         ...(session === undefined
