@@ -47,6 +47,7 @@ import type {
   SaveWeightsPayload,
   UnloadModelPayload,
 } from './payloads.js';
+import { checkProvenance } from './provenance.js';
 import {
   checkForwardInput,
   checkModelInput,
@@ -187,6 +188,7 @@ function maxCsrDenseValues(tunables: Tunables): number {
 
 async function submitPass(ctx: OperationContext, pass: PassToStore): Promise<FutureAnswer> {
   const tokens = checkForwardInput(pass.input, pass.field, ctx.tunables);
+  await checkProvenance(ctx, pass.input, pass.field);
   // The counter's read is in flight while the payload is encoded and hashed (a few ms per MB).
   const counterRead = requireSeqCounter(ctx.clients.doc, ctx.tables.registry, pass.modelId, ctx.tenant);
   counterRead.catch(() => undefined);

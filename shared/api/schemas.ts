@@ -300,6 +300,9 @@ export const sampleRequest = z.object({
   record_stability_info: z.boolean().nullish(),
 });
 
+/** `GET sample_sequences/{sequence_id}` (W8). */
+export const getSampleSequenceParams = z.object({ sequence_id: z.string().min(1).max(128) });
+
 export const getInfoRequest = z.object({ model_id: idString });
 
 export const weightsInfoRequest = z.object({ tinker_path: z.string().max(512) });
