@@ -56,6 +56,7 @@ import {
   parseRequest,
 } from './request-checks.js';
 import * as schemas from './schemas.js';
+import type { SdkFeatures } from './sdk-versions.js';
 
 /**
  * The API's operations, one per endpoint: validate everything first (shape, limits, cross-field
@@ -66,6 +67,8 @@ export interface OperationContext extends IntakeStore {
   readonly tenant: string;
   readonly now: number;
   readonly tunables: Tunables;
+  /** What the calling SDK release is answered (W7); absent: the newest answers. */
+  readonly sdkFeatures?: SdkFeatures;
 }
 
 export function clientConfig(ctx: OperationContext, body: unknown): ReturnType<typeof buildClientConfig> {
@@ -528,7 +531,8 @@ export async function createSamplingSession(ctx: OperationContext, body: unknown
 
 /** The asample answer (W8): the future, and one sequence id per sample in the order of the sequences. */
 export interface SampleAnswer extends FutureAnswer {
-  readonly sample_sequence_ids: string[];
+  /** Left out for SDK releases up to 0.25.0, which got the bare future (W7). */
+  readonly sample_sequence_ids?: string[];
 }
 
 export async function asample(ctx: OperationContext, body: unknown): Promise<SampleAnswer> {
@@ -614,6 +618,7 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Sam
     },
     ctx,
   );
+  if (ctx.sdkFeatures?.sampleSequenceIds === false) return answer;
   // A retry answers the original request, and so the original's ids.
   return { ...answer, sample_sequence_ids: sampleSequenceIds(answer.request_id, request.num_samples) };
 }

@@ -143,7 +143,8 @@ async function terminalAnswer(
   }
   const result = await readFutureResult(ctx.clients.s3, ctx.bucket, row);
   if (ctx.acceptsProtobuf === true) return asProtobuf(row, result) ?? result;
-  return row.request_type === 'sample' ? withSequenceIds(row.request_id, result) : result;
+  const ids = row.request_type === 'sample' && ctx.sdkFeatures?.sampleSequenceIds !== false;
+  return ids ? withSequenceIds(row.request_id, result) : result;
 }
 
 /** Where a poll's re-read schedule stands; kept across the wait before and in the slot. */

@@ -26,6 +26,7 @@ import { checkBodyBytes, parseJsonBody } from './request-checks.js';
 import { retrieveFuture } from './retrieve.js';
 import { compileRoutes } from './route-matcher.js';
 import * as runs from './runs.js';
+import { sdkFeatures } from './sdk-versions.js';
 import { handleStatusRoute } from './status-routes.js';
 
 /** An HTTP request as the edge sees it, independent of API Gateway's event shape. */
@@ -334,6 +335,7 @@ export async function handleApiRequest(
           tunables,
           deadline: now + Math.max(0, pollMs),
           acceptsProtobuf: acceptsProtobuf(header(request, 'accept')),
+          sdkFeatures: sdkFeatures(header(request, 'x-stainless-package-version')),
           query,
           ...(admission === undefined ? {} : { admission }),
         },

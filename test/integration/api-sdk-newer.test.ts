@@ -193,6 +193,19 @@ describe('sampling ids (W8)', () => {
     expect(payload).toMatchObject({ topk_sample_logprobs: 3, prompt_alt_tokens_k: 2 });
   });
 
+  it('SDK 0.24.1 and 0.25.0 (by their X-Stainless-Package-Version) get the bare future, 0.32.0 the ids', async () => {
+    for (const [version, seqId, keys] of [
+      ['0.24.1', 20, ['request_id']],
+      ['0.25.0', 21, ['request_id']],
+      ['0.32.0', 22, ['request_id', 'sample_sequence_ids']],
+    ] as const) {
+      const answer = await client.raw('POST', '/api/v1/asample', newerSample(seqId), {
+        'x-stainless-package-version': version,
+      });
+      expect(Object.keys(answer.body as object)).toEqual(keys);
+    }
+  });
+
   it('target_prompt_logprobs in sparse CSR is stored dense, -1 where nothing is asked', async () => {
     const answer = (
       await client.raw(
