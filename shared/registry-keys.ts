@@ -24,6 +24,8 @@ export const registryPrefix = {
   publicMarker: 'pub#',
   gcEntry: 'gc#',
   sampleClaim: 'claim#',
+  /** The sequence ids a sample was issued and what produced them (W8). */
+  sampleSequences: 'sample#',
   /** The scheduler's per-pool tick lock. */
   tickLock: 'tick#',
   /** Operator controls, per pool. */
@@ -66,6 +68,8 @@ export const registryKey = {
   gcEntry: (contentId: string) => `${p.gcEntry}${contentId}`,
   /** Per-request sample claim (R4: samples are claimed per request, not per model). */
   sampleClaim: (requestId: string) => `${p.sampleClaim}${requestId}`,
+  /** One per asample: its sequence ids' provenance (W8). */
+  sampleSequences: (requestId: string) => `${p.sampleSequences}${requestId}`,
   tickLock: (pool: string) => `${p.tickLock}${pool}`,
   cutRequest: (pool: string) => `${p.cutRequest}${pool}`,
   drain: (pool: string) => `${p.drain}${pool}`,

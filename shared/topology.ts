@@ -408,6 +408,8 @@ export const topology: Topology = {
             },
             // Written once at intake (names reserved as pending, E4), read by a retry or a lookup.
             { keyPrefixes: [key.samplingSession, key.idempotency], actions: ['get', 'put'] },
+            // A sample's sequence ids (W8): put with its future, read by the spans that name them.
+            { keyPrefixes: [key.sampleSequences], actions: ['put', 'batch-get'] },
             // Checkpoint names: reserved (put), replaced by an overwrite (put), and the owner's
             // delete, publish, TTL and a legacy archive's key (update, delete) (C2-C5); with them the
             // content's gc entry (put when due, delete when a TTL is cleared) and the public marker.

@@ -9,6 +9,7 @@ import {
   type SamplingSessionRecord,
   type SeqCounterRecord,
 } from '../domain/records.js';
+import { sampleSequenceIds } from '../domain/sample-sequences.js';
 import { formatCheckpointPath } from '../domain/tinker-path.js';
 import { RetryLaterError, ValidationError } from '../errors.js';
 import { deriveId, deriveSeed, mintId, mintRequestId, sha256Hex } from '../ids.js';
@@ -46,8 +47,16 @@ import type {
   SaveWeightsPayload,
   UnloadModelPayload,
 } from './payloads.js';
-import { checkForwardInput, checkSample, parseRequest } from './request-checks.js';
+import { checkProvenance } from './provenance.js';
+import {
+  checkForwardInput,
+  checkModelInput,
+  checkSample,
+  checkTargetPromptIds,
+  parseRequest,
+} from './request-checks.js';
 import * as schemas from './schemas.js';
+import type { SdkFeatures } from './sdk-versions.js';
 
 /**
  * The API's operations, one per endpoint: validate everything first (shape, limits, cross-field
@@ -58,6 +67,8 @@ export interface OperationContext extends IntakeStore {
   readonly tenant: string;
   readonly now: number;
   readonly tunables: Tunables;
+  /** What the calling SDK release is answered (W7); absent: the newest answers. */
+  readonly sdkFeatures?: SdkFeatures;
 }
 
 export function clientConfig(ctx: OperationContext, body: unknown): ReturnType<typeof buildClientConfig> {
@@ -180,6 +191,7 @@ function maxCsrDenseValues(tunables: Tunables): number {
 
 async function submitPass(ctx: OperationContext, pass: PassToStore): Promise<FutureAnswer> {
   const tokens = checkForwardInput(pass.input, pass.field, ctx.tunables);
+  await checkProvenance(ctx, pass.input, pass.field);
   // The counter's read is in flight while the payload is encoded and hashed (a few ms per MB).
   const counterRead = requireSeqCounter(ctx.clients.doc, ctx.tables.registry, pass.modelId, ctx.tenant);
   counterRead.catch(() => undefined);
@@ -517,9 +529,20 @@ export async function createSamplingSession(ctx: OperationContext, body: unknown
   ).then((answer) => ({ type: 'create_sampling_session' as const, ...answer }));
 }
 
-export async function asample(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
+/** The asample answer (W8): the future, and one sequence id per sample in the order of the sequences. */
+export interface SampleAnswer extends FutureAnswer {
+  /** Left out for SDK releases up to 0.25.0, which got the bare future (W7). */
+  readonly sample_sequence_ids?: string[];
+}
+
+export async function asample(ctx: OperationContext, body: unknown): Promise<SampleAnswer> {
   const request = parseRequest(schemas.sampleRequest, body);
   const tokens = checkSample(request, ctx.tunables);
+  const promptTokens = checkModelInput(request.prompt, 'prompt');
+  const targetIds =
+    request.target_prompt_logprobs == null
+      ? undefined
+      : checkTargetPromptIds(request.target_prompt_logprobs, promptTokens);
   const session = await requireSamplingSession(
     ctx.clients.doc,
     ctx.tables.registry,
@@ -527,6 +550,7 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Fut
     ctx.tenant,
   );
   // A session on a checkpoint deleted, expired or unpublished since it was made names nothing (C3-C5).
+  let weightsVersion: number | undefined;
   if (session.checkpoint_id !== undefined && session.model_path !== undefined) {
     const checkpoint = await resolveCheckpoint(
       ctx.clients.doc,
@@ -540,6 +564,7 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Fut
     if (checkpoint.content_id !== session.checkpoint_id) {
       throw checkpointNotFound(session.model_path, 'sampling_session_id');
     }
+    weightsVersion = checkpoint.weights_version;
   }
   const payload: SamplePayload = {
     request_type: 'sample',
@@ -563,17 +588,37 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Fut
     },
     prompt_logprobs: request.prompt_logprobs ?? false,
     topk_prompt_logprobs: request.topk_prompt_logprobs,
+    ...(request.topk_sample_logprobs > 0 ? { topk_sample_logprobs: request.topk_sample_logprobs } : {}),
+    ...(request.prompt_alt_tokens_k > 0 ? { prompt_alt_tokens_k: request.prompt_alt_tokens_k } : {}),
+    ...(targetIds === undefined ? {} : { target_prompt_logprobs: targetIds }),
   };
-  return submitSample(
+  const requestId = mintRequestId(ctx.now);
+  const answer = await submitSample(
     {
-      requestId: mintRequestId(ctx.now),
+      requestId,
       tenant: ctx.tenant,
       samplingSession: session,
       seqId: request.seq_id,
       tokens,
       payload: serializePayload(payload),
       now: ctx.now,
+      sequences: {
+        pk: registryKey.sampleSequences(requestId),
+        tenant: ctx.tenant,
+        request_id: requestId,
+        sampling_session_id: session.sampling_session_id,
+        base_model: session.base_model,
+        ...(session.model_path === undefined ? {} : { model_path: session.model_path }),
+        ...(weightsVersion === undefined ? {} : { weights_version: weightsVersion }),
+        num_samples: request.num_samples,
+        prompt_tokens: promptTokens,
+        max_tokens: request.sampling_params.max_tokens,
+        created_at: ctx.now,
+      },
     },
     ctx,
   );
+  if (ctx.sdkFeatures?.sampleSequenceIds === false) return answer;
+  // A retry answers the original request, and so the original's ids.
+  return { ...answer, sample_sequence_ids: sampleSequenceIds(answer.request_id, request.num_samples) };
 }

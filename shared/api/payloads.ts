@@ -102,6 +102,11 @@ export interface SamplePayload {
   readonly sampling_params: SampleRequestBody['sampling_params'] & { readonly seed: number };
   readonly prompt_logprobs: boolean;
   readonly topk_prompt_logprobs: number;
+  /** SDK 0.26+ outputs (W8); absent when not asked, so older payloads read the same. */
+  readonly topk_sample_logprobs?: number;
+  readonly prompt_alt_tokens_k?: number;
+  /** Dense [prompt tokens - 1, K] ids, -1 where nothing is asked (sparse input made dense at intake). */
+  readonly target_prompt_logprobs?: { readonly shape: [number, number]; readonly data: number[] };
 }
 
 export type StoredPayload =

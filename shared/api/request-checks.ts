@@ -1,6 +1,6 @@
 import type { z } from 'zod';
 import { type ForwardBackwardInput, inputTokenCount } from '../backend/pass-input.js';
-import type { Tensor } from '../backend/tensor.js';
+import { denseFromCsr, type Tensor } from '../backend/tensor.js';
 import type { Tunables } from '../config.js';
 import { invalidField as invalid, ValidationError } from '../errors.js';
 import { appendLogKeys } from '../logger.js';
@@ -13,7 +13,7 @@ import {
   resolveLossConfig,
 } from './capabilities.js';
 import { boundMessage, describeField } from './describe.js';
-import { idString, type ModelInputBody, type SampleRequestBody } from './schemas.js';
+import { idString, type ModelInputBody, type SampleRequestBody, type TensorDataBody } from './schemas.js';
 
 /**
  * Validation beyond shapes: limits (413), features this deployment does not offer (422) and rules
@@ -225,4 +225,55 @@ export function checkSample(request: SampleRequestBody, limits: Limits): number 
     );
   }
   return budget;
+}
+
+/** Cells a `target_prompt_logprobs` may have (its answer holds one float per cell). */
+export const MAX_TARGET_PROMPT_CELLS = 1 << 20;
+
+/**
+ * `target_prompt_logprobs` (SDK 0.26+) as the backend takes it: int64 ids of shape
+ * [prompt tokens - 1, K], each -1 (nothing asked) or a token id; sparse CSR made dense with -1 in the
+ * cells it does not list.
+ */
+export function checkTargetPromptIds(
+  tensor: TensorDataBody,
+  promptTokens: number,
+): { shape: [number, number]; data: number[] } {
+  const field = 'target_prompt_logprobs';
+  if (tensor.dtype !== 'int64') throw invalid(`${field}.dtype`, 'must be int64 (token ids)');
+  const shape = tensor.shape ?? [tensor.data.length];
+  const rows = promptTokens - 1;
+  if (shape.length !== 2 || shape[0] !== rows) {
+    throw invalid(
+      `${field}.shape`,
+      `must be [${rows}, K] for a prompt of ${promptTokens} tokens, got [${shape.join(', ')}]`,
+    );
+  }
+  const cells = rows * (shape[1] as number);
+  if (cells > MAX_TARGET_PROMPT_CELLS) {
+    throw invalid(`${field}.shape`, `${cells} cells exceeds the limit of ${MAX_TARGET_PROMPT_CELLS}`, 413);
+  }
+  const bad = tensor.data.findIndex((id) => !Number.isInteger(id) || id < -1 || id >= 2 ** 31);
+  if (bad >= 0) throw invalid(`${field}.data.${bad}`, `must be a token id or -1, got ${tensor.data[bad]}`);
+  if (tensor.sparse_crow_indices == null && tensor.sparse_col_indices == null) {
+    if (tensor.data.length !== cells) {
+      throw invalid(
+        `${field}.shape`,
+        `[${shape.join(', ')}] holds ${cells} values, data has ${tensor.data.length}`,
+      );
+    }
+    return { shape: [rows, shape[1] as number], data: [...tensor.data] };
+  }
+  if (tensor.sparse_crow_indices == null || tensor.sparse_col_indices == null) {
+    throw invalid(field, 'a sparse tensor needs both sparse_crow_indices and sparse_col_indices');
+  }
+  // Shifted by one so the cells CSR leaves out (zero) come back as -1.
+  const shifted = denseFromCsr(
+    BigInt64Array.from(tensor.data, (id) => BigInt(id + 1)),
+    tensor.sparse_crow_indices,
+    tensor.sparse_col_indices,
+    shape,
+    field,
+  );
+  return { shape: [rows, shape[1] as number], data: Array.from(shifted, (value) => Number(value) - 1) };
 }

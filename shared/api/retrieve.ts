@@ -1,6 +1,7 @@
 import { realSleep } from '../aws/backoff.js';
 import { type CommitSignal, type CommitWatch, commitSignal } from '../commit-signal.js';
 import type { FutureRow } from '../domain/records.js';
+import { withSequenceIds } from '../domain/sample-sequences.js';
 import { NotFoundError } from '../errors.js';
 import { isRequestId } from '../ids.js';
 import {
@@ -141,7 +142,9 @@ async function terminalAnswer(
     } satisfies FailedAnswer;
   }
   const result = await readFutureResult(ctx.clients.s3, ctx.bucket, row);
-  return ctx.acceptsProtobuf === true ? (asProtobuf(row, result) ?? result) : result;
+  if (ctx.acceptsProtobuf === true) return asProtobuf(row, result) ?? result;
+  const ids = row.request_type === 'sample' && ctx.sdkFeatures?.sampleSequenceIds !== false;
+  return ids ? withSequenceIds(row.request_id, result) : result;
 }
 
 /** Where a poll's re-read schedule stands; kept across the wait before and in the slot. */

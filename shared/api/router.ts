@@ -19,12 +19,14 @@ import * as lifecycle from './checkpoint-lifecycle.js';
 import { type ApiDeps, resolveApiDeps } from './deps.js';
 import { boundMessage } from './describe.js';
 import * as ops from './operations.js';
+import { getSampleSequence } from './provenance.js';
 import { parseQuery, type QueryParams } from './query.js';
 import { checkSubmitQuota } from './quotas.js';
 import { checkBodyBytes, parseJsonBody } from './request-checks.js';
 import { retrieveFuture } from './retrieve.js';
 import { compileRoutes } from './route-matcher.js';
 import * as runs from './runs.js';
+import { sdkFeatures } from './sdk-versions.js';
 import { handleStatusRoute } from './status-routes.js';
 
 /** An HTTP request as the edge sees it, independent of API Gateway's event shape. */
@@ -117,6 +119,11 @@ const ROUTES: Readonly<Record<string, Route>> = {
   get_info: { methods: POST, run: ops.getInfo },
   weights_info: { methods: POST, run: ops.weightsInfo },
   'samplers/{sampler_id}': { methods: ['GET'], run: (ctx, _body, params) => ops.getSampler(ctx, params) },
+  // What produced a sampled sequence (W8): the sampler checkpoint and its weights version.
+  'sample_sequences/{sequence_id}': {
+    methods: ['GET'],
+    run: (ctx, _body, params) => getSampleSequence(ctx, params),
+  },
   // Listings (C1): reads only; another tenant's run or session answers as an unknown one (C6).
   training_runs: { methods: ['GET'], run: (ctx) => runs.listTrainingRuns(ctx) },
   'training_runs/{run_id}': {
@@ -329,6 +336,7 @@ export async function handleApiRequest(
           tunables,
           deadline: now + Math.max(0, pollMs),
           acceptsProtobuf: acceptsProtobuf(header(request, 'accept')),
+          sdkFeatures: sdkFeatures(header(request, 'x-stainless-package-version')),
           query,
           ...(admission === undefined ? {} : { admission }),
         },

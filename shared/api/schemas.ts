@@ -124,9 +124,22 @@ export const modelInputChunk = z.object({
 
 export const modelInput = z.object({ chunks: z.array(modelInputChunk).min(1) });
 
+/**
+ * A provenance span (SDK 0.26+, W8). The SDK's JSON form of spans is not known; this one mirrors the
+ * protobuf `ProvenanceSpan` oneof: `type` names its arm.
+ */
+export const provenanceSpan = z.object({
+  type: z.enum(['prompt_tokens', 'sampled_tokens']),
+  sequence_id: z.string().min(1).max(128),
+  offset: z.int().min(0).max(Number.MAX_SAFE_INTEGER).default(0),
+  length: z.int().min(1).max(Number.MAX_SAFE_INTEGER),
+});
+
 export const datum = z.object({
   model_input: modelInput,
   loss_fn_inputs: z.record(z.string(), tensorData),
+  model_input_spans: z.array(provenanceSpan).nullish(),
+  loss_fn_input_spans: z.array(provenanceSpan).nullish(),
 });
 
 export const forwardBackwardInput = z.object({
@@ -280,7 +293,15 @@ export const sampleRequest = z.object({
   sampling_params: samplingParams,
   prompt_logprobs: z.boolean().nullish(),
   topk_prompt_logprobs: z.int().min(0).max(1024).default(0),
+  // SDK 0.26+ (W8): the newer outputs; `record_stability_info` is accepted and has no effect here.
+  topk_sample_logprobs: z.int().min(0).max(1024).default(0),
+  prompt_alt_tokens_k: z.int().min(0).max(1024).default(0),
+  target_prompt_logprobs: tensorData.nullish(),
+  record_stability_info: z.boolean().nullish(),
 });
+
+/** `GET sample_sequences/{sequence_id}` (W8). */
+export const getSampleSequenceParams = z.object({ sequence_id: z.string().min(1).max(128) });
 
 export const getInfoRequest = z.object({ model_id: idString });
 

@@ -75,24 +75,56 @@ export interface SamplingParams {
   readonly stop?: string | readonly string[] | readonly number[] | readonly (readonly number[])[] | null;
 }
 
+/**
+ * Token ids to score at prompt positions (SDK 0.26+ `target_prompt_logprobs`), dense and row-major:
+ * `shape` is [prompt length - 1, K]; cell [i, j] is scored at prompt position i + 1; -1 asks nothing.
+ */
+export interface TargetPromptIds {
+  readonly shape: readonly [number, number];
+  readonly data: readonly number[];
+}
+
 export interface SampleRequest {
   readonly num_samples?: number;
   readonly prompt: ModelInput;
   readonly sampling_params: SamplingParams;
   readonly prompt_logprobs?: boolean;
   readonly topk_prompt_logprobs?: number;
+  /** Top-k (token, logprob) pairs at every generated position (0: none). */
+  readonly topk_sample_logprobs?: number;
+  /** k independent draws at every prompt position after the first, at the request's temperature. */
+  readonly prompt_alt_tokens_k?: number;
+  readonly target_prompt_logprobs?: TargetPromptIds;
 }
 
 export type StopReason = 'stop' | 'length';
+
+/** Per position, up to k (token, logprob) pairs, most likely first. */
+export type TopkRows = [number, number][][];
 
 export interface SampledSequence {
   readonly stop_reason: StopReason;
   readonly tokens: number[];
   readonly logprobs: number[];
+  /** With `topk_sample_logprobs` > 0: one row per generated token. */
+  readonly topk_logprobs?: TopkRows;
+}
+
+/** `prompt_alt_tokens`: both [prompt length - 1][k]; logprobs under the model's own distribution. */
+export interface PromptAltTokens {
+  readonly tokens: number[][];
+  readonly logprobs: number[][];
+}
+
+/** Sampling outputs a request may add beyond the sequences (SDK 0.26+), the same in run and result. */
+export interface SampleExtras {
+  readonly prompt_alt_tokens?: PromptAltTokens;
+  /** [prompt length - 1][K], the logprob of each asked id; null where the id was -1. */
+  readonly target_prompt_logprobs?: (number | null)[][];
 }
 
 /** The Tinker SampleResponse. */
-export interface SampleResult {
+export interface SampleResult extends SampleExtras {
   readonly type: 'sample';
   readonly sequences: SampledSequence[];
   readonly prompt_logprobs?: (number | null)[];
@@ -110,9 +142,11 @@ export interface GeneratedSequence {
   readonly stop_reason: StopReason | null;
   readonly tokens: number[];
   readonly logprobs: number[];
+  /** Recomputed for restored tokens too, so a resumed run answers what an uncut one does (P6). */
+  readonly topk_logprobs?: TopkRows;
 }
 
-export interface SampleRun {
+export interface SampleRun extends SampleExtras {
   /** True when every sequence has a stop reason; then `toSampleResult` gives the client's answer. */
   readonly finished: boolean;
   readonly sequences: GeneratedSequence[];
@@ -202,12 +236,19 @@ export interface Backend {
 export function toSampleResult(run: SampleRun): SampleResult {
   const sequences = run.sequences.map((sequence, index) => {
     if (sequence.stop_reason === null) throw new Error(`sequence ${index} is unfinished`);
-    return { stop_reason: sequence.stop_reason, tokens: sequence.tokens, logprobs: sequence.logprobs };
+    return {
+      stop_reason: sequence.stop_reason,
+      tokens: sequence.tokens,
+      logprobs: sequence.logprobs,
+      ...(sequence.topk_logprobs ? { topk_logprobs: sequence.topk_logprobs } : {}),
+    };
   });
   return {
     type: 'sample',
     sequences,
     ...(run.prompt_logprobs ? { prompt_logprobs: run.prompt_logprobs } : {}),
     ...(run.topk_prompt_logprobs ? { topk_prompt_logprobs: run.topk_prompt_logprobs } : {}),
+    ...(run.prompt_alt_tokens ? { prompt_alt_tokens: run.prompt_alt_tokens } : {}),
+    ...(run.target_prompt_logprobs ? { target_prompt_logprobs: run.target_prompt_logprobs } : {}),
   };
 }

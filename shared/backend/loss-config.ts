@@ -60,6 +60,9 @@ export const LOSS_FN_CONFIG: Readonly<Record<LossFn, Readonly<Record<string, Los
   dro: { beta: { defaultValue: 0.05, rule: 'a finite number >= 0', allows: (x) => x >= 0 } },
 };
 
+/** A `loss_fn_config` value: a number, or (SDK 0.26+, `loss_fn_config_v2`) a string. */
+export type LossConfigValue = number | string;
+
 export type ResolvedLossConfig =
   | { readonly ok: true; readonly values: Readonly<Record<string, number>> }
   | { readonly ok: false; readonly key: string; readonly problem: string };
@@ -71,7 +74,7 @@ export type ResolvedLossConfig =
  */
 export function resolveLossConfig(
   lossFn: LossFn,
-  config: Readonly<Record<string, number>>,
+  config: Readonly<Record<string, LossConfigValue>>,
 ): ResolvedLossConfig {
   const keys = LOSS_FN_CONFIG[lossFn];
   const allowed = Object.keys(keys);
@@ -81,11 +84,20 @@ export function resolveLossConfig(
       const expected = allowed.length === 0 ? 'it takes no config keys' : `allowed: ${allowed.join(', ')}`;
       return { ok: false, key, problem: `not a config key of loss_fn ${lossFn} (${expected})` };
     }
+    if (typeof value === 'string') {
+      // loss_fn_config_v2 and SDK 0.26+ JSON allow text values; no key of these losses takes one.
+      return {
+        ok: false,
+        key,
+        problem: `must be a number (${spec.rule}), got the string ${JSON.stringify(value.slice(0, 64))}`,
+      };
+    }
     if (typeof value !== 'number' || !Number.isFinite(value) || !spec.allows(value)) {
       return { ok: false, key, problem: `must be ${spec.rule}, got ${value}` };
     }
   }
   const values: Record<string, number> = {};
-  for (const [key, spec] of Object.entries(keys)) values[key] = config[key] ?? spec.defaultValue;
+  for (const [key, spec] of Object.entries(keys))
+    values[key] = (config[key] as number | undefined) ?? spec.defaultValue;
   return { ok: true, values };
 }

@@ -1,4 +1,5 @@
 import { invalidField as invalid } from '../errors.js';
+import type { LossConfigValue } from './loss-config.js';
 import {
   checkShape,
   denseFromCsr,
@@ -25,16 +26,31 @@ export interface ModelInput {
   readonly chunks: readonly EncodedTextChunk[];
 }
 
+/**
+ * Where a run of a datum's positions came from (SDK 0.26+, W8): positions [offset, offset + length)
+ * of the prompt (`prompt_tokens`) or of the sampled tokens (`sampled_tokens`) of the sampled sequence
+ * `sequence_id`. A datum's spans tile the field they annotate, in order. Intake checks and stores them;
+ * the backend does not read them.
+ */
+export interface ProvenanceSpan {
+  readonly type: 'prompt_tokens' | 'sampled_tokens';
+  readonly sequence_id: string;
+  readonly offset: number;
+  readonly length: number;
+}
+
 export interface Datum {
   readonly model_input: ModelInput;
   readonly loss_fn_inputs: Readonly<Record<string, Tensor>>;
+  readonly model_input_spans?: readonly ProvenanceSpan[];
+  readonly loss_fn_input_spans?: readonly ProvenanceSpan[];
 }
 
 export interface ForwardBackwardInput {
   readonly data: readonly Datum[];
   readonly loss_fn: string;
-  /** Always present (empty when the client sent none). */
-  readonly loss_fn_config: Readonly<Record<string, number>>;
+  /** Always present (empty when the client sent none); strings only from SDK 0.26+ clients. */
+  readonly loss_fn_config: Readonly<Record<string, LossConfigValue>>;
 }
 
 /** The JSON members this converter reads (the zod schemas in shared/api/schemas.ts check their types). */
@@ -50,9 +66,23 @@ export interface ModelInputJson {
   readonly chunks: readonly { readonly type?: string; readonly tokens?: readonly number[] }[];
 }
 
+/** A span as JSON carries it: `offset` defaults to 0, as in the SDK. */
+export type ProvenanceSpanJson = Omit<ProvenanceSpan, 'offset'> & { readonly offset?: number };
+
 export interface DatumJson {
   readonly model_input: ModelInputJson;
   readonly loss_fn_inputs: Readonly<Record<string, TensorDataJson>>;
+  readonly model_input_spans?: readonly ProvenanceSpanJson[] | null;
+  readonly loss_fn_input_spans?: readonly ProvenanceSpanJson[] | null;
+}
+
+function spansFromJson(spans: readonly ProvenanceSpanJson[] | null | undefined): ProvenanceSpan[] {
+  return (spans ?? []).map((span) => ({
+    type: span.type,
+    sequence_id: span.sequence_id,
+    offset: span.offset ?? 0,
+    length: span.length,
+  }));
 }
 
 export interface ForwardBackwardInputJson {
@@ -148,15 +178,18 @@ export function tensorFromJson(tensor: TensorDataJson, field: string, budget?: S
     : { dtype: 'int64', data: values as BigInt64Array, shape };
 }
 
-/** `loss_fn_config` values must be numbers (Tinker's `Dict[str, float]`). */
+/**
+ * `loss_fn_config` values: finite numbers, or strings (SDK 0.26+ sends `Dict[str, float | str]`);
+ * which keys a loss takes, and of what type, is checked against the loss (shared/backend/loss-config.ts).
+ */
 export function lossFnConfigFromJson(
   config: Readonly<Record<string, number | string>> | null | undefined,
   field: string,
-): Record<string, number> {
-  const out: Record<string, number> = {};
+): Record<string, LossConfigValue> {
+  const out: Record<string, LossConfigValue> = {};
   for (const [key, value] of Object.entries(config ?? {})) {
-    if (typeof value !== 'number' || !Number.isFinite(value)) {
-      throw invalid(`${field}.${key}`, 'must be a finite number');
+    if (typeof value !== 'string' && (typeof value !== 'number' || !Number.isFinite(value))) {
+      throw invalid(`${field}.${key}`, 'must be a finite number or a string');
     }
     out[key] = value;
   }
@@ -185,6 +218,12 @@ export function passInputFromJson(
       return {
         model_input: modelInputFromJson(datum.model_input, `${datumField}.model_input`),
         loss_fn_inputs: lossInputs,
+        ...(datum.model_input_spans?.length
+          ? { model_input_spans: spansFromJson(datum.model_input_spans) }
+          : {}),
+        ...(datum.loss_fn_input_spans?.length
+          ? { loss_fn_input_spans: spansFromJson(datum.loss_fn_input_spans) }
+          : {}),
       };
     }),
   };

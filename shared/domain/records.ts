@@ -163,6 +163,8 @@ export interface CheckpointNameRecord {
   readonly public?: true;
   /** Bytes of the stored checkpoint blob. */
   readonly size_bytes?: number;
+  /** Optimizer steps of the model when it was saved (absent on checkpoints saved before W8). */
+  readonly weights_version?: number;
   /** S3 key of the checkpoint's tar archive (C2); absent on checkpoints saved before archives. */
   readonly archive_key?: string;
 }
@@ -298,6 +300,26 @@ export interface SamplingSessionRecord {
   /** `by_parent` `session#<session_id>` and `list_sort`: the sampler ids of a session (C1). */
   readonly parent_key?: string;
   readonly list_sort?: string;
+}
+
+/**
+ * `registry` item `sample#<request_id>`, written with the sample's future (W8): what produced the
+ * sequences whose ids (`<request_id>:<index>`, shared/domain/sample-sequences.ts) the asample answered,
+ * so a provenance span can be checked against its tenant and traced to its sampler weights.
+ */
+export interface SampleSequencesRecord {
+  readonly pk: string;
+  readonly tenant: string;
+  readonly request_id: string;
+  readonly sampling_session_id: string;
+  readonly base_model: string;
+  /** The sampler checkpoint's path and its training weights version; absent for the bare base model. */
+  readonly model_path?: string;
+  readonly weights_version?: number;
+  readonly num_samples: number;
+  readonly prompt_tokens: number;
+  readonly max_tokens: number;
+  readonly created_at: number;
 }
 
 /** Idempotency of create_sampling_session, `idem#ss#<session>#<sampling_session_seq_id>`. */

@@ -183,6 +183,8 @@ export type CheckpointEffect =
       /** The archive built from the blob at save (C2). */
       readonly archive_key?: string;
       readonly size_bytes?: number;
+      /** The model's optimizer steps at the save (W8: a sampled sequence's weights version). */
+      readonly weights_version?: number;
       /** `expires_at` = the commit's time + this (C5). */
       readonly ttl_seconds?: number;
       /** Who and what the checkpoint is, for its listing keys (C1); absent for an unnamed sampler save. */
@@ -217,6 +219,10 @@ export function checkpointEffectItem(
     if (effect.size_bytes !== undefined) {
       sets.push('size_bytes = :size');
       values[':size'] = effect.size_bytes;
+    }
+    if (effect.weights_version !== undefined) {
+      sets.push('weights_version = :version');
+      values[':version'] = effect.weights_version;
     }
     if (effect.ttl_seconds !== undefined) {
       sets.push('expires_at = :expires');

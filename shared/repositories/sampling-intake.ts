@@ -1,5 +1,6 @@
 import {
   registryKey,
+  type SampleSequencesRecord,
   type SamplingSessionIdemRecord,
   type SamplingSessionRecord,
 } from '../domain/records.js';
@@ -12,6 +13,7 @@ import {
   putOnce,
   runIntake,
 } from './intake.js';
+import { sampleSequencesItem } from './sample-sequences.js';
 import { samplingSessionCreateItem } from './sampling-sessions.js';
 import type { FutureAnswer } from './training-intake.js';
 
@@ -23,11 +25,13 @@ export interface SampleIntake {
   readonly tokens: number;
   readonly payload: SerializedPayload;
   readonly now: number;
+  /** What produced the sequences (W8), written with the future; its `request_id` is `requestId`. */
+  readonly sequences: SampleSequencesRecord;
 }
 
 /**
- * asample: outside the training sequence (R4), so no seq; the future and the idempotency record of
- * `(sampling session, seq_id)` in one transaction.
+ * asample: outside the training sequence (R4), so no seq; the future, the idempotency record of
+ * `(sampling session, seq_id)` and the sequences' record (W8) in one transaction.
  */
 export async function submitSample(input: SampleIntake, store: IntakeStore): Promise<FutureAnswer> {
   const session = input.samplingSession;
@@ -50,17 +54,20 @@ export async function submitSample(input: SampleIntake, store: IntakeStore): Pro
         }
         return {
           answer: { request_id: input.requestId },
-          items: newFutureItems(store.tables, {
-            idempotencyKey: idemPk,
-            requestId: input.requestId,
-            tenant: input.tenant,
-            modelId: session.model_id,
-            requestType: 'sample',
-            ...(session.checkpoint_id === undefined ? {} : { checkpointId: session.checkpoint_id }),
-            tokens: input.tokens,
-            payload: input.payload,
-            now: input.now,
-          }),
+          items: [
+            sampleSequencesItem(store.tables.registry, input.sequences),
+            ...newFutureItems(store.tables, {
+              idempotencyKey: idemPk,
+              requestId: input.requestId,
+              tenant: input.tenant,
+              modelId: session.model_id,
+              requestType: 'sample',
+              ...(session.checkpoint_id === undefined ? {} : { checkpointId: session.checkpoint_id }),
+              tokens: input.tokens,
+              payload: input.payload,
+              now: input.now,
+            }),
+          ],
         };
       },
     },

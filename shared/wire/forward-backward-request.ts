@@ -1,5 +1,6 @@
 import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
-import type { Datum, EncodedTextChunk, ForwardBackwardInput } from '../backend/pass-input.js';
+import type { LossConfigValue } from '../backend/loss-config.js';
+import type { Datum, EncodedTextChunk, ForwardBackwardInput, ProvenanceSpan } from '../backend/pass-input.js';
 import type { Tensor } from '../backend/tensor.js';
 import { invalidField as invalid } from '../errors.js';
 import { arrayBytes, readInt32 } from './array-bytes.js';
@@ -7,6 +8,8 @@ import {
   type Chunk,
   type Datum as DatumMessage,
   ForwardBackwardRequestSchema,
+  type LossConfigValue as LossConfigValueMessage,
+  type ProvenanceSpan as ProvenanceSpanMessage,
 } from './gen/tinker_public_pb.js';
 import { type CsrBudget, tensorFromMessage, tensorToMessage } from './tensor-message.js';
 
@@ -42,6 +45,31 @@ function chunkFromMessage(chunk: Chunk, field: string): EncodedTextChunk {
   return { type: 'encoded_text', tokens };
 }
 
+/** Longest `sequence_id` a span may name (ours are 32 hex digits, a colon and an index). */
+const MAX_SEQUENCE_ID_CHARS = 128;
+
+function spanFromMessage(span: ProvenanceSpanMessage, field: string): ProvenanceSpan {
+  const arm = span.span;
+  if (arm.case === undefined) throw invalid(field, 'names neither prompt_tokens nor sampled_tokens');
+  const { sequenceId, offset, length } = arm.value;
+  const armField = `${field}.${arm.case === 'promptTokens' ? 'prompt_tokens' : 'sampled_tokens'}`;
+  if (sequenceId.length === 0 || sequenceId.length > MAX_SEQUENCE_ID_CHARS) {
+    throw invalid(`${armField}.sequence_id`, `must be 1-${MAX_SEQUENCE_ID_CHARS} characters`);
+  }
+  if (offset < 0n || offset > BigInt(Number.MAX_SAFE_INTEGER)) {
+    throw invalid(`${armField}.offset`, `must be >= 0, got ${offset}`);
+  }
+  if (length < 1n || length > BigInt(Number.MAX_SAFE_INTEGER)) {
+    throw invalid(`${armField}.length`, `must be >= 1, got ${length}`);
+  }
+  return {
+    type: arm.case === 'promptTokens' ? 'prompt_tokens' : 'sampled_tokens',
+    sequence_id: sequenceId,
+    offset: Number(offset),
+    length: Number(length),
+  };
+}
+
 function datumFromMessage(datum: DatumMessage, field: string, budget: CsrBudget): Datum {
   const chunks = datum.modelInput.map((chunk, index) =>
     chunkFromMessage(chunk, `${field}.model_input.chunks.${index}`),
@@ -53,7 +81,44 @@ function datumFromMessage(datum: DatumMessage, field: string, budget: CsrBudget)
       tensorFromMessage(tensor, `${field}.loss_fn_inputs.${name}`, budget),
     ]),
   );
-  return { model_input: { chunks }, loss_fn_inputs: lossFnInputs };
+  const inputSpans = datum.modelInputSpans.map((span, i) =>
+    spanFromMessage(span, `${field}.model_input_spans.${i}`),
+  );
+  const lossSpans = datum.lossFnInputSpans.map((span, i) =>
+    spanFromMessage(span, `${field}.loss_fn_input_spans.${i}`),
+  );
+  return {
+    model_input: { chunks },
+    loss_fn_inputs: lossFnInputs,
+    ...(inputSpans.length > 0 ? { model_input_spans: inputSpans } : {}),
+    ...(lossSpans.length > 0 ? { loss_fn_input_spans: lossSpans } : {}),
+  };
+}
+
+/**
+ * `loss_fn_config` (numbers) overlaid by `loss_fn_config_v2` (numbers or text): SDK 0.26+ writes its
+ * number entries to both and text entries to v2 only, so v2 wins where a key is in both.
+ */
+function lossConfigFromMessage(
+  numbers: Readonly<Record<string, number>>,
+  v2: Readonly<Record<string, LossConfigValueMessage>>,
+): Record<string, LossConfigValue> {
+  const config: [string, LossConfigValue][] = Object.entries(numbers);
+  for (const [key, value] of config) {
+    if (!Number.isFinite(value))
+      throw invalid(`loss_fn_config.${key}`, `must be a finite number, got ${value}`);
+  }
+  const merged = Object.fromEntries(config);
+  for (const [key, entry] of Object.entries(v2)) {
+    const { value } = entry;
+    if (value.case === undefined) throw invalid(`loss_fn_config_v2.${key}`, 'has neither number nor text');
+    if (value.case === 'number' && !Number.isFinite(value.value)) {
+      throw invalid(`loss_fn_config_v2.${key}`, `must be a finite number, got ${value.value}`);
+    }
+    // defineProperty: a key such as "__proto__" stays a plain key.
+    Object.defineProperty(merged, key, { value: value.value, enumerable: true, writable: true });
+  }
+  return merged;
 }
 
 /**
@@ -74,11 +139,7 @@ export function decodeForwardBackwardRequest(
   }
   const limit = options.maxCsrDenseValues ?? DEFAULT_MAX_CSR_DENSE_VALUES;
   const budget: CsrBudget = { remaining: limit, limit };
-  const config: [string, number][] = Object.entries(message.lossFnConfig);
-  for (const [key, value] of config) {
-    if (!Number.isFinite(value))
-      throw invalid(`loss_fn_config.${key}`, `must be a finite number, got ${value}`);
-  }
+  const config = lossConfigFromMessage(message.lossFnConfig, message.lossFnConfigV2);
   return {
     model_id: message.modelId,
     seq_id: message.seqId,
@@ -86,8 +147,18 @@ export function decodeForwardBackwardRequest(
     input: {
       data: message.data.map((datum, index) => datumFromMessage(datum, `data.${index}`, budget)),
       loss_fn: message.lossFn,
-      loss_fn_config: Object.fromEntries(config),
+      loss_fn_config: config,
     },
+  };
+}
+
+function spanToMessage(span: ProvenanceSpan) {
+  const value = { sequenceId: span.sequence_id, offset: BigInt(span.offset), length: BigInt(span.length) };
+  return {
+    span:
+      span.type === 'prompt_tokens'
+        ? { case: 'promptTokens' as const, value }
+        : { case: 'sampledTokens' as const, value },
   };
 }
 
@@ -103,12 +174,21 @@ function sortedEntries<T>(record: Readonly<Record<string, T>>): [string, T][] {
  * A rank-0 tensor (shape []) reads back as shape [1]: proto3 cannot tell an empty shape from none.
  */
 export function encodeStoredPass(message: ForwardBackwardMessage): Uint8Array {
+  const config = sortedEntries(message.input.loss_fn_config);
   const wire = create(ForwardBackwardRequestSchema, {
     modelId: message.model_id,
     seqId: message.seq_id,
     forwardOnly: message.forward_only,
     lossFn: message.input.loss_fn,
-    lossFnConfig: Object.fromEntries(sortedEntries(message.input.loss_fn_config)),
+    // Numbers where every reader looks; text (SDK 0.26+) only in v2, as the SDK writes it.
+    lossFnConfig: Object.fromEntries(
+      config.filter((entry): entry is [string, number] => typeof entry[1] === 'number'),
+    ),
+    lossFnConfigV2: Object.fromEntries(
+      config
+        .filter((entry): entry is [string, string] => typeof entry[1] === 'string')
+        .map(([key, text]) => [key, { value: { case: 'text' as const, value: text } }]),
+    ),
     data: message.input.data.map((datum) => ({
       modelInput: datum.model_input.chunks.map((chunk) => ({
         chunk: { case: 'encodedText' as const, value: { tokens: arrayBytes(chunk.tokens) } },
@@ -116,6 +196,8 @@ export function encodeStoredPass(message: ForwardBackwardMessage): Uint8Array {
       lossFnInputs: Object.fromEntries(
         sortedEntries(datum.loss_fn_inputs).map(([name, tensor]) => [name, tensorToMessage(tensor)]),
       ),
+      modelInputSpans: (datum.model_input_spans ?? []).map(spanToMessage),
+      lossFnInputSpans: (datum.loss_fn_input_spans ?? []).map(spanToMessage),
     })),
   });
   return toBinary(ForwardBackwardRequestSchema, wire);

@@ -1,4 +1,5 @@
 import { create, toBinary } from '@bufbuild/protobuf';
+import { float32Tensor, int64Tensor } from '../backend/tensor.js';
 import { InfrastructureError } from '../errors.js';
 import { arrayBytes } from './array-bytes.js';
 import {
@@ -8,6 +9,7 @@ import {
   SampleResponseSchema,
   StopReason,
 } from './gen/tinker_public_pb.js';
+import { tensorToMessage } from './tensor-message.js';
 
 /**
  * Results as the worker stores them (JSON), encoded as the protobuf the SDK 0.25 accepts for
@@ -27,17 +29,28 @@ export interface StoredForwardBackwardResult {
   readonly metrics: Readonly<Record<string, number>>;
 }
 
+type TopkRows = readonly (readonly (readonly [number, number])[] | null)[];
+
 export interface StoredSampledSequence {
   readonly stop_reason: 'stop' | 'length';
   readonly tokens: readonly number[];
   readonly logprobs?: readonly number[] | null;
+  /** SDK 0.26+ `topk_sample_logprobs`: a row per generated token. */
+  readonly topk_logprobs?: TopkRows | null;
 }
 
 export interface StoredSampleResult {
   readonly sequences: readonly StoredSampledSequence[];
   readonly prompt_logprobs?: readonly (number | null)[] | null;
-  readonly topk_prompt_logprobs?: readonly (readonly (readonly [number, number])[] | null)[] | null;
+  readonly topk_prompt_logprobs?: TopkRows | null;
   readonly prompt_cache_hit_tokens?: number;
+  /** SDK 0.26+ (W8): [prompt tokens - 1][k] draws and their logprobs. */
+  readonly prompt_alt_tokens?: {
+    readonly tokens: readonly (readonly number[])[];
+    readonly logprobs: readonly (readonly number[])[];
+  } | null;
+  /** SDK 0.26+ (W8): [prompt tokens - 1][K]; null where no id was asked. */
+  readonly target_prompt_logprobs?: readonly (readonly (number | null)[])[] | null;
 }
 
 /** What the SDK reads as "no top-k entry here" (tinker/types/sample_response.py MASK_LOGPROB). */
@@ -146,7 +159,7 @@ export function encodeForwardBackwardOutput(result: StoredForwardBackwardResult)
   return toBinary(ForwardBackwardOutputSchema, message);
 }
 
-function topkMatrices(rows: NonNullable<StoredSampleResult['topk_prompt_logprobs']>) {
+function topkMatrices(rows: TopkRows) {
   let k = 0;
   for (const row of rows) k = Math.max(k, row?.length ?? 0);
   const tokenIds = new Int32Array(rows.length * k).fill(TOPK_EMPTY_TOKEN);
@@ -161,13 +174,40 @@ function topkMatrices(rows: NonNullable<StoredSampleResult['topk_prompt_logprobs
     tokenIds: arrayBytes(tokenIds),
     logprobs: arrayBytes(logprobs),
     k,
-    promptLength: rows.length,
+    length: rows.length,
   };
+}
+
+/** Rows of equal width as one flat array and its [rows, width] shape (width from the first row). */
+function matrix(rows: readonly (readonly (number | null)[])[], field: string) {
+  const width = rows[0]?.length ?? 0;
+  const values: number[] = [];
+  for (const [index, row] of rows.entries()) {
+    if (row.length !== width) throw broken(`${field}.${index}`, `has ${row.length} values, not ${width}`);
+    for (const value of row) values.push(value ?? Number.NaN);
+  }
+  return { values, shape: [rows.length, width] };
+}
+
+function promptAltTokens(alt: NonNullable<StoredSampleResult['prompt_alt_tokens']>) {
+  const tokens = matrix(alt.tokens, 'prompt_alt_tokens.tokens');
+  const logprobs = matrix(alt.logprobs, 'prompt_alt_tokens.logprobs');
+  return {
+    tokens: tensorToMessage(int64Tensor(tokens.values, tokens.shape)),
+    logprobs: tensorToMessage(float32Tensor(logprobs.values, logprobs.shape)),
+  };
+}
+
+/** Dense float32 [prompt tokens - 1, K]: NaN (the SDK's "no value") where no id was asked. */
+function targetPromptLogprobs(rows: NonNullable<StoredSampleResult['target_prompt_logprobs']>) {
+  const { values, shape } = matrix(rows, 'target_prompt_logprobs');
+  return tensorToMessage(float32Tensor(values, shape));
 }
 
 /**
  * A stored sample result as `SampleResponse` bytes: a null prompt logprob is NaN (the SDK's "no
- * value"); top-k rows are padded to the widest row with (0, -99999.0), a null row all padding.
+ * value"); top-k rows (prompt and sampled) are padded to the widest row with (0, -99999.0), a null row
+ * all padding; `prompt_alt_tokens` and `target_prompt_logprobs` are dense Tensors (W8).
  */
 export function encodeSampleResponse(result: StoredSampleResult): Uint8Array {
   const prompt = result.prompt_logprobs;
@@ -176,12 +216,16 @@ export function encodeSampleResponse(result: StoredSampleResult): Uint8Array {
       stopReason: sequence.stop_reason === 'length' ? StopReason.LENGTH : StopReason.STOP,
       tokens: arrayBytes(Int32Array.from(sequence.tokens)),
       logprobs: sequence.logprobs == null ? undefined : arrayBytes(Float32Array.from(sequence.logprobs)),
+      topkSampledLogprobs: sequence.topk_logprobs == null ? undefined : topkMatrices(sequence.topk_logprobs),
     })),
     promptLogprobs:
       prompt == null ? undefined : arrayBytes(Float32Array.from(prompt, (value) => value ?? Number.NaN)),
     topkPromptLogprobs:
       result.topk_prompt_logprobs == null ? undefined : topkMatrices(result.topk_prompt_logprobs),
     promptCacheHitTokens: result.prompt_cache_hit_tokens ?? 0,
+    targetPromptLogprobs:
+      result.target_prompt_logprobs == null ? undefined : targetPromptLogprobs(result.target_prompt_logprobs),
+    promptAltTokens: result.prompt_alt_tokens == null ? undefined : promptAltTokens(result.prompt_alt_tokens),
   });
   return toBinary(SampleResponseSchema, message);
 }

@@ -111,6 +111,11 @@ export const samplePayloadSchema = z.object({
   sampling_params: z.looseObject({ seed: z.number() }),
   prompt_logprobs: z.boolean().optional(),
   topk_prompt_logprobs: z.number().optional(),
+  topk_sample_logprobs: z.number().optional(),
+  prompt_alt_tokens_k: z.number().optional(),
+  target_prompt_logprobs: z
+    .object({ shape: z.tuple([z.number(), z.number()]), data: z.array(z.number()) })
+    .optional(),
 });
 export type SampleStepPayload = z.infer<typeof samplePayloadSchema>;
 
@@ -190,5 +195,8 @@ export function sampleRequestOf(requestId: string, payload: SampleStepPayload): 
     sampling_params: payload.sampling_params as SamplingParams,
     prompt_logprobs: payload.prompt_logprobs ?? false,
     topk_prompt_logprobs: payload.topk_prompt_logprobs ?? 0,
+    ...(payload.topk_sample_logprobs ? { topk_sample_logprobs: payload.topk_sample_logprobs } : {}),
+    ...(payload.prompt_alt_tokens_k ? { prompt_alt_tokens_k: payload.prompt_alt_tokens_k } : {}),
+    ...(payload.target_prompt_logprobs ? { target_prompt_logprobs: payload.target_prompt_logprobs } : {}),
   };
 }

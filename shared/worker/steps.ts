@@ -180,7 +180,8 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
         throw new MalformedPayloadError(step.request_id, 'the checkpoint names another model');
       }
       const kind = step.request_type === 'save_weights' ? 'training' : 'sampler';
-      const bytes = await backend.exportWeights(requireState(part, modelId), kind);
+      const state = requireState(part, modelId);
+      const bytes = await backend.exportWeights(state, kind);
       const contentId = checkpointContentId(step.request_id);
       // Under this run's keys (E3): another run of the same save may export other bytes.
       const key = storageKeys.checkpoint(modelId, contentId, env.run);
@@ -197,6 +198,7 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
         blob_key: key,
         ...(archive === undefined ? {} : { archive_key: archive.key }),
         size_bytes: bytes.length,
+        weights_version: state.weights_version,
         ...(payload.ttl_seconds === undefined ? {} : { ttl_seconds: payload.ttl_seconds }),
         // Named saves are listed (C1); an unnamed sampler save is reached through its sampling session.
         ...(session === undefined

@@ -343,16 +343,22 @@ describe('the SDK call sequence with its exact request bodies', () => {
   });
 
   it('asample: a future outside the training sequence, on the checkpoint, with a stored seed', async () => {
-    const answer = await client.raw('POST', '/api/v1/asample', {
-      sampling_session_id: futures.samplingSession,
-      seq_id: 0,
-      num_samples: 2,
-      prompt: { chunks: [{ tokens: [72, 105], type: 'encoded_text' }] },
-      sampling_params: { max_tokens: 16, seed: null, stop: null, temperature: 1.0, top_k: -1, top_p: 1.0 },
-      prompt_logprobs: false,
-      topk_prompt_logprobs: 0,
-      type: 'sample',
-    });
+    const answer = await client.raw(
+      'POST',
+      '/api/v1/asample',
+      {
+        sampling_session_id: futures.samplingSession,
+        seq_id: 0,
+        num_samples: 2,
+        prompt: { chunks: [{ tokens: [72, 105], type: 'encoded_text' }] },
+        sampling_params: { max_tokens: 16, seed: null, stop: null, temperature: 1.0, top_k: -1, top_p: 1.0 },
+        prompt_logprobs: false,
+        topk_prompt_logprobs: 0,
+        type: 'sample',
+      },
+      // As the SDK's HTTP client sends it: releases up to 0.25.0 get the bare future (W7).
+      { 'x-stainless-package-version': '0.25.0' },
+    );
     expect(answer.status).toBe(200);
     const future = answer.body as { request_id: string };
     expect(Object.keys(future)).toEqual(['request_id']);

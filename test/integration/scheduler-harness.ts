@@ -200,7 +200,26 @@ export async function submitSampleRequest(
   };
   const serialized = serializePayload(payload);
   await submitSample(
-    { requestId, tenant: TENANT, samplingSession: session, seqId, tokens: 7, payload: serialized, now },
+    {
+      requestId,
+      tenant: TENANT,
+      samplingSession: session,
+      seqId,
+      tokens: 7,
+      payload: serialized,
+      now,
+      sequences: {
+        pk: registryKey.sampleSequences(requestId),
+        tenant: TENANT,
+        request_id: requestId,
+        sampling_session_id: session.sampling_session_id,
+        base_model: session.base_model,
+        num_samples: 1,
+        prompt_tokens: 3,
+        max_tokens: 4,
+        created_at: now,
+      },
+    },
     intakeStore(clients),
   );
   return { requestId, payload: JSON.parse(serialized.body as string) as unknown };

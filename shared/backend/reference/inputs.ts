@@ -237,6 +237,31 @@ export interface ReferenceSampleRequest {
   readonly stops: readonly (readonly number[])[];
   readonly promptLogprobs: boolean;
   readonly topkPromptLogprobs: number;
+  readonly topkSampleLogprobs: number;
+  readonly promptAltTokensK: number;
+  /** Dense [prompt length - 1, K] ids (-1: none asked), or null when not asked. */
+  readonly targetPromptIds: { readonly columns: number; readonly ids: Int32Array } | null;
+}
+
+function parseTargetPromptIds(
+  target: SampleRequest['target_prompt_logprobs'],
+  promptLength: number,
+): ReferenceSampleRequest['targetPromptIds'] {
+  const field = 'target_prompt_logprobs';
+  if (target === undefined || target === null) return null;
+  if (!isRecord(target) || !Array.isArray(target.shape) || !Array.isArray(target.data))
+    fail(field, 'must be {shape, data}');
+  const [rows, columns] = target.shape;
+  if (target.shape.length !== 2 || rows !== promptLength - 1 || !Number.isInteger(columns) || columns < 0)
+    fail(`${field}.shape`, `must be [${promptLength - 1}, K] for a prompt of ${promptLength} tokens`);
+  if (target.data.length !== rows * columns)
+    fail(`${field}.data`, `holds ${target.data.length} ids for shape [${rows}, ${columns}]`);
+  const ids = new Int32Array(target.data.length);
+  target.data.forEach((id, i) => {
+    if (id !== -1) checkToken(id, `${field}.data[${i}]`);
+    ids[i] = id;
+  });
+  return { columns, ids };
 }
 
 /** Stop strings are encoded as UTF-8 bytes: the reference vocabulary is byte-level. */
@@ -305,5 +330,18 @@ export function parseSampleRequest(request: SampleRequest): ReferenceSampleReque
       (x) => Number.isInteger(x) && x >= 0 && x <= VOCAB,
       `an integer in [0, ${VOCAB}]`,
     ),
+    topkSampleLogprobs: checkNumber(
+      optionalNumber(request.topk_sample_logprobs, 0),
+      'topk_sample_logprobs',
+      (x) => Number.isInteger(x) && x >= 0 && x <= VOCAB,
+      `an integer in [0, ${VOCAB}]`,
+    ),
+    promptAltTokensK: checkNumber(
+      optionalNumber(request.prompt_alt_tokens_k, 0),
+      'prompt_alt_tokens_k',
+      (x) => Number.isInteger(x) && x >= 0,
+      'an integer >= 0',
+    ),
+    targetPromptIds: parseTargetPromptIds(request.target_prompt_logprobs, prompt.length),
   };
 }

@@ -15,7 +15,7 @@
  */
 
 import { StepUserError } from '../../errors.js';
-import { isLossFn, LOSS_FNS, type LossFn, resolveLossConfig } from '../loss-config.js';
+import { isLossFn, LOSS_FNS, type LossConfigValue, type LossFn, resolveLossConfig } from '../loss-config.js';
 import { floatLossInput, type PassDatum } from './inputs.js';
 
 export interface DatumLoss {
@@ -181,7 +181,7 @@ function fail(field: string, problem: string): never {
  */
 export function lossFunction(
   name: string,
-  config: Readonly<Record<string, number>>,
+  config: Readonly<Record<string, LossConfigValue>>,
 ): { loss: LossFunction; config: Readonly<Record<string, number>> } {
   if (!isLossFn(name)) {
     fail(

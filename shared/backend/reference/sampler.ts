@@ -12,6 +12,13 @@
  * A sequence stops when its generated tokens end with a stop sequence (the stop tokens are kept in the
  * output; `stop_reason: "stop"`), or after max_tokens generated tokens (`"length"`). Matching looks only at
  * generated tokens, restored ones included, so it needs no state beyond the tokens themselves.
+ *
+ * The outputs of SDK 0.26+ are read from the same distributions: `topk_sample_logprobs` ranks the
+ * model's own distribution at each generated position (restored positions are recomputed while the
+ * prefix is replayed, so a resumed run answers exactly what an uncut one does, P6);
+ * `prompt_alt_tokens_k` draws k tokens with replacement at prompt position t >= 1 at the request's
+ * temperature (no top-k/top-p), u = uniformAt(TAG_ALT, seed, t, j), each with its model logprob;
+ * `target_prompt_logprobs` reads the asked ids' model logprobs at their prompt positions.
  */
 
 import { InfrastructureError } from '../../errors.js';
@@ -31,6 +38,7 @@ import { seedWords, uniformAt } from './prng.js';
 import { REFERENCE_STATE_KIND } from './state.js';
 
 const TAG_SAMPLE = 0x53414d50;
+const TAG_ALT = 0x414c5430;
 
 export interface ReferenceSampler extends SamplerModel {
   readonly kind: typeof REFERENCE_STATE_KIND;
@@ -70,12 +78,13 @@ function rankedTokens(logprobs: Float64Array): number[] {
   return ids.sort((a, b) => (logprobs[b] as number) - (logprobs[a] as number) || a - b);
 }
 
+type Filter = Pick<ReferenceSampleRequest, 'temperature' | 'topK' | 'topP'>;
+
+/** The token at uniform draw `u` (consumed only when the choice is random). */
 function chooseToken(
   logprobs: Float64Array,
-  request: ReferenceSampleRequest,
-  seed: readonly [number, number],
-  sampleIndex: number,
-  position: number,
+  request: Filter,
+  u: () => number,
   weights: Float64Array,
 ): number {
   const best = argmax(logprobs);
@@ -97,7 +106,7 @@ function chooseToken(
     count = kept;
     total = cumulative;
   }
-  const target = uniformAt(TAG_SAMPLE, seed[0], seed[1], sampleIndex, position) * total;
+  const target = u() * total;
   let cumulative = 0;
   for (let c = 0; c < count; c++) {
     cumulative += weights[c] as number;
@@ -125,6 +134,12 @@ function checkPrefix(prefix: SequencePrefix, index: number, maxTokens: number): 
   if (!ok) throw new InfrastructureError(`resume[${index}]: restored prefix does not fit this request`);
 }
 
+function topkRow(logprobs: Float64Array, k: number): [number, number][] {
+  return rankedTokens(logprobs)
+    .slice(0, k)
+    .map((v) => [v, Math.fround(logprobs[v] as number)]);
+}
+
 export function sampleReference(
   sampler: SamplerModel,
   request: SampleRequest,
@@ -138,19 +153,37 @@ export function sampleReference(
   const promptRunner = new SequenceRunner(baseWeights(model.base_model), model.params, model.rank);
   const promptLogprobs: (number | null)[] = [null];
   const topkPromptLogprobs: ([number, number][] | null)[] = [null];
+  const scratch = new Float64Array(VOCAB);
+  const altK = parsed.promptAltTokensK;
+  const alt = { tokens: [] as number[][], logprobs: [] as number[][] };
+  const altFilter: Filter = { temperature: parsed.temperature, topK: 0, topP: 1 };
+  const target = parsed.targetPromptIds;
+  const targetLogprobs: (number | null)[][] = [];
   parsed.prompt.forEach((token, t) => {
     if (t > 0) {
-      if (parsed.promptLogprobs) promptLogprobs.push(Math.fround(promptRunner.logprobs[token] as number));
-      if (parsed.topkPromptLogprobs > 0) {
-        const top = rankedTokens(promptRunner.logprobs).slice(0, parsed.topkPromptLogprobs);
-        topkPromptLogprobs.push(top.map((v) => [v, Math.fround(promptRunner.logprobs[v] as number)]));
+      const logprobs = promptRunner.logprobs;
+      if (parsed.promptLogprobs) promptLogprobs.push(Math.fround(logprobs[token] as number));
+      if (parsed.topkPromptLogprobs > 0)
+        topkPromptLogprobs.push(topkRow(logprobs, parsed.topkPromptLogprobs));
+      if (altK > 0) {
+        const draws = Array.from({ length: altK }, (_, j) =>
+          chooseToken(logprobs, altFilter, () => uniformAt(TAG_ALT, seed[0], seed[1], t, j), scratch),
+        );
+        alt.tokens.push(draws);
+        alt.logprobs.push(draws.map((v) => Math.fround(logprobs[v] as number)));
+      }
+      if (target !== null) {
+        const row = target.ids.subarray((t - 1) * target.columns, t * target.columns);
+        targetLogprobs.push(
+          Array.from(row, (id) => (id === -1 ? null : Math.fround(logprobs[id] as number))),
+        );
       }
     }
     promptRunner.push(token);
   });
 
   const sequences: GeneratedSequence[] = [];
-  const scratch = new Float64Array(VOCAB);
+  const topk = parsed.topkSampleLogprobs;
   for (let i = 0; i < parsed.numSamples; i++) {
     const prefix = options.resume?.[i];
     if (prefix) checkPrefix(prefix, i, parsed.maxTokens);
@@ -160,20 +193,41 @@ export function sampleReference(
       endsWithStop(tokens, parsed.stops) ? 'stop' : tokens.length >= parsed.maxTokens ? 'length' : null;
     let stopReason = tokens.length > 0 ? finish() : null;
     const runner = promptRunner.clone();
-    if (stopReason === null) for (const token of tokens) runner.push(token);
+    const topkRows: [number, number][][] = [];
+    // Replaying a restored prefix: needed to continue it, or to recompute its top-k rows.
+    if (stopReason === null || topk > 0) {
+      tokens.forEach((token, n) => {
+        if (topk > 0) topkRows.push(topkRow(runner.logprobs, topk));
+        if (n < tokens.length - 1 || stopReason === null) runner.push(token);
+      });
+    }
     for (let generated = 0; stopReason === null && generated < budget; generated++) {
-      const token = chooseToken(runner.logprobs, parsed, seed, i, tokens.length, scratch);
+      const position = tokens.length;
+      const token = chooseToken(
+        runner.logprobs,
+        parsed,
+        () => uniformAt(TAG_SAMPLE, seed[0], seed[1], i, position),
+        scratch,
+      );
+      if (topk > 0) topkRows.push(topkRow(runner.logprobs, topk));
       tokens.push(token);
       logprobs.push(Math.fround(runner.logprobs[token] as number));
       stopReason = finish();
       if (stopReason === null) runner.push(token);
     }
-    sequences.push({ stop_reason: stopReason, tokens, logprobs });
+    sequences.push({
+      stop_reason: stopReason,
+      tokens,
+      logprobs,
+      ...(topk > 0 ? { topk_logprobs: topkRows } : {}),
+    });
   }
   return {
     finished: sequences.every((s) => s.stop_reason !== null),
     sequences,
     ...(parsed.promptLogprobs ? { prompt_logprobs: promptLogprobs } : {}),
     ...(parsed.topkPromptLogprobs > 0 ? { topk_prompt_logprobs: topkPromptLogprobs } : {}),
+    ...(altK > 0 ? { prompt_alt_tokens: alt } : {}),
+    ...(target !== null ? { target_prompt_logprobs: targetLogprobs } : {}),
   };
 }

@@ -67,10 +67,10 @@ export function decodeSampleResponse(bytes: Uint8Array) {
   const message = fromBinary(SampleResponseSchema, bytes);
   const topk = message.topkPromptLogprobs;
   let rows: ([number, number][] | null)[] | null = null;
-  if (topk !== undefined && topk.k > 0 && topk.promptLength > 0) {
+  if (topk !== undefined && topk.k > 0 && topk.length > 0) {
     const ids = numbers(topk.tokenIds, 'i32');
     const logprobs = numbers(topk.logprobs, 'f32');
-    rows = Array.from({ length: topk.promptLength }, (_, row) => {
+    rows = Array.from({ length: topk.length }, (_, row) => {
       const cells: [number, number][] = [];
       for (let column = 0; column < topk.k; column++) {
         const at = row * topk.k + column;

@@ -19,7 +19,7 @@ export interface PlainRequest {
   seq_id: number;
   forward_only: boolean;
   loss_fn: string;
-  loss_fn_config: Record<string, number>;
+  loss_fn_config: Record<string, number | string>;
   data: {
     chunks: number[][];
     loss_fn_inputs: Record<string, { dtype: string; shape: number[]; data: number[] }>;

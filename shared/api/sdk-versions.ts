@@ -1,0 +1,37 @@
+/**
+ * Which answers each Tinker SDK release gets (W7), from the version it names: the `sdk_version` of
+ * `client/config` and `create_session`, and the `X-Stainless-Package-Version` header the SDK's HTTP
+ * client sends on every request (0.24.1 and 0.25.0 both send it). Pure. Releases up to 0.25.0 get
+ * exactly the answers they got before W8; a newer release, or a client that names no version, gets
+ * the W8 additions, which newer releases require.
+ */
+
+export type SdkVersion = readonly [number, number, number];
+
+/** `major.minor.patch` with anything after the patch (pre-release, build) ignored; else undefined. */
+export function parseSdkVersion(text: string | undefined): SdkVersion | undefined {
+  const match = text === undefined ? null : /^v?(\d{1,6})\.(\d{1,6})\.(\d{1,6})/.exec(text.trim());
+  if (match === null) return undefined;
+  return [Number(match[1]), Number(match[2]), Number(match[3])];
+}
+
+function atMost(version: SdkVersion, limit: SdkVersion): boolean {
+  for (let i = 0; i < 3; i++) {
+    if ((version[i] as number) !== (limit[i] as number)) return (version[i] as number) < (limit[i] as number);
+  }
+  return true;
+}
+
+/** The last release before sampling ids, provenance and the newer sampling outputs. */
+const LAST_BEFORE_W8: SdkVersion = [0, 25, 0];
+
+export interface SdkFeatures {
+  /** `asample` answers `sample_sequence_ids`; JSON sample results carry each `sequence_id` (W8). */
+  readonly sampleSequenceIds: boolean;
+}
+
+export function sdkFeatures(versionText: string | undefined): SdkFeatures {
+  const version = parseSdkVersion(versionText);
+  const legacy = version !== undefined && atMost(version, LAST_BEFORE_W8);
+  return { sampleSequenceIds: !legacy };
+}
