@@ -2,8 +2,10 @@
  * Which answers each Tinker SDK release gets (W7), from the version it names: the `sdk_version` of
  * `client/config` and `create_session`, and the `X-Stainless-Package-Version` header the SDK's HTTP
  * client sends on every request (0.24.1 and 0.25.0 both send it). Pure. Releases up to 0.25.0 get
- * exactly the answers they got before W8; a newer release, or a client that names no version, gets
- * the W8 additions, which newer releases require.
+ * exactly the answers they got before W8. The asample answer's `sample_sequence_ids`, which newer
+ * releases require, goes to every other client, one that names no version included; a JSON sample
+ * result's per-sequence `sequence_id` only to a client that names a newer release, so a plain HTTP
+ * client's results keep the shape they had (it reads the ids from the asample answer).
  */
 
 export type SdkVersion = readonly [number, number, number];
@@ -26,12 +28,14 @@ function atMost(version: SdkVersion, limit: SdkVersion): boolean {
 const LAST_BEFORE_W8: SdkVersion = [0, 25, 0];
 
 export interface SdkFeatures {
-  /** `asample` answers `sample_sequence_ids`; JSON sample results carry each `sequence_id` (W8). */
+  /** `asample` answers `sample_sequence_ids` (W8). */
   readonly sampleSequenceIds: boolean;
+  /** JSON sample results carry each sequence's `sequence_id` (W8). */
+  readonly resultSequenceIds: boolean;
 }
 
 export function sdkFeatures(versionText: string | undefined): SdkFeatures {
   const version = parseSdkVersion(versionText);
   const legacy = version !== undefined && atMost(version, LAST_BEFORE_W8);
-  return { sampleSequenceIds: !legacy };
+  return { sampleSequenceIds: !legacy, resultSequenceIds: version !== undefined && !legacy };
 }
