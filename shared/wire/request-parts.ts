@@ -1,0 +1,224 @@
+import { invalidField as invalid } from '../errors.js';
+
+/**
+ * How many parts of each kind one forward / forward_backward request may hold, on either wire, and a
+ * count of a protobuf `ForwardBackwardRequest`'s parts read from its wire bytes alone, before any
+ * message is built: a 536-byte zstd body can hold 2,500,000 empty datums (`1a 00` each), and building
+ * them costs ~780 MB before any check could run. The walk reads tags and lengths only, so it costs
+ * what the bytes cost, never what they declare.
+ */
+
+/** Chunks per datum the request-wide chunk limit allows on average (the SDK sends one per text span). */
+export const CHUNKS_PER_DATUM = 16;
+/** loss_fn_inputs one datum may name: the losses use at most four (backend/loss-config.ts). */
+export const MAX_LOSS_FN_INPUTS = 16;
+/** loss_fn_config entries: the losses take at most two keys. */
+export const MAX_LOSS_FN_CONFIG_ENTRIES = 16;
+/** A loss input is [N] or [N, K]: the rank the losses can use. */
+export const MAX_LOSS_INPUT_RANK = 2;
+
+export interface PartLimits {
+  readonly maxDatums: number;
+  /** Model input chunks of all datums together. */
+  readonly maxChunks: number;
+}
+
+export function partLimits(maxDatums: number): PartLimits {
+  return { maxDatums, maxChunks: CHUNKS_PER_DATUM * maxDatums };
+}
+
+/**
+ * The refusal of a request with more datums than the limit, on both wires; `atLeast` when counting
+ * stopped at the limit.
+ */
+export function tooManyDatums(field: string, datums: number, maxDatums: number, atLeast = false) {
+  return invalid(
+    field,
+    `${atLeast ? 'at least ' : ''}${datums} datums exceeds the limit of ${maxDatums}`,
+    413,
+  );
+}
+
+export function tooManyChunks(field: string, chunks: number, maxChunks: number, atLeast = false) {
+  return invalid(
+    field,
+    `${atLeast ? 'at least ' : ''}${chunks} model_input chunks exceeds the limit of ${maxChunks} (${CHUNKS_PER_DATUM} per datum of MAX_DATUMS)`,
+    413,
+  );
+}
+
+/** Thrown inside the walk to stop it at once. */
+class LimitCrossed extends Error {
+  constructor(readonly refusal: Error) {
+    super(refusal.message);
+  }
+}
+
+export function tooManyEntries(field: string, entries: number, max: number) {
+  return invalid(field, `${entries} entries exceeds the limit of ${max}`);
+}
+
+export function rankTooHigh(field: string, rank: number) {
+  return invalid(
+    field,
+    `has rank ${rank}; a loss input is [N] or [N, K] (rank ${MAX_LOSS_INPUT_RANK} at most)`,
+  );
+}
+
+/** What a walk counted. */
+export interface RequestPartCounts {
+  datums: number;
+  chunks: number;
+}
+
+// ForwardBackwardRequest, Datum, map entry and Tensor field numbers (tinker_public.proto).
+const REQUEST_DATA = 3;
+const REQUEST_LOSS_FN_CONFIG = 5;
+const DATUM_MODEL_INPUT = 1;
+const DATUM_LOSS_FN_INPUTS = 2;
+const ENTRY_KEY = 1;
+const ENTRY_VALUE = 2;
+const TENSOR_SHAPE = 4;
+
+const WIRE_VARINT = 0;
+const WIRE_FIXED64 = 1;
+const WIRE_LENGTH = 2;
+const WIRE_FIXED32 = 5;
+
+/** A field's number, wire type and where its value lies (reused by the walk: read, don't keep). */
+interface Field {
+  number: number;
+  wireType: number;
+  /** A length-delimited field's bytes: [start, end). */
+  start: number;
+  end: number;
+}
+
+class Malformed extends Error {}
+
+/** Where the varint at `at` ends; its value in `out.value`. */
+const varint = { value: 0 };
+function readVarint(bytes: Uint8Array, at: number): number {
+  let value = 0;
+  let scale = 1;
+  for (let i = at; i < bytes.length && i < at + 10; i++) {
+    const byte = bytes[i] as number;
+    value += (byte & 0x7f) * scale;
+    scale *= 128;
+    if ((byte & 0x80) === 0) {
+      varint.value = value;
+      return i + 1;
+    }
+  }
+  throw new Malformed();
+}
+
+/**
+ * Calls `visit` with each field of bytes [start, end), in order; a cut field or an unknown wire type
+ * ends the walk (`Malformed`). A loop with one reused `Field`, not a generator: a 5 MiB body can hold
+ * 2.5 million fields.
+ */
+function eachField(bytes: Uint8Array, start: number, end: number, visit: (field: Field) => void): void {
+  const field: Field = { number: 0, wireType: 0, start: 0, end: 0 };
+  let at = start;
+  while (at < end) {
+    at = readVarint(bytes, at);
+    field.wireType = varint.value % 8;
+    field.number = Math.floor(varint.value / 8);
+    if (field.wireType === WIRE_VARINT) {
+      field.start = at;
+      field.end = readVarint(bytes, at);
+    } else if (field.wireType === WIRE_FIXED64 || field.wireType === WIRE_FIXED32) {
+      field.start = at;
+      field.end = at + (field.wireType === WIRE_FIXED64 ? 8 : 4);
+    } else if (field.wireType === WIRE_LENGTH) {
+      field.start = readVarint(bytes, at);
+      field.end = field.start + varint.value;
+    } else throw new Malformed();
+    if (field.end > end) throw new Malformed();
+    at = field.end;
+    visit(field);
+  }
+}
+
+/** Dimensions of a Tensor's `shape` (packed, or one field per dimension). */
+function tensorRank(bytes: Uint8Array, start: number, end: number): number {
+  let rank = 0;
+  eachField(bytes, start, end, (field) => {
+    if (field.number !== TENSOR_SHAPE) return;
+    if (field.wireType === WIRE_VARINT) rank += 1;
+    else if (field.wireType === WIRE_LENGTH) {
+      for (let i = field.start; i < field.end; i++) if (((bytes[i] as number) & 0x80) === 0) rank += 1;
+    }
+  });
+  return rank;
+}
+
+function entryKey(bytes: Uint8Array, start: number, end: number): string {
+  let key = '';
+  eachField(bytes, start, end, (field) => {
+    if (field.number === ENTRY_KEY && field.wireType === WIRE_LENGTH) {
+      // Enough of the key to name the field; a key can be as long as the body.
+      key = new TextDecoder().decode(bytes.subarray(field.start, Math.min(field.end, field.start + 64)));
+    }
+  });
+  return key;
+}
+
+/**
+ * Counts the datums and chunks of a protobuf `ForwardBackwardRequest`, and refuses, before anything
+ * is built: more datums or chunks than `limits` (413, as soon as the count crosses it), a datum with more than `MAX_LOSS_FN_INPUTS`
+ * loss inputs, more than `MAX_LOSS_FN_CONFIG_ENTRIES` config entries, or a loss input of rank above
+ * 2 (400, naming the field). Bytes that are no such message end the walk; the decoder then says why.
+ */
+export function checkRequestParts(bytes: Uint8Array, limits: PartLimits): RequestPartCounts {
+  const counts: RequestPartCounts = { datums: 0, chunks: 0 };
+  let configEntries = 0;
+  let problem: Error | undefined;
+  try {
+    eachField(bytes, 0, bytes.length, (field) => {
+      if (field.wireType !== WIRE_LENGTH) return;
+      if (field.number === REQUEST_LOSS_FN_CONFIG) configEntries += 1;
+      if (field.number !== REQUEST_DATA) return;
+      const datumIndex = counts.datums;
+      counts.datums += 1;
+      if (counts.datums > limits.maxDatums) {
+        throw new LimitCrossed(tooManyDatums('data', counts.datums, limits.maxDatums, true));
+      }
+      let lossInputs = 0;
+      eachField(bytes, field.start, field.end, (member) => {
+        if (member.wireType !== WIRE_LENGTH) return;
+        if (member.number === DATUM_MODEL_INPUT) {
+          counts.chunks += 1;
+          if (counts.chunks > limits.maxChunks) {
+            throw new LimitCrossed(tooManyChunks('data', counts.chunks, limits.maxChunks, true));
+          }
+        }
+        if (member.number !== DATUM_LOSS_FN_INPUTS || problem !== undefined) return;
+        lossInputs += 1;
+        const inputsField = `data.${datumIndex}.loss_fn_inputs`;
+        if (lossInputs > MAX_LOSS_FN_INPUTS) {
+          problem = tooManyEntries(inputsField, lossInputs, MAX_LOSS_FN_INPUTS);
+          return;
+        }
+        const entryStart = member.start;
+        const entryEnd = member.end;
+        eachField(bytes, entryStart, entryEnd, (part) => {
+          if (part.number !== ENTRY_VALUE || part.wireType !== WIRE_LENGTH) return;
+          const rank = tensorRank(bytes, part.start, part.end);
+          if (rank > MAX_LOSS_INPUT_RANK) {
+            problem = rankTooHigh(`${inputsField}.${entryKey(bytes, entryStart, entryEnd)}.shape`, rank);
+          }
+        });
+      });
+    });
+  } catch (error) {
+    if (error instanceof LimitCrossed) throw error.refusal;
+    if (!(error instanceof Malformed)) throw error;
+  }
+  if (configEntries > MAX_LOSS_FN_CONFIG_ENTRIES) {
+    throw tooManyEntries('loss_fn_config', configEntries, MAX_LOSS_FN_CONFIG_ENTRIES);
+  }
+  if (problem !== undefined) throw problem;
+  return counts;
+}
