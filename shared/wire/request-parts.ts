@@ -94,48 +94,87 @@ interface Field {
   end: number;
 }
 
+const WIRE_START_GROUP = 3;
+const WIRE_END_GROUP = 4;
+
+/** Bytes the walk cannot follow; the reason reads as protobuf-es words the same problem. */
 class Malformed extends Error {}
 
-/** Where the varint at `at` ends; its value in `out.value`. */
+/**
+ * Where the varint at `at` ends, its low 32 bits in `varint.value`: tags and lengths are read as
+ * protobuf-es reads them (uint32), so the walk and the decoder see the same fields.
+ */
 const varint = { value: 0 };
-function readVarint(bytes: Uint8Array, at: number): number {
+function readVarint(bytes: Uint8Array, at: number, end: number): number {
   let value = 0;
-  let scale = 1;
-  for (let i = at; i < bytes.length && i < at + 10; i++) {
-    const byte = bytes[i] as number;
-    value += (byte & 0x7f) * scale;
-    scale *= 128;
+  for (let i = 0; i < 10; i++) {
+    if (at + i >= end) throw new Malformed('premature EOF');
+    const byte = bytes[at + i] as number;
+    if (i < 5) value += (byte & 0x7f) * 2 ** (7 * i);
     if ((byte & 0x80) === 0) {
-      varint.value = value;
-      return i + 1;
+      varint.value = value % 2 ** 32;
+      return at + i + 1;
     }
   }
-  throw new Malformed();
+  throw new Malformed('invalid varint');
+}
+
+/** Where the field whose tag ends at `at` ends: its value skipped (a group up to its end tag). */
+function fieldEnd(bytes: Uint8Array, at: number, end: number, field: Field): number {
+  switch (field.wireType) {
+    case WIRE_VARINT:
+      field.start = at;
+      return readVarint(bytes, at, end);
+    case WIRE_FIXED64:
+      field.start = at;
+      return at + 8;
+    case WIRE_FIXED32:
+      field.start = at;
+      return at + 4;
+    case WIRE_LENGTH:
+      field.start = readVarint(bytes, at, end);
+      return field.start + varint.value;
+    case WIRE_START_GROUP: {
+      field.start = at;
+      const member: Field = { number: 0, wireType: 0, start: 0, end: 0 };
+      let next = at;
+      for (;;) {
+        next = readTag(bytes, next, end, member);
+        if (member.wireType === WIRE_END_GROUP) {
+          if (member.number !== field.number) throw new Malformed('invalid end group tag');
+          return next;
+        }
+        next = fieldEnd(bytes, next, end, member);
+        if (next > end) throw new Malformed('premature EOF');
+      }
+    }
+    default:
+      throw new Malformed(`cant skip wire type ${field.wireType}`);
+  }
+}
+
+function readTag(bytes: Uint8Array, at: number, end: number, field: Field): number {
+  const next = readVarint(bytes, at, end);
+  field.number = varint.value >>> 3;
+  field.wireType = varint.value & 7;
+  if (field.number <= 0 || field.wireType > 5) {
+    throw new Malformed(`illegal tag: field no ${field.number} wire type ${field.wireType}`);
+  }
+  return next;
 }
 
 /**
- * Calls `visit` with each field of bytes [start, end), in order; a cut field or an unknown wire type
- * ends the walk (`Malformed`). A loop with one reused `Field`, not a generator: a 5 MiB body can hold
- * 2.5 million fields.
+ * Calls `visit` with each field of bytes [start, end), in order, skipping fields as protobuf-es
+ * does; bytes it cannot follow throw `Malformed`. A loop with one reused `Field`, not a generator:
+ * a 5 MiB body can hold 2.5 million fields.
  */
 function eachField(bytes: Uint8Array, start: number, end: number, visit: (field: Field) => void): void {
   const field: Field = { number: 0, wireType: 0, start: 0, end: 0 };
   let at = start;
   while (at < end) {
-    at = readVarint(bytes, at);
-    field.wireType = varint.value % 8;
-    field.number = Math.floor(varint.value / 8);
-    if (field.wireType === WIRE_VARINT) {
-      field.start = at;
-      field.end = readVarint(bytes, at);
-    } else if (field.wireType === WIRE_FIXED64 || field.wireType === WIRE_FIXED32) {
-      field.start = at;
-      field.end = at + (field.wireType === WIRE_FIXED64 ? 8 : 4);
-    } else if (field.wireType === WIRE_LENGTH) {
-      field.start = readVarint(bytes, at);
-      field.end = field.start + varint.value;
-    } else throw new Malformed();
-    if (field.end > end) throw new Malformed();
+    at = readTag(bytes, at, end, field);
+    field.end = fieldEnd(bytes, at, end, field);
+    if (field.end > end) throw new Malformed('premature EOF');
     at = field.end;
     visit(field);
   }
@@ -169,7 +208,8 @@ function entryKey(bytes: Uint8Array, start: number, end: number): string {
  * Counts the datums and chunks of a protobuf `ForwardBackwardRequest`, and refuses, before anything
  * is built: more datums or chunks than `limits` (413, as soon as the count crosses it), a datum with more than `MAX_LOSS_FN_INPUTS`
  * loss inputs, more than `MAX_LOSS_FN_CONFIG_ENTRIES` config entries, or a loss input of rank above
- * 2 (400, naming the field). Bytes that are no such message end the walk; the decoder then says why.
+ * 2 (400, naming the field). Bytes it cannot walk are a 400 here too, so the decoder never reads
+ * past what was counted.
  */
 export function checkRequestParts(bytes: Uint8Array, limits: PartLimits): RequestPartCounts {
   const counts: RequestPartCounts = { datums: 0, chunks: 0 };
@@ -214,7 +254,10 @@ export function checkRequestParts(bytes: Uint8Array, limits: PartLimits): Reques
     });
   } catch (error) {
     if (error instanceof LimitCrossed) throw error.refusal;
-    if (!(error instanceof Malformed)) throw error;
+    if (error instanceof Malformed) {
+      throw invalid('body', `not a valid ForwardBackwardRequest message (${error.message})`);
+    }
+    throw error;
   }
   if (configEntries > MAX_LOSS_FN_CONFIG_ENTRIES) {
     throw tooManyEntries('loss_fn_config', configEntries, MAX_LOSS_FN_CONFIG_ENTRIES);
