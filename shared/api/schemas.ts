@@ -111,11 +111,12 @@ const isTokenId = (value: unknown) =>
   Number.isInteger(value) && (value as number) >= 0 && (value as number) < 2 ** 31;
 export const tokenIds = numberArray(isTokenId, 'expected a token id (an integer >=0 and <2^31)');
 const finiteNumbers = numberArray(Number.isFinite, 'expected a finite number');
+// Safe integers, as z.int() takes: one loop, and one issue at most.
 const dimensions = numberArray(
-  (value) => Number.isInteger(value) && (value as number) >= 0,
+  (value) => Number.isSafeInteger(value) && (value as number) >= 0,
   'expected a dimension (an integer >=0)',
 );
-const integers = numberArray(Number.isInteger, 'expected an integer');
+const integers = numberArray(Number.isSafeInteger, 'expected an integer');
 
 /** Checkpoint names end up in `tinker://` paths and registry keys. */
 export const RESERVED_CHECKPOINT_NAME = /^samp-[0-9a-f]{32}$/;

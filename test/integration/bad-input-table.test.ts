@@ -1197,6 +1197,15 @@ const headers: BadRequest[] = [
     error: /send JSON/,
   },
   {
+    name: 'application/x-protobufXYZ (not protobuf: media types match whole)',
+    path: 'forward_backward',
+    body: () => Buffer.from(pbForwardBackward({ modelId: ids.model, seqId: 10 })),
+    headers: { 'content-type': 'application/x-protobufXYZ' },
+    status: 415,
+    field: 'body',
+    error: /content-type application\/x-protobufxyz is not supported/,
+  },
+  {
     name: 'multipart/form-data',
     path: 'forward_backward',
     body: () => '--b\r\n\r\n{}\r\n--b--',
