@@ -54,8 +54,8 @@ class LimitCrossed extends Error {
   }
 }
 
-export function tooManyEntries(field: string, entries: number, max: number) {
-  return invalid(field, `${entries} entries exceeds the limit of ${max}`);
+export function tooManyEntries(field: string, entries: number, max: number, atLeast = false) {
+  return invalid(field, `${atLeast ? 'at least ' : ''}${entries} entries exceeds the limit of ${max}`);
 }
 
 export function rankTooHigh(field: string, rank: number) {
@@ -206,10 +206,10 @@ function entryKey(bytes: Uint8Array, start: number, end: number): string {
 
 /**
  * Counts the datums and chunks of a protobuf `ForwardBackwardRequest`, and refuses, before anything
- * is built: more datums or chunks than `limits` (413, as soon as the count crosses it), a datum with more than `MAX_LOSS_FN_INPUTS`
+ * is built: more datums or chunks than `limits` (413), a datum with more than `MAX_LOSS_FN_INPUTS`
  * loss inputs, more than `MAX_LOSS_FN_CONFIG_ENTRIES` config entries, or a loss input of rank above
- * 2 (400, naming the field). Bytes it cannot walk are a 400 here too, so the decoder never reads
- * past what was counted.
+ * 2 (400, naming the field). Each count stops where it crosses its limit. Bytes the walk cannot
+ * follow are a 400 here too, so the decoder never reads past what was counted.
  */
 export function checkRequestParts(bytes: Uint8Array, limits: PartLimits): RequestPartCounts {
   const counts: RequestPartCounts = { datums: 0, chunks: 0 };
@@ -218,7 +218,13 @@ export function checkRequestParts(bytes: Uint8Array, limits: PartLimits): Reques
   try {
     eachField(bytes, 0, bytes.length, (field) => {
       if (field.wireType !== WIRE_LENGTH) return;
-      if (field.number === REQUEST_LOSS_FN_CONFIG) configEntries += 1;
+      if (field.number === REQUEST_LOSS_FN_CONFIG) {
+        configEntries += 1;
+        if (configEntries > MAX_LOSS_FN_CONFIG_ENTRIES) {
+          const refusal = tooManyEntries('loss_fn_config', configEntries, MAX_LOSS_FN_CONFIG_ENTRIES, true);
+          throw new LimitCrossed(refusal);
+        }
+      }
       if (field.number !== REQUEST_DATA) return;
       const datumIndex = counts.datums;
       counts.datums += 1;
@@ -238,7 +244,7 @@ export function checkRequestParts(bytes: Uint8Array, limits: PartLimits): Reques
         lossInputs += 1;
         const inputsField = `data.${datumIndex}.loss_fn_inputs`;
         if (lossInputs > MAX_LOSS_FN_INPUTS) {
-          problem = tooManyEntries(inputsField, lossInputs, MAX_LOSS_FN_INPUTS);
+          problem = tooManyEntries(inputsField, lossInputs, MAX_LOSS_FN_INPUTS, true);
           return;
         }
         const entryStart = member.start;
@@ -258,9 +264,6 @@ export function checkRequestParts(bytes: Uint8Array, limits: PartLimits): Reques
       throw invalid('body', `not a valid ForwardBackwardRequest message (${error.message})`);
     }
     throw error;
-  }
-  if (configEntries > MAX_LOSS_FN_CONFIG_ENTRIES) {
-    throw tooManyEntries('loss_fn_config', configEntries, MAX_LOSS_FN_CONFIG_ENTRIES);
   }
   if (problem !== undefined) throw problem;
   return counts;
