@@ -97,7 +97,9 @@ const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number
   submitsPerSecond: ['SUBMITS_PER_SECOND', 200],
   longPollsPerTenant: ['LONG_POLLS_PER_TENANT', 64],
   operatorReadsPerSecond: ['OPERATOR_READS_PER_SECOND', 5],
-  archiveUrlSeconds: ['ARCHIVE_URL_SECONDS', 900],
+  // 60 s: an issued archive URL outlives an unpublish or delete by this much (C4), and a download
+  // need only start within it (S3 checks the expiry when a GET starts, not while it streams).
+  archiveUrlSeconds: ['ARCHIVE_URL_SECONDS', 60],
   // 10 s: a warm container looks a busy key up about once per 10 s instead of on every request, and
   // a revoked key stops working everywhere within 10 s (README "Limits").
   apiKeyCacheSeconds: ['API_KEY_CACHE_SECONDS', 10],

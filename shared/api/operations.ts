@@ -31,6 +31,7 @@ import {
 } from '../repositories/training-intake.js';
 import { checkpointContentId } from '../storage-keys.js';
 import { decodeForwardBackwardRequest, encodeStoredPass } from '../wire/forward-backward-request.js';
+import { partLimits } from '../wire/request-parts.js';
 import { ProtobufBody } from './bodies.js';
 import {
   clientConfig as buildClientConfig,
@@ -50,6 +51,7 @@ import type {
 import { checkProvenance } from './provenance.js';
 import {
   checkForwardInput,
+  checkJsonPassParts,
   checkModelInput,
   checkSample,
   checkTargetPromptIds,
@@ -232,6 +234,7 @@ export async function forwardBackward(ctx: OperationContext, body: unknown): Pro
   if (body instanceof ProtobufBody) {
     const request = decodeForwardBackwardRequest(body.bytes, {
       maxCsrDenseValues: maxCsrDenseValues(ctx.tunables),
+      limits: partLimits(ctx.tunables.maxDatums),
     });
     const ids = parseRequest(schemas.protobufPassIds, { model_id: request.model_id, seq_id: request.seq_id });
     return submitPass(ctx, {
@@ -243,11 +246,13 @@ export async function forwardBackward(ctx: OperationContext, body: unknown): Pro
       ...(body.compressed === undefined ? {} : { compressed: body.compressed }),
     });
   }
+  checkJsonPassParts(body, 'forward_backward_input', ctx.tunables);
   const request = parseRequest(schemas.forwardBackwardRequest, body);
   return submitJsonPass(ctx, 'forward_backward', request, request.forward_backward_input);
 }
 
 export async function forward(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
+  checkJsonPassParts(body, 'forward_input', ctx.tunables);
   const request = parseRequest(schemas.forwardRequest, body);
   return submitJsonPass(ctx, 'forward', request, request.forward_input);
 }
