@@ -43,7 +43,8 @@ export interface GetSamplerAnswer {
 export async function getInfo(ctx: OperationContext, body: unknown): Promise<GetInfoAnswer> {
   const request = parseRequest(schemas.getInfoRequest, body);
   const model = await requireModel(ctx.clients.doc, ctx.tables.models, request.model_id, ctx.tenant);
-  const { tokenizerId } = config();
+  // The model's base as configured now (G6); one no longer served still answers, without a tokenizer.
+  const tokenizerId = config().baseModels.find((base) => base.name === model.base_model)?.tokenizer_id;
   return {
     type: 'get_info',
     model_id: model.model_id,
