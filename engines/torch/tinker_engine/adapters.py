@@ -242,10 +242,11 @@ class AdapterPool:
             self.peft.delete_adapter(slot)
             raise InfrastructureError("adapter tensors do not match the modules PEFT adapted")
         device = self.base.device
+        # LoRA factors stay float32 whatever the base's dtype (AdamW on bfloat16 would lose steps).
+        dtype = torch.float64 if self.base.dtype == torch.float64 else torch.float32
         with torch.no_grad():
             for key, parameter in parameters.items():
-                # LoRA factors stay float32 whatever the base's dtype (AdamW on bfloat16 would lose steps).
-                parameter.data = adapter.weights[key].to(device=device, dtype=torch.float32).clone()
+                parameter.data = adapter.weights[key].to(device=device, dtype=dtype).clone()
         adapter.weights = dict(parameters)
         adapter.moment1 = _moved(adapter.moment1, device)
         adapter.moment2 = _moved(adapter.moment2, device)

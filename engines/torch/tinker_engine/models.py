@@ -11,7 +11,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from .errors import InfrastructureError, user_error
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# float64 serves exact-gradient tests (finite differences); engines run float32 or bfloat16.
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
+
+
+def upcast(tensor: torch.Tensor) -> torch.Tensor:
+    """Half-precision logits made float32 before a softmax; float32 and float64 stay as they are."""
+    return tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor
 
 
 def choose_device(requested: str | None) -> torch.device:

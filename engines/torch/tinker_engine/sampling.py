@@ -26,7 +26,7 @@ import torch
 from .adapters import Adapter, AdapterPool
 from .errors import InfrastructureError, user_error
 from .inputs import model_input_tokens
-from .models import BaseModel
+from .models import BaseModel, upcast
 from .prng import sample_uniform
 
 MAX_SAMPLES = 256
@@ -193,7 +193,7 @@ def sample(
 
     prompt = torch.from_numpy(params.prompt.copy()).to(device).unsqueeze(0)
     out = pool.peft(input_ids=prompt, adapter_names=[name], use_cache=True)
-    prompt_lp = torch.log_softmax(out.logits[0].float(), dim=-1)
+    prompt_lp = torch.log_softmax(upcast(out.logits[0]), dim=-1)
     cache = out.past_key_values
     result: dict[str, Any] = {}
     if params.prompt_logprobs:
@@ -251,7 +251,7 @@ def sample(
             ids = torch.tensor(fed, dtype=torch.long, device=device).unsqueeze(1)
             out = pool.peft(input_ids=ids, past_key_values=cache, adapter_names=names, use_cache=True)
             cache = out.past_key_values
-            rows = torch.log_softmax(out.logits[:, -1].float(), dim=-1).to(torch.float64)
+            rows = torch.log_softmax(upcast(out.logits[:, -1]), dim=-1).to(torch.float64)
 
     sequences = [
         {

@@ -18,6 +18,7 @@ import torch
 
 from .adapters import Adapter, AdapterPool
 from .inputs import PassDatum
+from .models import upcast
 from .losses import DatumTerms, PassMetrics, datum_terms
 
 PassKind = Literal["forward", "forward_backward"]
@@ -106,7 +107,7 @@ def _run_group(
                 for r, (g, d, length) in enumerate(batch):
                     job = jobs[g]
                     datum = job.datums[d]
-                    logprobs = torch.log_softmax(logits[r, :length].float(), dim=-1)
+                    logprobs = torch.log_softmax(upcast(logits[r, :length]), dim=-1)
                     target_logprobs = logprobs.gather(-1, datum.targets.to(device))
                     terms = datum_terms(job.loss_fn, job.config, datum, target_logprobs)
                     _record(outputs[indices[g]], metrics[indices[g]], d, datum, target_logprobs, terms)
