@@ -9,10 +9,10 @@ import json
 
 import torch
 from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
 
 from .adapters import Adapter, AdapterShape
 from .errors import InfrastructureError
+from .tensorfile import write_safetensors
 
 STATE_FORMAT = "tinker-engine-torch/state-1"
 
@@ -33,7 +33,7 @@ def serialize_state(adapter: Adapter, base_model: str) -> bytes:
         "adam_step": str(adapter.adam_step),
         "weights_version": str(adapter.weights_version),
     }
-    return save_safetensors(tensors, metadata=metadata)
+    return write_safetensors(tensors, metadata=metadata)
 
 
 def deserialize_state(data: bytes) -> tuple[str, Adapter]:

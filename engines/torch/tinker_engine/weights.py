@@ -20,10 +20,10 @@ from typing import Any, Literal
 
 import torch
 from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
 
 from .adapters import Adapter, AdapterShape
 from .errors import InfrastructureError, user_error
+from .tensorfile import write_safetensors
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
@@ -63,7 +63,7 @@ def _host(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def export_weights(adapter: Adapter, base_model: str, kind: WeightsKind) -> bytes:
     files = {
         ADAPTER_CONFIG_FILE: (json.dumps(adapter_config(adapter.shape, base_model), indent=2, sort_keys=True) + "\n").encode(),
-        ADAPTER_WEIGHTS_FILE: save_safetensors(_host(adapter.weights), metadata={"format": "pt"}),
+        ADAPTER_WEIGHTS_FILE: write_safetensors(_host(adapter.weights), metadata={"format": "pt"}),
     }
     if kind == "training":
         moments: dict[str, torch.Tensor] = {}
@@ -72,7 +72,7 @@ def export_weights(adapter: Adapter, base_model: str, kind: WeightsKind) -> byte
             m2 = adapter.moment2[key] if adapter.moment2 is not None else torch.zeros_like(value)
             moments[f"exp_avg.{key}"] = m1.detach().to("cpu", torch.float32).contiguous()
             moments[f"exp_avg_sq.{key}"] = m2.detach().to("cpu", torch.float32).contiguous()
-        files[OPTIMIZER_FILE] = save_safetensors(moments, metadata={"format": "pt", "adam_step": str(adapter.adam_step)})
+        files[OPTIMIZER_FILE] = write_safetensors(moments, metadata={"format": "pt", "adam_step": str(adapter.adam_step)})
     files[COMPLETE_MARKER_FILE] = b""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
