@@ -8,6 +8,7 @@ import {
   ReceiveMessageCommand,
   type SQSClient,
 } from '@aws-sdk/client-sqs';
+import { engineName, resolveBaseModel, startEngineBackend } from '../local/engines.js';
 import { type ResolvedEnvironment, resolveEnvironment, WORKER_ENV_OUTPUTS } from '../local/env-file.js';
 import { runUnderWorkerGrants } from '../local/worker-scope.js';
 import { backoffDelay, realSleep } from '../shared/aws/backoff.js';
@@ -39,8 +40,10 @@ import {
  *   committing (its message is made visible at once so another worker continues it), and exit 0. A
  *   second signal abandons at once.
  *
- * Options: `--backend <module>` loads a module exporting `createBackend(): Backend | Promise<Backend>`
- * (default: the reference CPU backend); `--grace-seconds <n>` (default 60); `--wait-seconds <n>` (long
+ * Options: `--engine torch --base-model <hub id or folder>` runs the PyTorch + PEFT engine process
+ * (local/engines.ts; `--device`, `--dtype` pass to it; install it with `npm run engine:install`), the
+ * base model being one of the pool's BASE_MODELS; `--backend <module>` loads a module exporting
+ * `createBackend(): Backend | Promise<Backend>` (default: the reference CPU backend); `--grace-seconds <n>` (default 60); `--wait-seconds <n>` (long
  * poll, default 20); `--env-file <file>`. Resources come from the same environment variables as the
  * functions' (WORK_QUEUE_URL, MODELS_TABLE, DATA_BUCKET, ...): from `--env-file` (a flat JSON map,
  * NAME=value lines, or `cdk deploy --outputs-file` JSON, whose `WorkerEnv` is used), else the
@@ -176,7 +179,23 @@ async function handleMessage(
   }
 }
 
-async function loadBackend(modulePath: string | undefined): Promise<Backend> {
+async function loadBackend(args: readonly string[]): Promise<Backend & { stop?: () => Promise<void> }> {
+  const modulePath = flag(args, '--backend');
+  const engine = flag(args, '--engine');
+  if (engine !== undefined) {
+    if (modulePath !== undefined) throw new Error('give --engine or --backend, not both');
+    const raw = flag(args, '--base-model');
+    if (raw === undefined)
+      throw new Error("--engine needs --base-model <hub id or folder>, one of the pool's BASE_MODELS");
+    const device = flag(args, '--device');
+    const dtype = flag(args, '--dtype');
+    return startEngineBackend(engineName(engine), {
+      baseModel: resolveBaseModel(raw),
+      worker: `npm run worker (pid ${process.pid})`,
+      ...(device === undefined ? {} : { device }),
+      ...(dtype === undefined ? {} : { dtype }),
+    });
+  }
   if (modulePath === undefined) return new ReferenceBackend();
   const module = (await import(pathToFileURL(resolve(modulePath)).href)) as { createBackend?: unknown };
   if (typeof module.createBackend !== 'function') {
@@ -198,7 +217,7 @@ async function main(args: readonly string[]): Promise<number> {
     throw new Error('--wait-seconds must be an integer from 0 to 20');
   }
   const environment = useEnvironment(flag(args, '--env-file'));
-  const backend = await loadBackend(flag(args, '--backend'));
+  const backend = await loadBackend(args);
   const policy = new GraceStop(graceSeconds * 1000);
   const onSignal = (signal: NodeJS.Signals) => {
     if (policy.terminate() === 'abandoned') return;
@@ -232,6 +251,7 @@ async function main(args: readonly string[]): Promise<number> {
     handled = await run();
   }
   policy.dispose();
+  await backend.stop?.();
   process.stdout.write(`worker stopped after ${handled} work items\n`);
   awsClients().sqs.destroy();
   return 0;
