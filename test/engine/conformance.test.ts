@@ -164,7 +164,8 @@ suite('engine protocol conformance (docs/engine-protocol.md)', () => {
     const fusedLogprobs = Array.from(fused?.loss_fn_outputs[0]?.logprobs?.data as Float32Array);
     const aloneLogprobs = Array.from(alone.loss_fn_outputs[0]?.logprobs?.data as Float32Array);
     expect(fusedLogprobs).toHaveLength(aloneLogprobs.length);
-    for (const [i, value] of fusedLogprobs.entries()) expect(value).toBeCloseTo(aloneLogprobs[i] as number, 4);
+    for (const [i, value] of fusedLogprobs.entries())
+      expect(value).toBeCloseTo(aloneLogprobs[i] as number, 4);
   });
 
   it('exports a PEFT adapter tar naming its base model, and states round-trip through bytes', async () => {
