@@ -109,7 +109,9 @@ class AdapterPool:
             raise ValueError("max_resident must be >= 1")
         self.base = base
         self.max_resident = max_resident
+        # Both read before PEFT wraps the base's modules in its own layers.
         self._linear = self._linear_modules(base.model)
+        self._unembed = self._unembed_path()
         anchor_target = next(iter(self._linear))
         self.peft: PeftModel = get_peft_model(
             base.model, AdapterShape(1, 1.0, (anchor_target,)).lora_config(), adapter_name=ANCHOR
@@ -138,7 +140,7 @@ class AdapterPool:
     def shape_for(self, request: LoraRequest) -> AdapterShape:
         """Target modules as PEFT suffixes (`self_attn.q_proj`): attention and MLP projections by their
         parent module's name, the unembedding by identity with the output embeddings."""
-        unembed = self._unembed_path()
+        unembed = self._unembed
         targets: set[str] = set()
         for path in self._linear:
             if path == unembed:
