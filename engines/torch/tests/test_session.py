@@ -73,13 +73,12 @@ def client(tiny_model_dir: str) -> Client:
             stream.close()
 
 
-def test_a_version_mismatch_is_refused_clearly(client: Client) -> None:
-    reply = client.call("hello", {"protocol_version": 99, "worker": "pytest"})
-    assert reply["ok"] is False and reply["error"]["kind"] == "protocol"
-    assert "protocol_version 99" in reply["error"]["message"] and "speaks 1" in reply["error"]["message"]
-
-
 def test_a_full_session(client: Client, tiny_model_dir: str) -> None:
+    # One process serves the whole test: starting one costs seconds (importing torch and transformers).
+    refused = client.call("hello", {"protocol_version": 99, "worker": "pytest"})
+    assert refused["ok"] is False and refused["error"]["kind"] == "protocol"
+    assert "protocol_version 99" in refused["error"]["message"] and "speaks 1" in refused["error"]["message"]
+
     hello = client.call("hello", {"protocol_version": 1, "worker": "pytest"})
     assert hello["ok"], hello
     assert hello["result"]["base_models"] == [{"name": tiny_model_dir, "tokenizer_id": tiny_model_dir, "vocab_size": 256}]
