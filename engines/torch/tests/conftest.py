@@ -17,7 +17,7 @@ from tinker_engine.tiny_model import write_tiny_model
 REPO = Path(__file__).resolve().parents[3]
 INSTALLED_TINY = REPO / ".local" / "models" / "tiny-llama"
 
-torch.set_num_threads(2)
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

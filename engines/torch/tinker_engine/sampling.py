@@ -192,7 +192,7 @@ def sample(
     device = base.device
 
     prompt = torch.from_numpy(params.prompt.copy()).to(device).unsqueeze(0)
-    out = pool.peft(input_ids=prompt, adapter_names=[name], use_cache=True)
+    out = pool.forward([name], input_ids=prompt, use_cache=True)
     prompt_lp = torch.log_softmax(upcast(out.logits[0]), dim=-1)
     cache = out.past_key_values
     result: dict[str, Any] = {}
@@ -249,7 +249,7 @@ def sample(
             if not any(active(i) for i in range(n)):
                 break
             ids = torch.tensor(fed, dtype=torch.long, device=device).unsqueeze(1)
-            out = pool.peft(input_ids=ids, past_key_values=cache, adapter_names=names, use_cache=True)
+            out = pool.forward(names, input_ids=ids, past_key_values=cache, use_cache=True)
             cache = out.past_key_values
             rows = torch.log_softmax(upcast(out.logits[:, -1]), dim=-1).to(torch.float64)
 

@@ -100,8 +100,10 @@ def _run_group(
             names = [jobs[g].adapter.slot or "__base__" for g, _, _ in batch]
             needs_grad = any(jobs[g].kind == "forward_backward" for g, _, _ in batch)
             with torch.set_grad_enabled(needs_grad):
-                logits = pool.peft(
-                    input_ids=input_ids.to(device), attention_mask=mask.to(device), adapter_names=names
+                # Rows of one length need no mask (the causal mask alone is cheaper).
+                padded = any(length != longest for _, _, length in batch)
+                logits = pool.forward(
+                    names, input_ids=input_ids.to(device), attention_mask=mask.to(device) if padded else None
                 ).logits
                 total: torch.Tensor | None = None
                 for r, (g, d, length) in enumerate(batch):
