@@ -3,11 +3,12 @@ results as staying resident; fused run_passes equals one pass at a time."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
-
 from conftest import create, pass_input, sequence_datum
+
 from tinker_engine.engine import Engine
 
 SEQUENCES = [[1, 5, 9, 13, 17, 21, 25], [200, 100, 50, 25], [7, 7, 7, 8, 8, 8, 9, 9, 9, 10], [42, 43]]
@@ -21,7 +22,9 @@ def _train_round_robin(engine: Engine, rounds: int) -> list[list[float]]:
             batch = pass_input([sequence_datum(SEQUENCES[m]), sequence_datum(SEQUENCES[(m + 1) % 4])])
             result = engine.dispatch("forward_backward", {"state": handle, "input": batch})
             losses[m].append(result["result"]["metrics"]["loss:sum"])
-            step = engine.dispatch("optim_step", {"state": result["state"]["handle"], "params": {"learning_rate": 0.02}})
+            step = engine.dispatch(
+                "optim_step", {"state": result["state"]["handle"], "params": {"learning_rate": 0.02}}
+            )
             handles[m] = step["state"]["handle"]
     return losses
 
@@ -54,11 +57,11 @@ def test_fused_passes_equal_passes_one_at_a_time(make_engine: Callable[..., Engi
 
     fused = fused_engine.dispatch("run_passes", {"items": items(fused_engine)})["outcomes"]
     single = [single_engine.dispatch("run_passes", {"items": [item]})["outcomes"][0] for item in items(single_engine)]
-    for a, b in zip(fused, single):
+    for a, b in zip(fused, single, strict=True):
         assert a["ok"] and b["ok"]
         for name in ("loss:sum", "loss:mean"):
             assert abs(a["result"]["metrics"][name] - b["result"]["metrics"][name]) < 1e-4
-        for oa, ob in zip(a["result"]["loss_fn_outputs"], b["result"]["loss_fn_outputs"]):
+        for oa, ob in zip(a["result"]["loss_fn_outputs"], b["result"]["loss_fn_outputs"], strict=True):
             np.testing.assert_allclose(oa["logprobs"], ob["logprobs"], rtol=1e-5, atol=1e-5)
     for m in (0, 2):
         ga = fused_engine.states[fused[m]["state"]["handle"]].grad

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from conftest import create, pass_input, sequence_datum
+
 from tinker_engine.engine import Engine
 from tinker_engine.optim import AdamParams, adamw_step, parse_adam_params
 
@@ -21,7 +21,11 @@ def _steps(hyper: AdamParams, clip_with_torch: bool) -> tuple[dict[str, torch.Te
         m, v, _ = adamw_step(ours, g, m, v, t, hyper)
     theirs = {name: torch.nn.Parameter(p.clone()) for name, p in start.items()}
     optimizer = torch.optim.AdamW(
-        list(theirs.values()), lr=hyper.learning_rate, betas=(hyper.beta1, hyper.beta2), eps=hyper.eps, weight_decay=hyper.weight_decay
+        list(theirs.values()),
+        lr=hyper.learning_rate,
+        betas=(hyper.beta1, hyper.beta2),
+        eps=hyper.eps,
+        weight_decay=hyper.weight_decay,
     )
     for g in grads:
         for name, p in theirs.items():

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from conftest import create, encoded, pass_input, sequence_datum
+
 from tinker_engine.engine import Engine
 
 PROMPT = [72, 101, 108, 108, 111, 32]
@@ -30,7 +30,9 @@ def _request(num_samples: int = 3, **params: Any) -> dict[str, Any]:
     return {"prompt": encoded(PROMPT), "num_samples": num_samples, "sampling_params": sampling}
 
 
-def _sample(engine: Engine, sampler: str, request: dict[str, Any], resume: Any = None, cut: int | None = None) -> dict[str, Any]:
+def _sample(
+    engine: Engine, sampler: str, request: dict[str, Any], resume: Any = None, cut: int | None = None
+) -> dict[str, Any]:
     return engine.dispatch("sample", {"sampler": sampler, "request": request, "resume": resume, "max_new_tokens": cut})
 
 
@@ -47,7 +49,7 @@ def test_a_cut_call_resumed_from_its_prefixes_continues_exactly(engine: Engine) 
     resume = [{"tokens": s["tokens"], "logprobs": s["logprobs"]} for s in second["sequences"]]
     rest = _sample(engine, sampler, request, resume=resume)
     assert rest["finished"]
-    for expected, got in zip(whole["sequences"], rest["sequences"]):
+    for expected, got in zip(whole["sequences"], rest["sequences"], strict=True):
         assert got["stop_reason"] == expected["stop_reason"]
         np.testing.assert_array_equal(got["tokens"], expected["tokens"])
         np.testing.assert_array_equal(got["logprobs"], expected["logprobs"])
@@ -99,7 +101,9 @@ def test_stops_and_lengths(engine: Engine) -> None:
     free = _sample(engine, sampler, _request(num_samples=1, temperature=0.0, max_tokens=10))["sequences"][0]
     assert free["stop_reason"] == "length" and free["tokens"].size == 10
     third = int(free["tokens"][2])
-    by_token = _sample(engine, sampler, _request(num_samples=1, temperature=0.0, max_tokens=10, stop=[third]))["sequences"][0]
+    by_token = _sample(engine, sampler, _request(num_samples=1, temperature=0.0, max_tokens=10, stop=[third]))[
+        "sequences"
+    ][0]
     assert by_token["stop_reason"] == "stop"
     assert by_token["tokens"][-1] == third and by_token["tokens"].size <= 3
     # A stop string is encoded by the base model's tokenizer (here byte-level: its UTF-8 bytes).
@@ -111,13 +115,17 @@ def test_stops_and_lengths(engine: Engine) -> None:
         == free["tokens"][i : i + 2].tolist()
     )
     text = tokenizer.decode(pair)
-    as_string = _sample(engine, sampler, _request(num_samples=1, temperature=0.0, max_tokens=10, stop=[text]))["sequences"][0]
+    as_string = _sample(engine, sampler, _request(num_samples=1, temperature=0.0, max_tokens=10, stop=[text]))[
+        "sequences"
+    ][0]
     assert as_string["stop_reason"] == "stop" and as_string["tokens"][-2:].tolist() == pair
 
 
 def test_prompt_logprobs_and_topk(engine: Engine) -> None:
     sampler = _sampler(engine, trained=False)
-    run = _sample(engine, sampler, {**_request(num_samples=1, max_tokens=1), "prompt_logprobs": True, "topk_prompt_logprobs": 3})
+    run = _sample(
+        engine, sampler, {**_request(num_samples=1, max_tokens=1), "prompt_logprobs": True, "topk_prompt_logprobs": 3}
+    )
     assert run["prompt_logprobs"][0] is None and len(run["prompt_logprobs"]) == len(PROMPT)
     assert run["topk_prompt_logprobs"][0] is None
     for t in range(1, len(PROMPT)):

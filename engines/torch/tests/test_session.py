@@ -81,7 +81,9 @@ def test_a_full_session(client: Client, tiny_model_dir: str) -> None:
 
     hello = client.call("hello", {"protocol_version": 1, "worker": "pytest"})
     assert hello["ok"], hello
-    assert hello["result"]["base_models"] == [{"name": tiny_model_dir, "tokenizer_id": tiny_model_dir, "vocab_size": 256}]
+    assert hello["result"]["base_models"] == [
+        {"name": tiny_model_dir, "tokenizer_id": tiny_model_dir, "vocab_size": 256}
+    ]
     assert hello["result"]["device"] == "cpu" and hello["result"]["dtype"] == "float32"
     assert client.call("ping")["ok"]
 
@@ -96,14 +98,21 @@ def test_a_full_session(client: Client, tiny_model_dir: str) -> None:
         logprobs = step["result"]["result"]["loss_fn_outputs"][0]["logprobs"]
         assert logprobs.dtype == np.float32 and logprobs.shape == (19,)
         losses.append(step["result"]["result"]["metrics"]["loss:sum"])
-        optim = client.call("optim_step", {"state": step["result"]["state"]["handle"], "params": {"learning_rate": 0.02}})
+        optim = client.call(
+            "optim_step", {"state": step["result"]["state"]["handle"], "params": {"learning_rate": 0.02}}
+        )
         state = optim["result"]["state"]
     assert losses[-1] < losses[0] and state["weights_version"] == 3
 
     bad = dict(batch, data=[_datum([1, 2, 4000])])
     refused = client.call("forward_backward", {"state": state["handle"], "input": bad})
-    assert refused["error"]["kind"] == "user" and refused["error"]["field"] == "data[0].loss_fn_inputs.target_tokens.data[1]"
-    assert client.call("forward", {"state": state["handle"], "input": batch})["ok"], "a user error leaves the handle valid"
+    assert (
+        refused["error"]["kind"] == "user"
+        and refused["error"]["field"] == "data[0].loss_fn_inputs.target_tokens.data[1]"
+    )
+    assert client.call("forward", {"state": state["handle"], "input": batch})["ok"], (
+        "a user error leaves the handle valid"
+    )
 
     weights = client.call("export_weights", {"state": state["handle"], "kind": "sampler"})["result"]["weights"]
     sampler = client.call("load_sampler", {"base_model": tiny_model_dir, "weights": weights})["result"]["sampler"]
@@ -116,10 +125,14 @@ def test_a_full_session(client: Client, tiny_model_dir: str) -> None:
     cut = client.call("sample", {"sampler": sampler, "request": request, "resume": None, "max_new_tokens": 3})["result"]
     assert cut["finished"] is False and all(s["stop_reason"] is None for s in cut["sequences"])
     resume = [{"tokens": s["tokens"], "logprobs": s["logprobs"]} for s in cut["sequences"]]
-    done = client.call("sample", {"sampler": sampler, "request": request, "resume": resume, "max_new_tokens": None})["result"]
-    whole = client.call("sample", {"sampler": sampler, "request": request, "resume": None, "max_new_tokens": None})["result"]
+    done = client.call("sample", {"sampler": sampler, "request": request, "resume": resume, "max_new_tokens": None})[
+        "result"
+    ]
+    whole = client.call("sample", {"sampler": sampler, "request": request, "resume": None, "max_new_tokens": None})[
+        "result"
+    ]
     assert done["finished"] and done["prompt_logprobs"][0] is None
-    for a, b in zip(done["sequences"], whole["sequences"]):
+    for a, b in zip(done["sequences"], whole["sequences"], strict=True):
         assert a["tokens"].dtype == np.int32 and a["tokens"].tolist() == b["tokens"].tolist()
         assert a["stop_reason"] == b["stop_reason"] == "length"
 

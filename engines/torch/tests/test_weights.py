@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import create, datum, pass_input, sequence_datum
 from peft import PeftModel
 from safetensors.torch import load as load_safetensors
 from transformers import AutoModelForCausalLM
 
-from conftest import create, datum, pass_input, sequence_datum
 from tinker_engine.engine import Engine
 from tinker_engine.errors import UserError
 
@@ -25,7 +25,9 @@ TOKENS = [9, 8, 7, 6, 5, 4, 3, 2]
 def _trained(engine: Engine, steps: int = 2, **flags: bool) -> str:
     handle = create(engine, rank=3, seed=4, **flags)
     for _ in range(steps):
-        handle = engine.dispatch("forward_backward", {"state": handle, "input": pass_input([sequence_datum(TOKENS)])})["state"]["handle"]
+        handle = engine.dispatch("forward_backward", {"state": handle, "input": pass_input([sequence_datum(TOKENS)])})[
+            "state"
+        ]["handle"]
         handle = engine.dispatch("optim_step", {"state": handle, "params": {"learning_rate": 0.05}})["state"]["handle"]
     return handle
 
@@ -60,7 +62,11 @@ def test_peft_loads_the_export_and_gives_the_engines_logits(engine: Engine, tmp_
 def test_train_flags_choose_the_adapted_modules(engine: Engine, tmp_path: Path) -> None:
     handle = create(engine, train_attn=False, train_mlp=True, train_unembed=False)
     files = _untar(engine.dispatch("export_weights", {"state": handle, "kind": "sampler"})["weights"], tmp_path)
-    assert json.loads(files["adapter_config.json"])["target_modules"] == ["mlp.down_proj", "mlp.gate_proj", "mlp.up_proj"]
+    assert json.loads(files["adapter_config.json"])["target_modules"] == [
+        "mlp.down_proj",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+    ]
     names = load_safetensors(files["adapter_model.safetensors"])
     assert all(".mlp." in name for name in names) and len(names) == 2 * 3 * 2
 
@@ -70,7 +76,9 @@ def test_importing_a_training_export_reproduces_the_state(engine: Engine) -> Non
     exported = engine.dispatch("export_weights", {"state": source, "kind": "training"})["weights"]
     assert engine.dispatch("export_weights", {"state": source, "kind": "training"})["weights"] == exported
     target = create(engine, rank=3, seed=99)
-    target = engine.dispatch("import_weights", {"state": target, "weights": exported, "optimizer": True})["state"]["handle"]
+    target = engine.dispatch("import_weights", {"state": target, "weights": exported, "optimizer": True})["state"][
+        "handle"
+    ]
     a, b = engine.states[source], engine.states[target]
     assert b.adam_step == a.adam_step == 2 and b.grad is None
     for key in a.keys():
@@ -79,7 +87,9 @@ def test_importing_a_training_export_reproduces_the_state(engine: Engine) -> Non
         torch.testing.assert_close(b.moment2[key], a.moment2[key], rtol=0, atol=0)  # type: ignore[index]
     # Without the optimizer the moments reset.
     fresh = create(engine, rank=3, seed=5)
-    fresh = engine.dispatch("import_weights", {"state": fresh, "weights": exported, "optimizer": False})["state"]["handle"]
+    fresh = engine.dispatch("import_weights", {"state": fresh, "weights": exported, "optimizer": False})["state"][
+        "handle"
+    ]
     assert engine.states[fresh].moment1 is None and engine.states[fresh].adam_step == 0
 
 
@@ -98,7 +108,9 @@ def test_a_mismatched_checkpoint_is_a_user_error_with_no_effect(engine: Engine) 
 
 def test_serialized_states_round_trip(engine: Engine) -> None:
     handle = _trained(engine)
-    handle = engine.dispatch("forward_backward", {"state": handle, "input": pass_input([sequence_datum(TOKENS)])})["state"]["handle"]
+    handle = engine.dispatch("forward_backward", {"state": handle, "input": pass_input([sequence_datum(TOKENS)])})[
+        "state"
+    ]["handle"]
     data = engine.dispatch("serialize_state", {"state": handle})["bytes"]
     restored = engine.dispatch("deserialize_state", {"bytes": data})["state"]
     assert restored["weights_version"] == 2

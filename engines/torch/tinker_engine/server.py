@@ -85,11 +85,17 @@ def serve(engine: Engine, input_stream: BinaryIO, output_stream: BinaryIO) -> in
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tinker_engine", description="PyTorch + PEFT engine (docs/engine-protocol.md)")
-    parser.add_argument("--base-model", required=True, help="Hugging Face hub id (already in the local cache) or model folder")
+    parser = argparse.ArgumentParser(
+        prog="python -m tinker_engine", description="PyTorch + PEFT engine (docs/engine-protocol.md)"
+    )
+    parser.add_argument(
+        "--base-model", required=True, help="Hugging Face hub id (already in the local cache) or model folder"
+    )
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")
     parser.add_argument("--dtype", default=None, help="float32 or bfloat16 (default: float32 on CPU, bfloat16 on GPU)")
-    parser.add_argument("--max-resident-adapters", type=int, default=32, help="LoRA adapters kept on the device at once")
+    parser.add_argument(
+        "--max-resident-adapters", type=int, default=32, help="LoRA adapters kept on the device at once"
+    )
     parser.add_argument("--max-batch-tokens", type=int, default=16384, help="padded tokens per forward in a fused pass")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log-level", default=os.environ.get("TINKER_ENGINE_LOG", "INFO"))
@@ -116,7 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     base = load_base_model(args.base_model, device, dtype)
     log.info(
-        "base model %s loaded on %s as %s in %.1f s", base.name, device, str(dtype).removeprefix("torch."), time.perf_counter() - started
+        "base model %s loaded on %s as %s in %.1f s",
+        base.name,
+        device,
+        str(dtype).removeprefix("torch."),
+        time.perf_counter() - started,
     )
     engine = Engine(base, EngineOptions(args.max_resident_adapters, args.max_batch_tokens))
     return serve(engine, sys.stdin.buffer, output)

@@ -18,8 +18,8 @@ import torch
 
 from .adapters import Adapter, AdapterPool
 from .inputs import PassDatum
-from .models import upcast
 from .losses import DatumTerms, PassMetrics, datum_terms
+from .models import upcast
 
 PassKind = Literal["forward", "forward_backward"]
 
@@ -46,7 +46,9 @@ def run_passes(pool: AdapterPool, jobs: list[PassJob], max_batch_tokens: int) ->
     for group in _adapter_groups(jobs, pool.max_resident):
         _run_group(pool, [jobs[j] for j in group], group, outputs, metrics, max_batch_tokens)
     return [
-        PassResult(outputs=[o for o in outputs[j] if o is not None], metrics=metrics[j].metrics(job.adapter.weights_version))
+        PassResult(
+            outputs=[o for o in outputs[j] if o is not None], metrics=metrics[j].metrics(job.adapter.weights_version)
+        )
         for j, job in enumerate(jobs)
     ]
 
@@ -142,7 +144,8 @@ def _record(
 
 def _accumulate(adapter: Adapter) -> None:
     call = {
-        key: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)) for key, p in adapter.weights.items()
+        key: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+        for key, p in adapter.weights.items()
     }
     if adapter.grad is None:
         adapter.grad = call
