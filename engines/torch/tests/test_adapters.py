@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pytest
 from conftest import create, pass_input, sequence_datum
 
 from tinker_engine.engine import Engine
@@ -40,8 +41,15 @@ def test_evicted_adapters_reload_and_train_as_if_resident(make_engine: Callable[
     assert all(series[-1] < series[0] for series in evicted)
 
 
-def test_fused_passes_equal_passes_one_at_a_time(make_engine: Callable[..., Engine]) -> None:
-    fused_engine = make_engine()
+@pytest.mark.parametrize(
+    "fused_options",
+    [{}, {"max_resident_adapters": 2, "max_batch_tokens": 12}],
+    ids=["one-batch", "split-by-residency-and-tokens"],
+)
+def test_fused_passes_equal_passes_one_at_a_time(
+    make_engine: Callable[..., Engine], fused_options: dict[str, int]
+) -> None:
+    fused_engine = make_engine(**fused_options)
     single_engine = make_engine()
 
     def items(engine: Engine) -> list[dict[str, Any]]:

@@ -102,25 +102,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, output: BinaryIO | None = None) -> int:
+    """Serves frames on `output` (standard output unless given; `__main__` passes it set aside)."""
     args = parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(), format="engine %(levelname)s %(message)s")
-    # Offline and quiet: no hub calls, and no progress bars or banners that could reach standard output.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    output = sys.stdout.buffer
-    # Anything a library prints goes to standard error; only frames use the real standard output.
-    sys.stdout = sys.stderr
+    frames = output if output is not None else sys.stdout.buffer
     device = choose_device(args.device)
     dtype = choose_dtype(device, args.dtype)
     started = time.perf_counter()
-    base = load_base_model(args.base_model, device, dtype)
+    try:
+        base = load_base_model(args.base_model, device, dtype)
+    except EngineError as error:
+        log.error("%s", error.message)
+        return 1
     log.info(
         "base model %s loaded on %s as %s in %.1f s",
         base.name,
@@ -129,4 +127,4 @@ def main(argv: list[str] | None = None) -> int:
         time.perf_counter() - started,
     )
     engine = Engine(base, EngineOptions(args.max_resident_adapters, args.max_batch_tokens))
-    return serve(engine, sys.stdin.buffer, output)
+    return serve(engine, sys.stdin.buffer, frames)
