@@ -3,13 +3,17 @@ the KV cache against full forwards, stops, prompt logprobs."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from conftest import create, encoded, pass_input, sequence_datum
 
 from tinker_engine.engine import Engine
+from tinker_engine.prng import sample_uniform
+from tinker_engine.sampling import SampleParams, choose_token
 
 PROMPT = [72, 101, 108, 108, 111, 32]
 
@@ -150,3 +154,54 @@ def test_bad_sampling_params_are_user_errors(engine: Engine, change: dict[str, A
     with pytest.raises(UserError) as raised:
         _sample(engine, sampler, _request(**change))
     assert raised.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("seed", "index", "position", "expected"),
+    # uniformAt(TAG_SAMPLE, ...seedWords(seed), index, position) of shared/backend/reference/prng.ts.
+    [
+        (0, 0, 0, 0.947716022615947),
+        (12345, 2, 7, 0.087928654947802),
+        (-1, 255, 1000, 0.46234559211710413),
+        (2**40 + 3, 1, 2, 0.8285747233953703),
+    ],
+)
+def test_draws_are_the_reference_prngs(seed: int, index: int, position: int, expected: float) -> None:
+    assert sample_uniform(seed, index, position) == expected
+
+
+def _reference_choice(logprobs: list[float], temperature: float, top_k: int, top_p: float, u: float) -> int:
+    """chooseToken of shared/backend/reference/sampler.ts, transcribed loop for loop."""
+    vocab = len(logprobs)
+    best = max(range(vocab), key=lambda v: (logprobs[v], -v))
+    if temperature == 0 or top_k == 1:
+        return best
+    order = sorted(range(vocab), key=lambda v: (-logprobs[v], v)) if top_k > 0 or top_p < 1 else None
+    count = min(top_k, vocab) if top_k > 0 else vocab
+    weights = [math.exp((logprobs[order[c] if order else c] - logprobs[best]) / temperature) for c in range(count)]
+    total = sum(weights)
+    if top_p < 1:
+        threshold, kept, cumulative = top_p * total, 0, 0.0
+        while kept < count and cumulative < threshold:
+            cumulative += weights[kept]
+            kept += 1
+        count, total = kept, cumulative
+    target, cumulative = u * total, 0.0
+    for c in range(count):
+        cumulative += weights[c]
+        if target < cumulative:
+            return order[c] if order else c
+    return order[count - 1] if order else count - 1
+
+
+def test_token_choice_follows_the_reference_rule() -> None:
+    rng = np.random.default_rng(1)
+    for case in range(300):
+        logprobs = torch.log_softmax(torch.tensor(rng.normal(size=40) * 2), dim=0).to(torch.float64)
+        logprobs[rng.integers(0, 40)] = logprobs[rng.integers(0, 40)]  # a tie now and then
+        temperature = [0.0, 0.5, 1.0, 1.7][case % 4]
+        top_k = [0, 1, 5, 50][(case // 4) % 4]
+        top_p = [1.0, 0.9, 0.3][(case // 16) % 3]
+        u = float(rng.random())
+        params = SampleParams(np.zeros(1), 1, 1, temperature, top_k, top_p, 0, [], False, 0)
+        assert choose_token(logprobs, params, u) == _reference_choice(logprobs.tolist(), temperature, top_k, top_p, u)
