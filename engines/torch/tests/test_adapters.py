@@ -103,3 +103,29 @@ def test_a_bad_item_fails_alone(engine: Engine) -> None:
     }
     # The failed item's handle is still valid.
     assert engine.dispatch("forward", {"state": bad, "input": pass_input([sequence_datum(SEQUENCES[1])])})["result"]
+
+
+def test_a_failure_part_way_through_fused_passes_changes_no_state(
+    make_engine: Callable[..., Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tinker_engine.training as training
+
+    engine = make_engine(max_resident_adapters=1)  # two groups: the first runs its backward
+    handles = [create(engine, seed=s) for s in range(2)]
+    before = [engine.dispatch("serialize_state", {"state": h})["bytes"] for h in handles]
+    real = training.datum_terms
+    calls = []
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("device lost")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training, "datum_terms", failing)
+    items = [
+        {"type": "forward_backward", "state": h, "input": pass_input([sequence_datum(SEQUENCES[0])])} for h in handles
+    ]
+    with pytest.raises(RuntimeError, match="device lost"):
+        engine.dispatch("run_passes", {"items": items})
+    assert [engine.dispatch("serialize_state", {"state": h})["bytes"] for h in handles] == before

@@ -18,7 +18,7 @@ def _steps(hyper: AdamParams, clip_with_torch: bool) -> tuple[dict[str, torch.Te
     ours = {name: p.clone() for name, p in start.items()}
     m = v = None
     for t, g in enumerate(grads):
-        m, v, _ = adamw_step(ours, g, m, v, t, hyper)
+        ours, m, v, _ = adamw_step(ours, g, m, v, t, hyper)
     theirs = {name: torch.nn.Parameter(p.clone()) for name, p in start.items()}
     optimizer = torch.optim.AdamW(
         list(theirs.values()),

@@ -165,14 +165,17 @@ class Engine:
         handle, adapter = self._state(args)
         hyper = parse_adam_params(args.get("params"))
         self.pool.activate([adapter])
-        moment1, moment2, norm = adamw_step(
-            {k: p.data for k, p in adapter.weights.items()},
+        weights, moment1, moment2, norm = adamw_step(
+            {k: p.detach() for k, p in adapter.weights.items()},
             adapter.grad,
             adapter.moment1,
             adapter.moment2,
             adapter.adam_step,
             hyper,
         )
+        with torch.no_grad():
+            for key, parameter in adapter.weights.items():
+                parameter.copy_(weights[key])
         adapter.moment1, adapter.moment2 = moment1, moment2
         adapter.grad = None
         adapter.adam_step += 1
