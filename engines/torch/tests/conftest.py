@@ -3,8 +3,9 @@ on it. No test downloads weights."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from tinker_engine.tiny_model import write_tiny_model
 REPO = Path(__file__).resolve().parents[3]
 INSTALLED_TINY = REPO / ".local" / "models" / "tiny-llama"
 
-torch.set_num_threads(2)
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

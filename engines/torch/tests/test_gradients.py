@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
-
 from conftest import create, pass_input, sequence_datum
+
 from tinker_engine.engine import Engine
 
 TOKENS = [[5, 17, 99, 3, 250, 42, 7], [60, 61, 62, 63]]
@@ -66,8 +67,11 @@ def test_adapter_gradients_match_finite_differences(
     handle = create(engine, rank=2, seed=3)
     _randomise(engine, handle, seed=11)
     if loss_fn == "cross_entropy":
-        weights = [np.array([1.0, -0.5, 2.0, 0.0, 1.0, 0.25], dtype=np.float32), np.array([0.5, 1.0, -1.0], dtype=np.float32)]
-        data = [sequence_datum(t, weights=w) for t, w in zip(TOKENS, weights)]
+        weights = [
+            np.array([1.0, -0.5, 2.0, 0.0, 1.0, 0.25], dtype=np.float32),
+            np.array([0.5, 1.0, -1.0], dtype=np.float32),
+        ]
+        data = [sequence_datum(t, weights=w) for t, w in zip(TOKENS, weights, strict=True)]
     else:
         data = _policy_data(engine, handle)
     inputs = pass_input(data, loss_fn, **config)
@@ -75,7 +79,9 @@ def test_adapter_gradients_match_finite_differences(
     adapter = engine.states[handle]
     assert adapter.grad is not None
     generator = torch.Generator().manual_seed(5)
-    direction = {key: torch.randn(adapter.weights[key].shape, generator=generator, dtype=torch.float64) for key in adapter.keys()}
+    direction = {
+        key: torch.randn(adapter.weights[key].shape, generator=generator, dtype=torch.float64) for key in adapter.keys()
+    }
     analytic = sum(float((adapter.grad[key] * direction[key]).sum()) for key in adapter.keys())
 
     probe = inputs
@@ -84,10 +90,15 @@ def test_adapter_gradients_match_finite_differences(
         # its value here, which is cross_entropy with weights c.
         outputs = engine.dispatch("forward", {"state": handle, "input": inputs})["result"]["loss_fn_outputs"]
         frozen = []
-        for item, output in zip(data, outputs):
+        for item, output in zip(data, outputs, strict=True):
             ratio = np.exp(output["logprobs"].astype(np.float64) - item["loss_fn_inputs"]["logprobs"])
             weights = (np.clip(ratio, 0.8, 1.2) * item["loss_fn_inputs"]["advantages"]).astype(np.float32)
-            frozen.append({**item, "loss_fn_inputs": {"target_tokens": item["loss_fn_inputs"]["target_tokens"], "weights": weights}})
+            frozen.append(
+                {
+                    **item,
+                    "loss_fn_inputs": {"target_tokens": item["loss_fn_inputs"]["target_tokens"], "weights": weights},
+                }
+            )
         probe = pass_input(frozen)
 
     def loss_at(step: float) -> float:
@@ -112,7 +123,10 @@ def test_pass_metrics_follow_the_reference_definitions(engine: Engine) -> None:
     result = engine.dispatch("forward", {"state": handle, "input": pass_input(data, "ppo")})["result"]
     metrics = result["metrics"]
     outputs = result["loss_fn_outputs"]
-    ratios = [np.exp(o["logprobs"].astype(np.float64) - d["loss_fn_inputs"]["logprobs"]) for o, d in zip(outputs, data)]
+    ratios = [
+        np.exp(o["logprobs"].astype(np.float64) - d["loss_fn_inputs"]["logprobs"])
+        for o, d in zip(outputs, data, strict=True)
+    ]
     elementwise = np.concatenate([o["elementwise_loss"] for o in outputs])
     targets = sum(r.size for r in ratios)
     assert metrics["loss:sum"] == pytest.approx(float(elementwise.sum()), rel=1e-5)
@@ -134,11 +148,27 @@ def test_bad_inputs_are_user_errors_that_leave_the_state_valid_and_unchanged(eng
     before = engine.dispatch("serialize_state", {"state": handle})["bytes"]
     cases = [
         (pass_input([sequence_datum([1, 2, 300, 4])]), "data[0].model_input.chunks[0].tokens[2]"),
-        (pass_input([{"model_input": good["data"][0]["model_input"], "loss_fn_inputs": {"target_tokens": np.array([1, 2], dtype=np.int64)}}]), "data[0].loss_fn_inputs.target_tokens"),
+        (
+            pass_input(
+                [
+                    {
+                        "model_input": good["data"][0]["model_input"],
+                        "loss_fn_inputs": {"target_tokens": np.array([1, 2], dtype=np.int64)},
+                    }
+                ]
+            ),
+            "data[0].loss_fn_inputs.target_tokens",
+        ),
         (pass_input([sequence_datum([1, 2, 3, 4])], "hinge"), "loss_fn"),
         (pass_input([sequence_datum([1, 2, 3, 4])], "ppo"), "data[0].loss_fn_inputs.logprobs"),
-        (pass_input([sequence_datum([1, 2, 3, 4])], "ppo", clip_low_threshold=1.5), "loss_fn_config.clip_low_threshold"),
-        (pass_input([sequence_datum([1, 2, 3, 4], weights=np.ones(2, dtype=np.float32))]), "data[0].loss_fn_inputs.weights"),
+        (
+            pass_input([sequence_datum([1, 2, 3, 4])], "ppo", clip_low_threshold=1.5),
+            "loss_fn_config.clip_low_threshold",
+        ),
+        (
+            pass_input([sequence_datum([1, 2, 3, 4], weights=np.ones(2, dtype=np.float32))]),
+            "data[0].loss_fn_inputs.weights",
+        ),
     ]
     for bad, field in cases:
         with pytest.raises(UserError) as raised:

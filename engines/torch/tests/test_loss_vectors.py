@@ -15,7 +15,9 @@ import torch
 from tinker_engine.inputs import PassDatum
 from tinker_engine.losses import datum_terms, resolve_loss
 
-VECTORS = json.loads((Path(__file__).resolve().parents[3] / "test" / "fixtures" / "loss-vectors.json").read_text())["vectors"]
+VECTORS = json.loads((Path(__file__).resolve().parents[3] / "test" / "fixtures" / "loss-vectors.json").read_text())[
+    "vectors"
+]
 
 
 def _datum(vector: dict[str, Any]) -> PassDatum:

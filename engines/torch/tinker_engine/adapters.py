@@ -12,6 +12,7 @@ import itertools
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -109,7 +110,9 @@ class AdapterPool:
             raise ValueError("max_resident must be >= 1")
         self.base = base
         self.max_resident = max_resident
+        # Both read before PEFT wraps the base's modules in its own layers.
         self._linear = self._linear_modules(base.model)
+        self._unembed = self._unembed_path()
         anchor_target = next(iter(self._linear))
         self.peft: PeftModel = get_peft_model(
             base.model, AdapterShape(1, 1.0, (anchor_target,)).lora_config(), adapter_name=ANCHOR
@@ -118,6 +121,8 @@ class AdapterPool:
         for parameter in self.peft.parameters():
             parameter.requires_grad_(False)
         self._resident: OrderedDict[str, Adapter] = OrderedDict()
+        # The adapter PEFT has active (for single-adapter batches), or None for the anchor.
+        self._active: str | None = None
         self._names = (f"a{n}" for n in itertools.count())
         self.loads = 0
         self.evictions = 0
@@ -138,7 +143,7 @@ class AdapterPool:
     def shape_for(self, request: LoraRequest) -> AdapterShape:
         """Target modules as PEFT suffixes (`self_attn.q_proj`): attention and MLP projections by their
         parent module's name, the unembedding by identity with the output embeddings."""
-        unembed = self._unembed_path()
+        unembed = self._unembed
         targets: set[str] = set()
         for path in self._linear:
             if path == unembed:
@@ -184,6 +189,25 @@ class AdapterPool:
                 weights[key] = torch.zeros(dims, dtype=torch.float32)
         return weights
 
+    # ---- forwards
+
+    def forward(self, adapter_names: list[str], **inputs: Any) -> Any:
+        """The PEFT model on a batch whose row r uses adapter `adapter_names[r]` (`__base__`: none).
+        One adapter for every row takes PEFT's plain path (the active adapter), cheaper than its
+        mixed-batch path by about a third on the tiny model."""
+        unique = set(adapter_names)
+        if len(unique) > 1:
+            return self.peft(adapter_names=adapter_names, **inputs)
+        (name,) = unique
+        if name == "__base__":
+            with self.peft.disable_adapter():
+                return self.peft(**inputs)
+        if self._active != name:
+            self.peft.base_model.set_adapter(name)
+            self._active = name
+            self._restore_grad_flags()
+        return self.peft(**inputs)
+
     # ---- residency
 
     @property
@@ -213,8 +237,7 @@ class AdapterPool:
         if self.is_resident(adapter):
             slot = adapter.slot
             assert slot is not None
-            del self._resident[slot]
-            self.peft.delete_adapter(slot)
+            self._delete_slot(slot)
         adapter.slot = None
 
     def evict(self, adapter: Adapter) -> None:
@@ -229,10 +252,16 @@ class AdapterPool:
         adapter.moment1 = _moved(adapter.moment1, host)
         adapter.moment2 = _moved(adapter.moment2, host)
         adapter.grad = _moved(adapter.grad, host)
-        del self._resident[slot]
-        self.peft.delete_adapter(slot)
+        self._delete_slot(slot)
         adapter.slot = None
         self.evictions += 1
+
+    def _delete_slot(self, slot: str) -> None:
+        del self._resident[slot]
+        if self._active == slot:
+            self.peft.base_model.set_adapter(ANCHOR)
+            self._active = None
+        self.peft.delete_adapter(slot)
 
     def _load(self, adapter: Adapter) -> None:
         slot = next(self._names)

@@ -152,7 +152,7 @@ class Engine:
             positions.append(i)
             handles.append(handle)
         results = run_passes(self.pool, jobs, self.options.max_batch_tokens) if jobs else []
-        for i, handle, job, result in zip(positions, handles, jobs, results):
+        for i, handle, job, result in zip(positions, handles, jobs, results, strict=True):
             if job.kind == "forward_backward":
                 self._consume(handle)
                 state = self._new_state(job.adapter)
@@ -165,9 +165,17 @@ class Engine:
         handle, adapter = self._state(args)
         hyper = parse_adam_params(args.get("params"))
         self.pool.activate([adapter])
-        moment1, moment2, norm = adamw_step(
-            {k: p.data for k, p in adapter.weights.items()}, adapter.grad, adapter.moment1, adapter.moment2, adapter.adam_step, hyper
+        weights, moment1, moment2, norm = adamw_step(
+            {k: p.detach() for k, p in adapter.weights.items()},
+            adapter.grad,
+            adapter.moment1,
+            adapter.moment2,
+            adapter.adam_step,
+            hyper,
         )
+        with torch.no_grad():
+            for key, parameter in adapter.weights.items():
+                parameter.copy_(weights[key])
         adapter.moment1, adapter.moment2 = moment1, moment2
         adapter.grad = None
         adapter.adam_step += 1

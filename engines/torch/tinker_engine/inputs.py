@@ -51,7 +51,9 @@ def model_input_tokens(model_input: Any, field: str, vocab_size: int, max_contex
         if not isinstance(chunk, dict):
             raise user_error(chunk_field, "must be an encoded_text chunk")
         if chunk.get("type", "encoded_text") != "encoded_text":
-            raise user_error(f"{chunk_field}.type", f"only encoded_text chunks are supported, got {chunk.get('type')!r}")
+            raise user_error(
+                f"{chunk_field}.type", f"only encoded_text chunks are supported, got {chunk.get('type')!r}"
+            )
         tokens = _array(chunk.get("tokens"), f"{chunk_field}.tokens").reshape(-1).astype(np.int64)
         bad = np.flatnonzero((tokens < 0) | (tokens >= vocab_size))
         if bad.size:

@@ -5,6 +5,7 @@ frozen, in evaluation mode (no dropout), float32 on CPU and bfloat16 on a GPU un
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase

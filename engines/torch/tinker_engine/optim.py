@@ -70,8 +70,9 @@ def adamw_step(
     moment2: dict[str, torch.Tensor] | None,
     step: int,
     hyper: AdamParams,
-) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], float]:
-    """Updates `params` in place; returns the new moments and the gradient norm before clipping."""
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, torch.Tensor], float]:
+    """The new weights and moments, and the gradient norm before clipping; the arguments are unchanged,
+    so a failure leaves the state as it was."""
     zeros = {key: torch.zeros_like(value) for key, value in params.items()}
     g_all = grads if grads is not None else zeros
     norm = gradient_norm(g_all)
@@ -80,13 +81,14 @@ def adamw_step(
     correction1 = 1 - hyper.beta1**t
     correction2 = 1 - hyper.beta2**t
     decay = 1 - hyper.learning_rate * hyper.weight_decay
+    new_p: dict[str, torch.Tensor] = {}
     new_m: dict[str, torch.Tensor] = {}
     new_v: dict[str, torch.Tensor] = {}
     for key, p in params.items():
         g = g_all[key] * clip
         m = hyper.beta1 * (moment1[key] if moment1 is not None else zeros[key]) + (1 - hyper.beta1) * g
         v = hyper.beta2 * (moment2[key] if moment2 is not None else zeros[key]) + (1 - hyper.beta2) * g * g
-        p.mul_(decay).sub_(hyper.learning_rate * (m / correction1) / ((v / correction2).sqrt() + hyper.eps))
+        new_p[key] = p * decay - hyper.learning_rate * (m / correction1) / ((v / correction2).sqrt() + hyper.eps)
         new_m[key] = m
         new_v[key] = v
-    return new_m, new_v, norm
+    return new_p, new_m, new_v, norm

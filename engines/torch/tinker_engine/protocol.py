@@ -65,9 +65,7 @@ def read_frame(stream: BinaryIO) -> Frame | None:
     if not isinstance(header, dict):
         raise ProtocolError("frame header must be a JSON object")
     lengths = header.get("buffers") or []
-    if not isinstance(lengths, list) or not all(
-        isinstance(n, int) and 0 <= n <= MAX_BUFFER_BYTES for n in lengths
-    ):
+    if not isinstance(lengths, list) or not all(isinstance(n, int) and 0 <= n <= MAX_BUFFER_BYTES for n in lengths):
         raise ProtocolError("header.buffers must be an array of byte lengths")
     buffers: list[bytes] = []
     for n in lengths:

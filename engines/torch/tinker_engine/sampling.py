@@ -53,7 +53,13 @@ def _number(value: Any, default: float) -> Any:
 
 def _check(value: Any, field: str, ok: Any, rule: str, integer: bool = False) -> Any:
     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not numeric or value != value or abs(value) == float("inf") or (integer and int(value) != value) or not ok(value):
+    if (
+        not numeric
+        or value != value
+        or abs(value) == float("inf")
+        or (integer and int(value) != value)
+        or not ok(value)
+    ):
         raise user_error(field, f"must be {rule}, got {value}")
     return int(value) if integer else float(value)
 
@@ -68,10 +74,22 @@ def parse_sample_request(request: Any, base: BaseModel) -> SampleParams:
     room = base.max_context - prompt.size
     if room < 1:
         raise user_error("prompt", f"holds {prompt.size} tokens, leaving no room in {base.max_context} context tokens")
-    top_k = _check(_number(params.get("top_k"), -1), "sampling_params.top_k", lambda x: x >= -1, "-1 (no limit) or a positive integer", True)
+    top_k = _check(
+        _number(params.get("top_k"), -1),
+        "sampling_params.top_k",
+        lambda x: x >= -1,
+        "-1 (no limit) or a positive integer",
+        True,
+    )
     return SampleParams(
         prompt=prompt,
-        num_samples=_check(_number(request.get("num_samples"), 1), "num_samples", lambda x: 1 <= x <= MAX_SAMPLES, f"an integer in [1, {MAX_SAMPLES}]", True),
+        num_samples=_check(
+            _number(request.get("num_samples"), 1),
+            "num_samples",
+            lambda x: 1 <= x <= MAX_SAMPLES,
+            f"an integer in [1, {MAX_SAMPLES}]",
+            True,
+        ),
         max_tokens=_check(
             _number(params.get("max_tokens"), room),
             "sampling_params.max_tokens",
@@ -79,7 +97,9 @@ def parse_sample_request(request: Any, base: BaseModel) -> SampleParams:
             f"an integer in [1, {room}] (the prompt has {prompt.size} of {base.max_context} context tokens)",
             True,
         ),
-        temperature=_check(_number(params.get("temperature"), 1), "sampling_params.temperature", lambda x: x >= 0, ">= 0"),
+        temperature=_check(
+            _number(params.get("temperature"), 1), "sampling_params.temperature", lambda x: x >= 0, ">= 0"
+        ),
         top_k=max(top_k, 0),
         top_p=_check(_number(params.get("top_p"), 1), "sampling_params.top_p", lambda x: 0 < x <= 1, "in (0, 1]"),
         seed=_check(_number(params.get("seed"), 0), "sampling_params.seed", lambda x: True, "an integer", True),
@@ -192,7 +212,7 @@ def sample(
     device = base.device
 
     prompt = torch.from_numpy(params.prompt.copy()).to(device).unsqueeze(0)
-    out = pool.peft(input_ids=prompt, adapter_names=[name], use_cache=True)
+    out = pool.forward([name], input_ids=prompt, use_cache=True)
     prompt_lp = torch.log_softmax(upcast(out.logits[0]), dim=-1)
     cache = out.past_key_values
     result: dict[str, Any] = {}
@@ -210,7 +230,10 @@ def sample(
         ]
 
     n = params.num_samples
-    prefixes = [_restored(resume[i] if resume is not None and i < len(resume) else None, i, params, base.vocab_size) for i in range(n)]
+    prefixes = [
+        _restored(resume[i] if resume is not None and i < len(resume) else None, i, params, base.vocab_size)
+        for i in range(n)
+    ]
     tokens = [list(p[0]) for p in prefixes]
     logprobs = [list(p[1]) for p in prefixes]
     replay = [len(p[0]) for p in prefixes]
@@ -249,7 +272,7 @@ def sample(
             if not any(active(i) for i in range(n)):
                 break
             ids = torch.tensor(fed, dtype=torch.long, device=device).unsqueeze(1)
-            out = pool.peft(input_ids=ids, past_key_values=cache, adapter_names=names, use_cache=True)
+            out = pool.forward(names, input_ids=ids, past_key_values=cache, use_cache=True)
             cache = out.past_key_values
             rows = torch.log_softmax(upcast(out.logits[:, -1]), dim=-1).to(torch.float64)
 

@@ -85,38 +85,46 @@ def serve(engine: Engine, input_stream: BinaryIO, output_stream: BinaryIO) -> in
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tinker_engine", description="PyTorch + PEFT engine (docs/engine-protocol.md)")
-    parser.add_argument("--base-model", required=True, help="Hugging Face hub id (already in the local cache) or model folder")
+    parser = argparse.ArgumentParser(
+        prog="python -m tinker_engine", description="PyTorch + PEFT engine (docs/engine-protocol.md)"
+    )
+    parser.add_argument(
+        "--base-model", required=True, help="Hugging Face hub id (already in the local cache) or model folder"
+    )
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")
     parser.add_argument("--dtype", default=None, help="float32 or bfloat16 (default: float32 on CPU, bfloat16 on GPU)")
-    parser.add_argument("--max-resident-adapters", type=int, default=32, help="LoRA adapters kept on the device at once")
+    parser.add_argument(
+        "--max-resident-adapters", type=int, default=32, help="LoRA adapters kept on the device at once"
+    )
     parser.add_argument("--max-batch-tokens", type=int, default=16384, help="padded tokens per forward in a fused pass")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log-level", default=os.environ.get("TINKER_ENGINE_LOG", "INFO"))
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, output: BinaryIO | None = None) -> int:
+    """Serves frames on `output` (standard output unless given; `__main__` passes it set aside)."""
     args = parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(), format="engine %(levelname)s %(message)s")
-    # Offline and quiet: no hub calls, and no progress bars or banners that could reach standard output.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    output = sys.stdout.buffer
-    # Anything a library prints goes to standard error; only frames use the real standard output.
-    sys.stdout = sys.stderr
+    frames = output if output is not None else sys.stdout.buffer
     device = choose_device(args.device)
     dtype = choose_dtype(device, args.dtype)
     started = time.perf_counter()
-    base = load_base_model(args.base_model, device, dtype)
+    try:
+        base = load_base_model(args.base_model, device, dtype)
+    except EngineError as error:
+        log.error("%s", error.message)
+        return 1
     log.info(
-        "base model %s loaded on %s as %s in %.1f s", base.name, device, str(dtype).removeprefix("torch."), time.perf_counter() - started
+        "base model %s loaded on %s as %s in %.1f s",
+        base.name,
+        device,
+        str(dtype).removeprefix("torch."),
+        time.perf_counter() - started,
     )
     engine = Engine(base, EngineOptions(args.max_resident_adapters, args.max_batch_tokens))
-    return serve(engine, sys.stdin.buffer, output)
+    return serve(engine, sys.stdin.buffer, frames)

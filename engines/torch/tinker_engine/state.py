@@ -19,7 +19,12 @@ STATE_FORMAT = "tinker-engine-torch/state-1"
 
 def serialize_state(adapter: Adapter, base_model: str) -> bytes:
     tensors: dict[str, torch.Tensor] = {}
-    for prefix, group in (("w.", adapter.weights), ("m1.", adapter.moment1), ("m2.", adapter.moment2), ("g.", adapter.grad)):
+    for prefix, group in (
+        ("w.", adapter.weights),
+        ("m1.", adapter.moment1),
+        ("m2.", adapter.moment2),
+        ("g.", adapter.grad),
+    ):
         if group is None:
             continue
         for key in sorted(group):

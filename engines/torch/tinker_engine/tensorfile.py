@@ -22,7 +22,11 @@ def write_safetensors(tensors: dict[str, torch.Tensor], metadata: dict[str, str]
     for key in sorted(tensors):
         tensor = tensors[key].detach().to("cpu").contiguous()
         data = tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
-        header[key] = {"dtype": _DTYPES[tensor.dtype], "shape": list(tensor.shape), "data_offsets": [offset, offset + len(data)]}
+        header[key] = {
+            "dtype": _DTYPES[tensor.dtype],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
         chunks.append(data)
         offset += len(data)
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")

@@ -18,8 +18,8 @@ import torch
 
 from .adapters import Adapter, AdapterPool
 from .inputs import PassDatum
-from .models import upcast
 from .losses import DatumTerms, PassMetrics, datum_terms
+from .models import upcast
 
 PassKind = Literal["forward", "forward_backward"]
 
@@ -43,10 +43,17 @@ def run_passes(pool: AdapterPool, jobs: list[PassJob], max_batch_tokens: int) ->
     """Runs the jobs (distinct adapters), as few forwards as the residency bound and token budget allow."""
     outputs: list[list[dict[str, np.ndarray] | None]] = [[None] * len(job.datums) for job in jobs]
     metrics = [PassMetrics() for _ in jobs]
+    # Each training pass's gradient, added to the accumulators only once every group has run, so a
+    # failure part way leaves every state as it was.
+    gradients: list[tuple[Adapter, dict[str, torch.Tensor]]] = []
     for group in _adapter_groups(jobs, pool.max_resident):
-        _run_group(pool, [jobs[j] for j in group], group, outputs, metrics, max_batch_tokens)
+        gradients += _run_group(pool, [jobs[j] for j in group], group, outputs, metrics, max_batch_tokens)
+    for adapter, gradient in gradients:
+        _accumulate(adapter, gradient)
     return [
-        PassResult(outputs=[o for o in outputs[j] if o is not None], metrics=metrics[j].metrics(job.adapter.weights_version))
+        PassResult(
+            outputs=[o for o in outputs[j] if o is not None], metrics=metrics[j].metrics(job.adapter.weights_version)
+        )
         for j, job in enumerate(jobs)
     ]
 
@@ -79,7 +86,7 @@ def _run_group(
     outputs: list[list[dict[str, np.ndarray] | None]],
     metrics: list[PassMetrics],
     max_batch_tokens: int,
-) -> None:
+) -> list[tuple[Adapter, dict[str, torch.Tensor]]]:
     pool.activate([job.adapter for job in jobs])
     device = pool.base.device
     training = [job.adapter for job in jobs if job.kind == "forward_backward"]
@@ -100,8 +107,10 @@ def _run_group(
             names = [jobs[g].adapter.slot or "__base__" for g, _, _ in batch]
             needs_grad = any(jobs[g].kind == "forward_backward" for g, _, _ in batch)
             with torch.set_grad_enabled(needs_grad):
-                logits = pool.peft(
-                    input_ids=input_ids.to(device), attention_mask=mask.to(device), adapter_names=names
+                # Rows of one length need no mask (the causal mask alone is cheaper).
+                padded = any(length != longest for _, _, length in batch)
+                logits = pool.forward(
+                    names, input_ids=input_ids.to(device), attention_mask=mask.to(device) if padded else None
                 ).logits
                 total: torch.Tensor | None = None
                 for r, (g, d, length) in enumerate(batch):
@@ -116,8 +125,7 @@ def _run_group(
                         total = part if total is None else total + part
             if total is not None and total.requires_grad:
                 total.backward()
-        for adapter in training:
-            _accumulate(adapter)
+        return [(adapter, _call_gradient(adapter)) for adapter in training]
     finally:
         for adapter in training:
             for parameter in adapter.weights.values():
@@ -138,11 +146,17 @@ def _record(
     metrics.add(terms)
 
 
-def _accumulate(adapter: Adapter) -> None:
-    call = {
-        key: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)) for key, p in adapter.weights.items()
+def _call_gradient(adapter: Adapter) -> dict[str, torch.Tensor]:
+    return {
+        key: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p.detach()))
+        for key, p in adapter.weights.items()
     }
+
+
+def _accumulate(adapter: Adapter, gradient: dict[str, torch.Tensor]) -> None:
+    """Adds a call's gradient where the adapter's tensors are now (a later group may have evicted it)."""
+    device = next(iter(adapter.weights.values())).device
     if adapter.grad is None:
-        adapter.grad = call
+        adapter.grad = {key: value.to(device) for key, value in gradient.items()}
     else:
-        adapter.grad = {key: adapter.grad[key] + value for key, value in call.items()}
+        adapter.grad = {key: adapter.grad[key] + value.to(device) for key, value in gradient.items()}

@@ -62,7 +62,9 @@ def _host(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def export_weights(adapter: Adapter, base_model: str, kind: WeightsKind) -> bytes:
     files = {
-        ADAPTER_CONFIG_FILE: (json.dumps(adapter_config(adapter.shape, base_model), indent=2, sort_keys=True) + "\n").encode(),
+        ADAPTER_CONFIG_FILE: (
+            json.dumps(adapter_config(adapter.shape, base_model), indent=2, sort_keys=True) + "\n"
+        ).encode(),
         ADAPTER_WEIGHTS_FILE: write_safetensors(_host(adapter.weights), metadata={"format": "pt"}),
     }
     if kind == "training":
@@ -72,7 +74,9 @@ def export_weights(adapter: Adapter, base_model: str, kind: WeightsKind) -> byte
             m2 = adapter.moment2[key] if adapter.moment2 is not None else torch.zeros_like(value)
             moments[f"exp_avg.{key}"] = m1.detach().to("cpu", torch.float32).contiguous()
             moments[f"exp_avg_sq.{key}"] = m2.detach().to("cpu", torch.float32).contiguous()
-        files[OPTIMIZER_FILE] = write_safetensors(moments, metadata={"format": "pt", "adam_step": str(adapter.adam_step)})
+        files[OPTIMIZER_FILE] = write_safetensors(
+            moments, metadata={"format": "pt", "adam_step": str(adapter.adam_step)}
+        )
     files[COMPLETE_MARKER_FILE] = b""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
@@ -138,7 +142,9 @@ def check_fits(read: ReadWeights, expected: dict[str, tuple[int, ...]], field: s
         raise user_error(field, "checkpoint adapts other modules than this model")
     for key, dims in expected.items():
         if tuple(read.weights[key].shape) != dims:
-            raise user_error(field, f"checkpoint tensor {key} has shape {list(read.weights[key].shape)}, expected {list(dims)}")
+            raise user_error(
+                field, f"checkpoint tensor {key} has shape {list(read.weights[key].shape)}, expected {list(dims)}"
+            )
 
 
 def import_into(adapter: Adapter, read: ReadWeights, base_model: str, optimizer: bool) -> dict[str, Any]:
