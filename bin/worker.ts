@@ -14,6 +14,7 @@ import { runUnderWorkerGrants } from '../local/worker-scope.js';
 import { backoffDelay, realSleep } from '../shared/aws/backoff.js';
 import { awsClients, resetAwsClients } from '../shared/aws/clients.js';
 import type { Backend } from '../shared/backend/backend.js';
+import { EngineBackend } from '../shared/backend/engine/engine-backend.js';
 import { ReferenceBackend } from '../shared/backend/reference/reference-backend.js';
 import { config, resetConfig } from '../shared/config.js';
 import { logger } from '../shared/logger.js';
@@ -65,6 +66,11 @@ export interface WorkerProcessOptions {
   readonly waitTimeSeconds?: number;
   readonly visibilityTimeoutSeconds?: number;
   readonly extendEveryMs?: number;
+  /**
+   * Checked before each receive (an engine's `ping`, which restarts a dead engine first): while it
+   * fails the process takes no work item it could not compute, and retries with backoff.
+   */
+  readonly healthCheck?: () => Promise<void>;
   /** Runtime options (clients, lease, hooks); `backend` and `signal` are set by the process. */
   readonly worker?: Omit<WorkerOptions, 'backend' | 'signal' | 'cut' | 'cutDeadline'>;
   readonly print?: (line: string) => void;
@@ -82,6 +88,7 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<n
   while (!options.stop.aborted) {
     let messages: Message[];
     try {
+      await options.healthCheck?.();
       // A stop lets the poll in flight finish: an aborted long poll may still take a message off the
       // queue (until its visibility timeout) with nobody left to run it. Abandoning aborts it anyway.
       const answer = await options.sqs.send(
@@ -98,7 +105,9 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<n
     } catch (error) {
       if (options.stop.aborted || options.abandon?.aborted) break;
       errors += 1;
-      logger.warn('receive failed; retrying', { error: error instanceof Error ? error.name : String(error) });
+      logger.warn('receive or health check failed; retrying', {
+        error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+      });
       await realSleep(backoffDelay(errors, RECEIVE_BACKOFF, Math.random) + 100, options.stop);
       continue;
     }
@@ -239,6 +248,7 @@ async function main(args: readonly string[]): Promise<number> {
       cut: policy.cut,
       cutDeadline: policy.cutDeadline,
       waitTimeSeconds,
+      ...(backend instanceof EngineBackend ? { healthCheck: () => backend.ping() } : {}),
     });
   };
   let handled: number;
