@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { EngineBackend } from '../shared/backend/engine/engine-backend.js';
@@ -53,9 +53,25 @@ export function resolveBaseModel(raw: string | undefined): string {
   return existsSync(local) ? local : raw;
 }
 
-/** The pool's base model list for one engine model: its tokenizer is the model's own. */
+/**
+ * The pool's base model list for one engine model: its tokenizer is the model's own, and a folder's
+ * `max_position_embeddings` (config.json) is the context `get_server_capabilities` advertises.
+ */
 export function engineBaseModels(baseModel: string): BaseModelConfig[] {
-  return [{ name: baseModel, tokenizer_id: baseModel }];
+  const configFile = path.join(baseModel, 'config.json');
+  let context: number | undefined;
+  if (existsSync(configFile)) {
+    const positions = (JSON.parse(readFileSync(configFile, 'utf8')) as { max_position_embeddings?: unknown })
+      .max_position_embeddings;
+    if (Number.isSafeInteger(positions) && (positions as number) > 0) context = positions as number;
+  }
+  return [
+    {
+      name: baseModel,
+      tokenizer_id: baseModel,
+      ...(context === undefined ? {} : { max_context_length: context }),
+    },
+  ];
 }
 
 export interface EngineStartOptions {

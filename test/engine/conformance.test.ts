@@ -98,7 +98,10 @@ suite('engine protocol conformance (docs/engine-protocol.md)', () => {
     await expect(backend.ping()).resolves.toBeUndefined();
   });
 
-  it('refuses another protocol version naming the ones it speaks, and unknown ops, as protocol errors', async () => {
+  // Two engine processes of its own start here: tens of seconds each on a busy machine.
+  it('refuses another protocol version naming the ones it speaks, and unknown ops, as protocol errors', {
+    timeout: 300_000,
+  }, async () => {
     const [refused] = await raw([{ id: 1, op: 'hello', args: { protocol_version: 99, worker: 'test' } }]);
     expect(refused?.header).toMatchObject({ id: 1, ok: false, error: { kind: 'protocol' } });
     expect(JSON.stringify(refused?.header.error)).toMatch(/1/);
