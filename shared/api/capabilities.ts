@@ -60,6 +60,9 @@ export {
 /** `get_info`'s `model_data.arch`: every base model the reference backend serves has this shape. */
 export const REFERENCE_ARCH = 'reference-byte-lm';
 
+/** `get_info`'s `model_data.arch` for any other configured base model (a Hugging Face causal LM on an engine). */
+export const ENGINE_ARCH = 'causal-lm';
+
 /**
  * Lambda's synchronous invocation payload limit (6 MB), which binds before API Gateway's (10 MB). A
  * binary body reaches Lambda base64-encoded, 4/3 of its size, inside an event that also carries the

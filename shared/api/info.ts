@@ -4,7 +4,7 @@ import { NotFoundError, RetryLaterError } from '../errors.js';
 import { checkpointNotFound, resolveCheckpoint, staleReservation } from '../repositories/checkpoints.js';
 import { requireModel } from '../repositories/models.js';
 import { requireSamplingSession } from '../repositories/sampling-sessions.js';
-import { REFERENCE_ARCH } from './capabilities.js';
+import { DEFAULT_BASE_MODEL, ENGINE_ARCH, REFERENCE_ARCH } from './capabilities.js';
 import type { OperationContext } from './operations.js';
 import { parseRequest } from './request-checks.js';
 import * as schemas from './schemas.js';
@@ -54,7 +54,7 @@ export async function getInfo(ctx: OperationContext, body: unknown): Promise<Get
     model_data: {
       // get_tokenizer asserts model_name; without tokenizer_id the SDK guesses an id from it.
       model_name: model.base_model,
-      arch: REFERENCE_ARCH,
+      arch: model.base_model === DEFAULT_BASE_MODEL ? REFERENCE_ARCH : ENGINE_ARCH,
       ...(tokenizerId === undefined ? {} : { tokenizer_id: tokenizerId }),
     },
   };
