@@ -36,7 +36,9 @@ import { ProtobufBody } from './bodies.js';
 import {
   clientConfig as buildClientConfig,
   CLIENT_DYNAMIC_CONFIG,
-  SUPPORTED_MODELS,
+  type SupportedModel,
+  servedBaseModel,
+  supportedModels,
 } from './capabilities.js';
 import type {
   CheckpointRef,
@@ -84,8 +86,8 @@ export function clientDynamicConfig(): typeof CLIENT_DYNAMIC_CONFIG {
   return CLIENT_DYNAMIC_CONFIG;
 }
 
-export function serverCapabilities(): { supported_models: typeof SUPPORTED_MODELS } {
-  return { supported_models: SUPPORTED_MODELS };
+export function serverCapabilities(): { supported_models: SupportedModel[] } {
+  return { supported_models: supportedModels() };
 }
 
 export function telemetry(body: unknown): { status: 'accepted' } {
@@ -139,6 +141,7 @@ export async function sessionHeartbeat(ctx: OperationContext, body: unknown) {
 export async function createModel(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.createModelRequest, body);
   checkMetadataBytes(request.user_metadata);
+  servedBaseModel(request.base_model, 'base_model');
   await requireSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant);
   const loraConfig = {
     rank: request.lora_config.rank,
@@ -510,7 +513,7 @@ export async function createSamplingSession(ctx: OperationContext, body: unknown
       model_path: issuedPath(checkpoint),
     };
   } else {
-    const baseModel = request.base_model as string;
+    const baseModel = servedBaseModel(request.base_model as string, 'base_model').name;
     target = { model_id: baseModelId(baseModel), base_model: baseModel };
   }
   return storeSamplingSession(

@@ -128,9 +128,10 @@ export const checkpointName = z
     error: 'names shaped like a sampling session id are reserved for unnamed sampler checkpoints',
   });
 
-export const baseModelName = z
-  .string()
-  .regex(/^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/, { error: 'must be a model name (letters, digits, . _ / -)' });
+/** A Hub id or, for a model folder on the engine's host, its absolute path (G6; BASE_MODELS lists which). */
+export const baseModelName = z.string().regex(/^\/?[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$/, {
+  error: 'must be a model name or an absolute path (letters, digits, . _ / -)',
+});
 
 /** DynamoDB nests maps and lists at most 32 levels; metadata sits inside a record, so half of that. */
 export const METADATA_MAX_DEPTH = 16;

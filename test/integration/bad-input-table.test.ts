@@ -82,6 +82,8 @@ beforeAll(async () => {
     MAX_BODY_BYTES: String(MAX_BODY_BYTES),
     MAX_DATUMS: String(MAX_DATUMS),
     MAX_TOKENS_PER_REQUEST: String(MAX_TOKENS_PER_REQUEST),
+    // Two served models, so a replay may name the other one (G6).
+    BASE_MODELS: JSON.stringify([{ name: 'reference/byte-lm' }, { name: 'other/model' }]),
   });
   await initZstd();
   ({ client: owner, key: ownerKey } = await api.tenant('acme'));
@@ -986,6 +988,23 @@ const sizes: BadRequest[] = [
     status: 413,
     field: 'user_metadata',
     error: /exceeds the limit of 16384/,
+  },
+  {
+    name: 'create_model of a base model the pool does not serve',
+    path: 'create_model',
+    body: () => createModel({ base_model: 'unknown/model' }),
+    status: 400,
+    field: 'base_model',
+    error:
+      /"unknown\/model" is not served here; the supported base models are "reference\/byte-lm", "other\/model"/,
+  },
+  {
+    name: 'create_sampling_session of a base model the pool does not serve',
+    path: 'create_sampling_session',
+    body: () => ({ session_id: ids.session, sampling_session_seq_id: 7, base_model: 'unknown/model' }),
+    status: 400,
+    field: 'base_model',
+    error: /is not served here/,
   },
   {
     // Kept on the model row, which GET training_runs answers (C1): the same limit as a session's.
