@@ -9,6 +9,7 @@ import {
   type SamplingSessionRecord,
   type SeqCounterRecord,
 } from '../domain/records.js';
+import { cloneOfSeqId, sessionLogKey } from '../domain/session-log.js';
 import { formatCheckpointPath } from '../domain/tinker-path.js';
 import { RetryLaterError, ValidationError } from '../errors.js';
 import { deriveId, deriveSeed, mintId, mintRequestId, sha256Hex } from '../ids.js';
@@ -21,7 +22,7 @@ import {
 } from '../repositories/sampling-intake.js';
 import { requireSamplingSession } from '../repositories/sampling-sessions.js';
 import { requireSeqCounter } from '../repositories/seq-counters.js';
-import { putSession, requireSession, touchSession } from '../repositories/sessions.js';
+import { finishSession, putSession, requireSession, touchSession } from '../repositories/sessions.js';
 import {
   type FutureAnswer,
   submitCreateModel,
@@ -61,8 +62,8 @@ export interface OperationContext extends IntakeStore {
 }
 
 export function clientConfig(ctx: OperationContext, body: unknown): ReturnType<typeof buildClientConfig> {
-  parseRequest(schemas.clientConfigRequest, body);
-  return buildClientConfig(ctx.tunables);
+  const request = parseRequest(schemas.clientConfigRequest, body);
+  return buildClientConfig(ctx.tunables, request.sdk_version);
 }
 
 export { getInfo, getSampler, weightsInfo } from './info.js';
@@ -121,6 +122,22 @@ export async function sessionHeartbeat(ctx: OperationContext, body: unknown) {
   const request = parseRequest(schemas.sessionHeartbeatRequest, body);
   await touchSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant, ctx.now);
   return { type: 'session_heartbeat' as const };
+}
+
+/** `POST sessions/{session_id}/finish`: the session ends once (first reason wins); its heartbeat then answers 410. */
+export async function finishSessionRoute(
+  ctx: OperationContext,
+  body: unknown,
+  params: Readonly<Record<string, string>>,
+) {
+  const { session_id: sessionId } = parseRequest(schemas.sessionRouteParams, params);
+  const request = parseRequest(schemas.finishSessionRequest, body);
+  await finishSession(ctx.clients.doc, ctx.tables.registry, sessionId, ctx.tenant, {
+    reason: request.reason.type,
+    ...(request.detail == null ? {} : { detail: request.detail }),
+    now: ctx.now,
+  });
+  return { type: 'finish_session' as const, session_id: sessionId };
 }
 
 export async function createModel(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
@@ -570,6 +587,7 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Fut
       tenant: ctx.tenant,
       samplingSession: session,
       seqId: request.seq_id,
+      sessionLog: sessionLogKey(session.sampling_session_id, cloneOfSeqId(request.seq_id)),
       tokens,
       payload: serializePayload(payload),
       now: ctx.now,

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { CLONE_SEQ_SPAN, MAX_LOG_POSITION } from '../domain/session-log.js';
 import { LOSS_FNS, MAX_LORA_RANK } from './capabilities.js';
 import { describeValue } from './describe.js';
 
@@ -293,6 +294,42 @@ export const retrieveFutureRequest = z.object({
   request_id: z.string().min(1).max(128),
   allow_metadata_only: z.boolean().optional(),
 });
+
+/**
+ * Session futures (W9): one long poll per (sampling session, clone). `cloned_sampler_id` is the clone
+ * part of the clone's seq_ids (`seq_id = 10^9 * clone + n`), so it never exceeds a seq_id's.
+ */
+export const retrieveFuturesRequest = z.object({
+  target: z.object({
+    type: z.literal('sampling_session', { error: 'must be sampling_session' }).optional(),
+    sampling_session_id: idString,
+    cloned_sampler_id: z
+      .int()
+      .min(0)
+      .max(Math.floor(Number.MAX_SAFE_INTEGER / CLONE_SEQ_SPAN))
+      .default(0),
+  }),
+  prev_cursor: z.int().min(0).max(MAX_LOG_POSITION).default(0),
+  /** The SDK leaves it out; the server's own long-poll bound applies either way. */
+  timeout: z.number().min(0).nullish(),
+});
+
+export const joinSamplingSessionRequest = z.object({ sampling_session_id: idString });
+
+export const cancelFutureRequest = z.object({ request_id: z.string().min(1).max(128) });
+
+/** `POST sessions/{session_id}/finish`, as the SDK's `ServiceClient.close` sends it; the first reason wins. */
+export const finishSessionRequest = z.object({
+  reason: z.object({
+    type: z.enum(['success', 'errored', 'interrupted'], {
+      error: 'must be success, errored or interrupted',
+    }),
+  }),
+  detail: z.string().max(4096).nullish(),
+});
+
+/** `sessions/{session_id}/...` route parameters. */
+export const sessionRouteParams = z.object({ session_id: idString });
 
 export type CreateSessionRequest = z.infer<typeof createSessionRequest>;
 export type CreateModelRequest = z.infer<typeof createModelRequest>;
