@@ -440,7 +440,8 @@ export const topology: Topology = {
           // get: what the archive route's presigned URL is signed for (C2); put, with the checkpoint
           // blob's get, builds once the archive of a checkpoint saved before archives were.
           { prefix: 'archives/', actions: ['get', 'put'] },
-          { prefix: 'checkpoints/', actions: ['get'] },
+          // put: copy_weights copies a checkpoint's blob (an S3 copy: it never passes through the api).
+          { prefix: 'checkpoints/', actions: ['get', 'put'] },
         ],
         // The status page shows the depths of the work queue and of both dead-letter queues; the API
         // never sends, receives or deletes a message.

@@ -14,8 +14,10 @@ import { formatCheckpointPath } from '../domain/tinker-path.js';
 import { RetryLaterError, ValidationError } from '../errors.js';
 import { deriveId, deriveSeed, mintId, mintRequestId, sha256Hex } from '../ids.js';
 import { canonicalJson, serializeBinaryPayload, serializePayload } from '../payload-store.js';
+import { copyCheckpoint } from '../repositories/checkpoint-copy.js';
 import { checkpointNotFound, issuedPath, resolveCheckpoint } from '../repositories/checkpoints.js';
 import type { IntakeStore } from '../repositories/intake.js';
+import { requireModel } from '../repositories/models.js';
 import {
   createSamplingSession as storeSamplingSession,
   submitSample,
@@ -401,6 +403,54 @@ export async function saveWeightsForSampler(ctx: OperationContext, body: unknown
       counter,
       reservation: reservation(payload.checkpoint, ctx.tenant, requestId),
       ...(payload.ttl_seconds === undefined ? {} : { ttlSeconds: payload.ttl_seconds }),
+      now: ctx.now,
+    },
+    ctx,
+  );
+}
+
+/**
+ * copy_weights: answered directly with the copy's path (no future). The source must be committed (else
+ * 408, which the SDK retries); an unknown, another tenant's unpublished or expired one is a 404 (C6).
+ * Access tokens for other tenants' weights are not offered: publishing (C4) is how a checkpoint is shared.
+ */
+export async function copyWeights(ctx: OperationContext, body: unknown): Promise<{ tinker_path: string }> {
+  const request = parseRequest(schemas.copyWeightsRequest, body);
+  if (request.weights_access_token != null) {
+    throw new ValidationError(
+      'weights_access_token: access tokens are not offered; the owner publishes a checkpoint to share it',
+      { context: { field: 'weights_access_token' } },
+    );
+  }
+  await requireSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant);
+  const source = await resolveCheckpoint(
+    ctx.clients.doc,
+    ctx.tables.registry,
+    request.source_path,
+    'any',
+    ctx.tenant,
+    'source_path',
+    { now: ctx.now, access: 'read' },
+  );
+  if (source.status !== 'committed') {
+    throw new RetryLaterError(
+      `source_path: checkpoint ${request.source_path} is not saved yet; retry shortly`,
+      {
+        context: { field: 'source_path' },
+      },
+    );
+  }
+  // The checkpoint's run: the caller's, or the tenant's that published it (C4).
+  const owner = await requireModel(ctx.clients.doc, ctx.tables.models, source.model_id, source.tenant);
+  return copyCheckpoint(
+    {
+      source,
+      tenant: ctx.tenant,
+      sessionId: request.session_id,
+      modelId: deriveId('model', 'copy', request.session_id, request.model_seq_id),
+      baseModel: owner.base_model,
+      loraConfig: owner.lora_config,
+      ...(request.ttl_seconds == null ? {} : { ttlSeconds: request.ttl_seconds }),
       now: ctx.now,
     },
     ctx,

@@ -111,6 +111,7 @@ const ROUTES: Readonly<Record<string, Route>> = {
   save_weights: { methods: POST, run: ops.saveWeights, submit: true, intake: true },
   save_weights_for_sampler: { methods: POST, run: ops.saveWeightsForSampler, submit: true, intake: true },
   load_weights: { methods: POST, run: ops.loadWeights, submit: true, intake: true },
+  copy_weights: { methods: POST, run: ops.copyWeights, submit: true },
   create_sampling_session: { methods: POST, run: ops.createSamplingSession, submit: true, intake: true },
   asample: { methods: POST, run: ops.asample, submit: true, intake: true },
   unload_model: { methods: POST, run: ops.unloadModel, submit: true, intake: true },
