@@ -5,7 +5,13 @@ import { transactWrite } from '../../shared/aws/transact.js';
 import { type TinkerClient, TinkerHttpError } from '../../shared/client/tinker-client.js';
 import { registryKey } from '../../shared/domain/records.js';
 import { CLONE_SEQ_SPAN, sessionLogKey } from '../../shared/domain/session-log.js';
-import { logEntryItem, takeLogPosition } from '../../shared/repositories/session-log.js';
+import {
+  logEntryItem,
+  readLogAfter,
+  takeLogPosition,
+  voidLogPosition,
+} from '../../shared/repositories/session-log.js';
+import { commitSample } from '../../shared/worker/commit.js';
 import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 /**
@@ -252,6 +258,51 @@ describe('session futures with queued samples (api only)', () => {
       doc,
     );
     expect(tooLate).toMatchObject({ ok: false, conditionFailed: true });
+  });
+
+  it('a commit whose position was voided takes the next one: the sample is logged once, after the void', async () => {
+    const { sampler } = await samplingSession(client);
+    const queued = await sample(client, sampler, 1);
+    const { doc } = api.cloud.clients;
+    const tables = {
+      futures: api.cloud.names.tables.futures,
+      models: api.cloud.names.tables.models,
+      registry: api.cloud.names.tables.registry,
+    };
+    const log = sessionLogKey(sampler, 0);
+    // A poll voided position 1 before this commit took it (its counter still stands at 0).
+    expect(await voidLogPosition(doc, tables.registry, log, 1, Date.now())).toBe(true);
+    await doc.send(
+      new PutCommand({
+        TableName: tables.registry,
+        Item: {
+          pk: registryKey.sampleClaim(queued.request_id),
+          request_id: queued.request_id,
+          claim_token: 'w2',
+          work_item_id: 'w2',
+          lease_until: Date.now() + 60_000,
+          ttl: Math.floor(Date.now() / 1000) + 3600,
+        },
+      }),
+    );
+    const committed = await commitSample(
+      queued.request_id,
+      'w2',
+      { status: 'completed', result: JSON.stringify({ sequences: [] }) },
+      Date.now(),
+      { doc, tables },
+      undefined,
+      { logKey: log, tenant: 'acme' },
+    );
+    expect(committed).toEqual({ committed: true, settledByReread: false });
+    expect(await readLogAfter(doc, tables.registry, log, 0, 10)).toEqual([
+      { position: 1, state: 'void' },
+      { position: 2, state: 'finished', request_id: queued.request_id },
+    ]);
+    expect(await client.retrieveFutures({ target: { sampling_session_id: sampler } })).toMatchObject({
+      completions: [{ request_id: queued.request_id, state: 'finished' }],
+      cursor: 2,
+    });
   });
 
   it('another tenant’s session, future or sampler answers as an unknown one (C6)', async () => {
