@@ -1,5 +1,6 @@
 import { MAX_CONTEXT, MAX_RANK } from '../backend/reference/model.js';
 import type { Tunables } from '../config.js';
+import type { SdkConfigFlags } from './sdk-versions.js';
 
 /**
  * What this deployment serves, as `get_server_capabilities` advertises it. The reference backend
@@ -52,16 +53,23 @@ export const LAMBDA_MAX_BINARY_BODY_BYTES = Math.floor(
  * `fwdbwd_max_chunk_bytes_count` serialized protobuf bytes before zstd; that size must pass
  * MAX_BODY_BYTES (which counts decompressed bytes) and, sent uncompressed, still fit Lambda's limit.
  * `proto_compress_fwdbwd`: the SDK sends those bodies zstd-compressed (`Content-Encoding: zstd`).
+ * The per-release flags come from `sdkConfigFlags` (api/sdk-versions.ts).
  */
-export function clientConfig(tunables: Pick<Tunables, 'maxDatums' | 'maxBodyBytes'>) {
+export function clientConfig(
+  tunables: Pick<Tunables, 'maxDatums' | 'maxBodyBytes'>,
+  flags: SdkConfigFlags['clientConfig'],
+) {
   return {
     use_pyqwest_transport: false,
     parallel_fwdbwd_chunks: false,
     proto_compress_fwdbwd: true,
     fwdbwd_max_chunk_len: tunables.maxDatums,
     fwdbwd_max_chunk_bytes_count: Math.min(tunables.maxBodyBytes, LAMBDA_MAX_BINARY_BODY_BYTES),
-  } as const;
+    ...flags,
+  };
 }
 
-/** `client/dynamic_config`: cancellation of sampling futures is not offered. */
-export const CLIENT_DYNAMIC_CONFIG = { refresh_interval_sec: 300, sample_cancel_enabled: false } as const;
+/** `client/dynamic_config`: the refresh interval, and the per-release flags of `sdkConfigFlags`. */
+export function clientDynamicConfig(flags: SdkConfigFlags['dynamicConfig']) {
+  return { refresh_interval_sec: 300, ...flags };
+}

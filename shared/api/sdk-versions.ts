@@ -1,6 +1,6 @@
 /**
  * Which answers each Tinker SDK release gets (W7), from the version it names: the `sdk_version` of
- * `client/config` and `create_session`, and the `X-Stainless-Package-Version` header the SDK's HTTP
+ * `client/config` (which wins there) and `create_session`, and the `X-Stainless-Package-Version` header the SDK's HTTP
  * client sends on every request (0.24.1 and 0.25.0 both send it). Pure. Releases up to 0.25.0 get
  * exactly the answers they got before W8; a newer release, or a client that names no version, gets
  * the W8 additions, which newer releases require.
@@ -28,10 +28,32 @@ const LAST_BEFORE_W8: SdkVersion = [0, 25, 0];
 export interface SdkFeatures {
   /** `asample` answers `sample_sequence_ids`; JSON sample results carry each `sequence_id` (W8). */
   readonly sampleSequenceIds: boolean;
+  /** The config answers carry the flags releases after 0.25.0 read (`sdkConfigFlags`). */
+  readonly newerConfigFlags: boolean;
 }
 
 export function sdkFeatures(versionText: string | undefined): SdkFeatures {
   const version = parseSdkVersion(versionText);
   const legacy = version !== undefined && atMost(version, LAST_BEFORE_W8);
-  return { sampleSequenceIds: !legacy };
+  return { sampleSequenceIds: !legacy, newerConfigFlags: !legacy };
+}
+
+/** What `client/config` and `client/dynamic_config` add to their fixed fields for one release. */
+export interface SdkConfigFlags {
+  readonly clientConfig: { readonly sample_use_retrieve_futures?: boolean };
+  readonly dynamicConfig: { readonly sample_cancel_enabled: boolean };
+}
+
+/**
+ * The per-release flags of the SDK's config answers: the one place a flag is decided. A flag an SDK
+ * does not send or lacks takes its default there (false), so `false` is only written where it is news
+ * to the release; releases up to 0.25.0 get exactly the answers they got before W7.
+ */
+export function sdkConfigFlags(features: SdkFeatures): SdkConfigFlags {
+  return {
+    // One long poll per sampling session (POST retrieve_futures) is not offered.
+    clientConfig: features.newerConfigFlags ? { sample_use_retrieve_futures: false } : {},
+    // Every release has been answered this (0.24.1 and 0.25.0 ignore it): cancel_future is not offered.
+    dynamicConfig: { sample_cancel_enabled: false },
+  };
 }

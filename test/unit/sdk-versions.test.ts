@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { parseSdkVersion, sdkFeatures } from '../../shared/api/sdk-versions.js';
+import { clientConfig, clientDynamicConfig } from '../../shared/api/capabilities.js';
+import { parseSdkVersion, sdkConfigFlags, sdkFeatures } from '../../shared/api/sdk-versions.js';
 import {
   parseSampleSequenceId,
   sampleSequenceIds,
@@ -21,6 +22,40 @@ describe('SDK versions (W7)', () => {
     expect(sdkFeatures('0.32.0').sampleSequenceIds).toBe(true);
     expect(sdkFeatures('1.0.0').sampleSequenceIds).toBe(true);
     expect(sdkFeatures(undefined).sampleSequenceIds).toBe(true);
+  });
+});
+
+describe('the config answers per release (W7)', () => {
+  const tunables = { maxDatums: 64, maxBodyBytes: 1 << 20 };
+  const answers = (version: string | undefined) => {
+    const flags = sdkConfigFlags(sdkFeatures(version));
+    return {
+      config: clientConfig(tunables, flags.clientConfig),
+      dynamic: clientDynamicConfig(flags.dynamicConfig),
+    };
+  };
+
+  it('0.24.1 and 0.25.0 get exactly the answers they always got', () => {
+    for (const version of ['0.24.1', '0.25.0']) {
+      expect(answers(version)).toEqual({
+        config: {
+          use_pyqwest_transport: false,
+          parallel_fwdbwd_chunks: false,
+          proto_compress_fwdbwd: true,
+          fwdbwd_max_chunk_len: 64,
+          fwdbwd_max_chunk_bytes_count: 1 << 20,
+        },
+        dynamic: { refresh_interval_sec: 300, sample_cancel_enabled: false },
+      });
+    }
+  });
+
+  it('newer releases and unnamed clients are told the session poll is off; cancel is off for all', () => {
+    for (const version of ['0.26.0', '0.32.0', undefined]) {
+      const { config, dynamic } = answers(version);
+      expect(config.sample_use_retrieve_futures).toBe(false);
+      expect(dynamic.sample_cancel_enabled).toBe(false);
+    }
   });
 });
 
