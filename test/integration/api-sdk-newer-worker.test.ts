@@ -44,7 +44,7 @@ let client: TinkerClient;
 let apiKey = '';
 const cuts = new RolloutCuts();
 
-/** The newer outputs, as SDK 0.32 asks for them (TINKER-SURFACE-NEWER section 2). */
+/** The newer outputs, as SDK 0.32 asks for them (docs/design.md#w8). */
 function sampleBody(samplingSessionId: string, seqId: number, maxTokens: number, seed: number) {
   return {
     sampling_session_id: samplingSessionId,
