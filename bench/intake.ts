@@ -26,6 +26,7 @@ import {
 } from './harness.js';
 import { attachMeter, createMeter } from './metering.js';
 import { startCloudChild, stopCloudChild } from './support/cloud-child.js';
+import { hostileCases } from './support/hostile-intake.js';
 import { initSdkWire, SDK_4X512, sdkBodies } from './support/sdk-wire.js';
 
 /**
@@ -43,6 +44,9 @@ import { initSdkWire, SDK_4X512, sdkBodies } from './support/sdk-wire.js';
  * delivers them. Per submit: CPU of this process (process.cpuUsage around the submits, bodies built
  * before), bytes stored in S3 (metered PutObject bodies), AWS calls and consumed capacity
  * (deterministic), latency p50/p99, and submits per second, sequentially and with concurrent clients.
+ *  - `hostile_*` (issue 25): each hostile input beside a well-formed request of its size, one
+ *    request per child process: answer, handler time, CPU, peak RSS growth (bench/support/hostile-intake.ts).
+ * `BENCH_CASES=hostile` (or `forward_backward`, `sdk`) runs the cases whose names start so.
  */
 
 const TOKENS_PER_DATUM = 1_420;
@@ -356,8 +360,15 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       });
     }
 
+    const hostile = await hostileCases({ apiKey, modelId: await newModel(), repeats });
+    cases.push(...hostile.cases);
+
+    const only = process.env.BENCH_CASES?.split(',');
     const results = [];
-    for (const benchCase of cases) results.push(await runCase(benchCase));
+    for (const benchCase of cases) {
+      if (only !== undefined && !only.some((prefix) => benchCase.name.startsWith(prefix))) continue;
+      results.push(hostile.annotate(await runCase(benchCase)));
+    }
     return {
       name: 'intake',
       machine: machine(),

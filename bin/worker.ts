@@ -8,11 +8,13 @@ import {
   ReceiveMessageCommand,
   type SQSClient,
 } from '@aws-sdk/client-sqs';
+import { engineName, resolveBaseModel, startEngineBackend } from '../local/engines.js';
 import { type ResolvedEnvironment, resolveEnvironment, WORKER_ENV_OUTPUTS } from '../local/env-file.js';
 import { runUnderWorkerGrants } from '../local/worker-scope.js';
 import { backoffDelay, realSleep } from '../shared/aws/backoff.js';
 import { awsClients, resetAwsClients } from '../shared/aws/clients.js';
 import type { Backend } from '../shared/backend/backend.js';
+import { EngineBackend } from '../shared/backend/engine/engine-backend.js';
 import { ReferenceBackend } from '../shared/backend/reference/reference-backend.js';
 import { config, resetConfig } from '../shared/config.js';
 import { logger } from '../shared/logger.js';
@@ -39,8 +41,10 @@ import {
  *   committing (its message is made visible at once so another worker continues it), and exit 0. A
  *   second signal abandons at once.
  *
- * Options: `--backend <module>` loads a module exporting `createBackend(): Backend | Promise<Backend>`
- * (default: the reference CPU backend); `--grace-seconds <n>` (default 60); `--wait-seconds <n>` (long
+ * Options: `--engine torch --base-model <hub id or folder>` runs the PyTorch + PEFT engine process
+ * (local/engines.ts; `--device`, `--dtype` pass to it; install it with `npm run engine:install`), the
+ * base model being one of the pool's BASE_MODELS; `--backend <module>` loads a module exporting
+ * `createBackend(): Backend | Promise<Backend>` (default: the reference CPU backend); `--grace-seconds <n>` (default 60); `--wait-seconds <n>` (long
  * poll, default 20); `--env-file <file>`. Resources come from the same environment variables as the
  * functions' (WORK_QUEUE_URL, MODELS_TABLE, DATA_BUCKET, ...): from `--env-file` (a flat JSON map,
  * NAME=value lines, or `cdk deploy --outputs-file` JSON, whose `WorkerEnv` is used), else the
@@ -62,6 +66,11 @@ export interface WorkerProcessOptions {
   readonly waitTimeSeconds?: number;
   readonly visibilityTimeoutSeconds?: number;
   readonly extendEveryMs?: number;
+  /**
+   * Checked before each receive (an engine's `ping`, which restarts a dead engine first): while it
+   * fails the process takes no work item it could not compute, and retries with backoff.
+   */
+  readonly healthCheck?: () => Promise<void>;
   /** Runtime options (clients, lease, hooks); `backend` and `signal` are set by the process. */
   readonly worker?: Omit<WorkerOptions, 'backend' | 'signal' | 'cut' | 'cutDeadline'>;
   readonly print?: (line: string) => void;
@@ -79,6 +88,7 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<n
   while (!options.stop.aborted) {
     let messages: Message[];
     try {
+      await options.healthCheck?.();
       // A stop lets the poll in flight finish: an aborted long poll may still take a message off the
       // queue (until its visibility timeout) with nobody left to run it. Abandoning aborts it anyway.
       const answer = await options.sqs.send(
@@ -95,7 +105,9 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<n
     } catch (error) {
       if (options.stop.aborted || options.abandon?.aborted) break;
       errors += 1;
-      logger.warn('receive failed; retrying', { error: error instanceof Error ? error.name : String(error) });
+      logger.warn('receive or health check failed; retrying', {
+        error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+      });
       await realSleep(backoffDelay(errors, RECEIVE_BACKOFF, Math.random) + 100, options.stop);
       continue;
     }
@@ -176,7 +188,23 @@ async function handleMessage(
   }
 }
 
-async function loadBackend(modulePath: string | undefined): Promise<Backend> {
+async function loadBackend(args: readonly string[]): Promise<Backend & { stop?: () => Promise<void> }> {
+  const modulePath = flag(args, '--backend');
+  const engine = flag(args, '--engine');
+  if (engine !== undefined) {
+    if (modulePath !== undefined) throw new Error('give --engine or --backend, not both');
+    const raw = flag(args, '--base-model');
+    if (raw === undefined)
+      throw new Error("--engine needs --base-model <hub id or folder>, one of the pool's BASE_MODELS");
+    const device = flag(args, '--device');
+    const dtype = flag(args, '--dtype');
+    return startEngineBackend(engineName(engine), {
+      baseModel: resolveBaseModel(raw),
+      worker: `npm run worker (pid ${process.pid})`,
+      ...(device === undefined ? {} : { device }),
+      ...(dtype === undefined ? {} : { dtype }),
+    });
+  }
   if (modulePath === undefined) return new ReferenceBackend();
   const module = (await import(pathToFileURL(resolve(modulePath)).href)) as { createBackend?: unknown };
   if (typeof module.createBackend !== 'function') {
@@ -198,7 +226,7 @@ async function main(args: readonly string[]): Promise<number> {
     throw new Error('--wait-seconds must be an integer from 0 to 20');
   }
   const environment = useEnvironment(flag(args, '--env-file'));
-  const backend = await loadBackend(flag(args, '--backend'));
+  const backend = await loadBackend(args);
   const policy = new GraceStop(graceSeconds * 1000);
   const onSignal = (signal: NodeJS.Signals) => {
     if (policy.terminate() === 'abandoned') return;
@@ -220,6 +248,7 @@ async function main(args: readonly string[]): Promise<number> {
       cut: policy.cut,
       cutDeadline: policy.cutDeadline,
       waitTimeSeconds,
+      ...(backend instanceof EngineBackend ? { healthCheck: () => backend.ping() } : {}),
     });
   };
   let handled: number;
@@ -232,6 +261,7 @@ async function main(args: readonly string[]): Promise<number> {
     handled = await run();
   }
   policy.dispose();
+  await backend.stop?.();
   process.stdout.write(`worker stopped after ${handled} work items\n`);
   awsClients().sqs.destroy();
   return 0;

@@ -12,6 +12,8 @@ import { withoutIndexes } from './staging.js';
  * - `removalPolicy`: `retain` (default) or `destroy`, for the tables, bucket and log groups
  * - `tokenizerId` (default unset): get_info's tokenizer_id, an id the clients can load (see the stack)
  * - `tracing` (default true): X-Ray active tracing on every function; `-c tracing=false` turns it off
+ * - `baseModels` (default unset: the reference model): the pool's base models, a JSON list of
+ *   `{"name", "tokenizer_id"?, "max_context_length"?}` (BASE_MODELS, shared/config.ts; G6)
  * - `omitIndexes` (default unset): comma-separated index names left out of this deploy, to add a
  *   table's indexes one stack update at a time (cdk/staging.ts)
  * - the limits (README "Limits"): `apiRatePerSecond`, `apiBurst`, `apiReservedConcurrency`,
@@ -56,6 +58,7 @@ const stack = new TinkerServerlessStack(app, 'TinkerServerless', {
   tracing: tracingSetting === 'true',
   removalPolicy: removalPolicyName === 'destroy' ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,
   tokenizerId: context('tokenizerId'),
+  baseModels: context('baseModels'),
   description: 'tinker-serverless: Tinker-compatible control plane for multi-LoRA training and sampling',
 });
 

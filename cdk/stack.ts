@@ -4,7 +4,13 @@ import { Aws, CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-l
 import type { NodejsFunction } from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import type { Construct } from 'constructs';
-import { type DeployLimits, readDeployContext, TOKENIZER_ID_VAR } from '../shared/config.js';
+import {
+  BASE_MODELS_VAR,
+  type DeployLimits,
+  readConfig,
+  readDeployContext,
+  TOKENIZER_ID_VAR,
+} from '../shared/config.js';
 import { STACK_ENV_OUTPUTS } from '../shared/stack-outputs.js';
 import {
   topology as declaredTopology,
@@ -50,6 +56,11 @@ export interface TinkerServerlessStackProps extends StackProps {
    * all have. Unset, get_info omits it and the SDK guesses an id from the base model's name.
    */
   readonly tokenizerId?: string;
+  /**
+   * The pool's base models (BASE_MODELS on the API function, G6): a JSON list of `{"name",
+   * "tokenizer_id"?, "max_context_length"?}`, checked at synth. Unset, the reference model alone.
+   */
+  readonly baseModels?: string;
   /**
    * The stage throttle and the api and worker reserved concurrency (defaults: shared/config.ts
    * `DEPLOY_LIMIT_DEFAULTS`, read from context by cdk/app.ts).
@@ -110,6 +121,8 @@ export class TinkerServerlessStack extends Stack {
     const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
     const limits = props.limits ?? readDeployContext(() => undefined).limits;
     this.tracing = props.tracing ?? true;
+    // A malformed list fails the synth, naming the context's variable, not the first request.
+    if (props.baseModels !== undefined) void readConfig({ [BASE_MODELS_VAR]: props.baseModels }).baseModels;
 
     this.tables = new TopologyTables(this, 'Tables', { tables: topology.tables, namePrefix, removalPolicy });
     this.bucket = new DataBucket(this, 'Data', { decl: topology.bucket, namePrefix, removalPolicy });
@@ -142,6 +155,7 @@ export class TinkerServerlessStack extends Stack {
         switch (trigger.kind) {
           case 'http':
             if (props.tokenizerId !== undefined) fn.addEnvironment(TOKENIZER_ID_VAR, props.tokenizerId);
+            if (props.baseModels !== undefined) fn.addEnvironment(BASE_MODELS_VAR, props.baseModels);
             for (const [name, value] of Object.entries(props.apiQuotaEnv ?? {}))
               fn.addEnvironment(name, value);
             this.http ??= new HttpEntry(this, 'Http', {

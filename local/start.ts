@@ -1,9 +1,19 @@
 import * as path from 'node:path';
+import { createWorkerHandler } from '../functions/worker/handler.js';
+import type { EngineBackend } from '../shared/backend/engine/engine-backend.js';
+import { BASE_MODELS_VAR } from '../shared/config.js';
 import { logger } from '../shared/logger.js';
+import {
+  type EngineName,
+  engineBaseModels,
+  engineName,
+  resolveBaseModel,
+  startEngineBackend,
+} from './engines.js';
 import { LOCAL_DIR, removeLocalEnvFile, runningWriter, writeLocalEnvFile } from './env-file.js';
 import { printDevelopmentApiKey, readyHooks } from './on-ready.js';
 import { DEFAULT_API_PORT, DEFAULT_STATUS_PORT, portNotice, portSetting } from './port-choice.js';
-import { clientExportLines, type LocalStack, startLocalStack } from './stack.js';
+import { clientExportLines, type LocalStack, type LocalStackOptions, startLocalStack } from './stack.js';
 import { type StatusPageServer, startStatusPage } from './status-page/server.js';
 
 /**
@@ -13,6 +23,11 @@ import { type StatusPageServer, startStatusPage } from './status-page/server.js'
  * Data persists across restarts in `<local dir>/data` (the local dir is `.local/`, or
  * TINKER_LOCAL_DIR): tables, objects, queued messages and the development keys. `--throwaway` (or
  * TINKER_LOCAL_THROWAWAY=1) keeps everything in memory instead, as the tests and benches do.
+ *
+ * `--engine torch` runs the worker on the PyTorch + PEFT engine (local/engines.ts) instead of the
+ * reference backend, serving one base model: `--base-model <hub id or folder>`, by default the tiny
+ * model `npm run engine:install` writes. The pool's base models (BASE_MODELS) are then that model,
+ * named by its absolute path when it is a folder, with itself as the tokenizer.
  */
 const PREFIX = 'local';
 
@@ -20,22 +35,43 @@ interface StartSettings {
   readonly envFile: string;
   /** Undefined for a throwaway stack. */
   readonly dataDir: string | undefined;
+  /** Undefined: the reference backend. */
+  readonly engine: { readonly name: EngineName; readonly baseModel: string | undefined } | undefined;
 }
 
+const FLAGS = '--throwaway, --engine <name>, --base-model <id or path>';
+
 function startSettings(argv: readonly string[], env: NodeJS.ProcessEnv): StartSettings {
-  const unknown = argv.filter((arg) => arg !== '--throwaway');
-  if (unknown.length > 0) throw new Error(`unknown argument ${unknown[0]} (the one flag is --throwaway)`);
+  let throwaway = env.TINKER_LOCAL_THROWAWAY === '1';
+  let engine: string | undefined;
+  let baseModel: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    const value = () => {
+      const next = argv[++i];
+      if (next === undefined) throw new Error(`${arg} needs a value`);
+      return next;
+    };
+    if (arg === '--throwaway') throwaway = true;
+    else if (arg === '--engine') engine = value();
+    else if (arg === '--base-model') baseModel = value();
+    else throw new Error(`unknown argument ${arg} (the flags are ${FLAGS})`);
+  }
+  if (baseModel !== undefined && engine === undefined) {
+    throw new Error('--base-model needs --engine (the reference backend serves its own model)');
+  }
   const localDir = path.resolve(env.TINKER_LOCAL_DIR ?? LOCAL_DIR);
-  const throwaway = argv.includes('--throwaway') || env.TINKER_LOCAL_THROWAWAY === '1';
   return {
     envFile: path.join(localDir, 'env.json'),
     dataDir: throwaway ? undefined : path.join(localDir, 'data'),
+    engine: engine === undefined ? undefined : { name: engineName(engine), baseModel },
   };
 }
 
 let envFile: string | undefined;
 
 let stack: LocalStack | undefined;
+let engineBackend: EngineBackend | undefined;
 let statusPage: StatusPageServer | undefined;
 let stopping = false;
 
@@ -47,6 +83,7 @@ async function shutdown(exitCode: number): Promise<never> {
     await statusPage?.stop();
   } finally {
     await stack?.stop();
+    await engineBackend?.stop();
   }
   process.exit(exitCode);
 }
@@ -75,10 +112,27 @@ async function main(): Promise<void> {
   // Fixed ports when free, so exported URLs survive a restart (local/port-choice.ts).
   const apiPort = portSetting('PORT', process.env.PORT, DEFAULT_API_PORT);
   const statusPort = portSetting('STATUS_PORT', process.env.STATUS_PORT, DEFAULT_STATUS_PORT);
+  let engineLines: string[] = [];
+  let engineOptions: Pick<LocalStackOptions, 'extraEnv' | 'runtime'> = {};
+  if (settings.engine !== undefined) {
+    const baseModel = resolveBaseModel(settings.engine.baseModel);
+    process.stdout.write(`starting the ${settings.engine.name} engine on ${baseModel}...\n`);
+    const backend = await startEngineBackend(settings.engine.name, { baseModel, worker: 'npm start' });
+    engineBackend = backend;
+    engineOptions = {
+      extraEnv: { [BASE_MODELS_VAR]: JSON.stringify(engineBaseModels(baseModel)) },
+      runtime: { handlers: { worker: createWorkerHandler({ backend }) } },
+    };
+    engineLines = [
+      `Worker: the ${settings.engine.name} engine; base model (base_model in requests):`,
+      baseModel,
+    ];
+  }
   stack = await startLocalStack({
     prefix: PREFIX,
     httpPort: apiPort,
     ...(dataDir === undefined ? {} : { dataDir }),
+    ...engineOptions,
   });
   const { apiUrl, env, resources, clients } = stack;
   // The operator's view (own port) and the env file the CLI (`npx tinker-serverless status`) reads.
@@ -95,7 +149,7 @@ async function main(): Promise<void> {
       .runSchedule('sweeper')
       .catch((error: unknown) => logger.error('start-up sweep failed', { error: error as Error }));
   }
-  const extraLines: string[] = ['Queue status page:', statusPage.url];
+  const extraLines: string[] = [...engineLines, 'Queue status page:', statusPage.url];
   extraLines.push(
     dataDir === undefined
       ? 'Data: in memory only (--throwaway); gone when this stops.'

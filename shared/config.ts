@@ -43,8 +43,31 @@ export interface Config {
    * stack passes the `tokenizerId` context value.
    */
   readonly tokenizerId: string | undefined;
+  /**
+   * The pool's base models (BASE_MODELS, G6): what `get_server_capabilities` lists, the only names
+   * create_model and create_sampling_session accept, and each one's `get_info` tokenizer_id. Unset:
+   * the reference model alone (`DEFAULT_BASE_MODEL`, tokenizer `tokenizerId`). Throws naming the
+   * variable when it is not a JSON list of `{ "name", "tokenizer_id"?, "max_context_length"? }`.
+   */
+  readonly baseModels: readonly BaseModelConfig[];
   readonly tunables: Tunables;
 }
+
+/** One base model the pool serves (an entry of BASE_MODELS). */
+export interface BaseModelConfig {
+  /** What clients name as `base_model`: a Hub id or a path on the engine's host. */
+  readonly name: string;
+  /** `get_info`'s tokenizer_id: what the client's `AutoTokenizer.from_pretrained` loads. */
+  readonly tokenizer_id?: string;
+  /** Advertised by `get_server_capabilities` (default: the reference model's context). */
+  readonly max_context_length?: number;
+}
+
+/** The reference backend's model, served when BASE_MODELS is unset (the demo and the docs use it). */
+export const DEFAULT_BASE_MODEL = 'reference/byte-lm';
+
+/** The variable listing the pool's base models (see `Config.baseModels`). */
+export const BASE_MODELS_VAR = 'BASE_MODELS';
 
 /** Tunables with documented defaults (README "Configuration"). */
 export interface Tunables {
@@ -97,7 +120,9 @@ const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number
   submitsPerSecond: ['SUBMITS_PER_SECOND', 200],
   longPollsPerTenant: ['LONG_POLLS_PER_TENANT', 64],
   operatorReadsPerSecond: ['OPERATOR_READS_PER_SECOND', 5],
-  archiveUrlSeconds: ['ARCHIVE_URL_SECONDS', 900],
+  // 60 s: an issued archive URL outlives an unpublish or delete by this much (C4), and a download
+  // need only start within it (S3 checks the expiry when a GET starts, not while it streams).
+  archiveUrlSeconds: ['ARCHIVE_URL_SECONDS', 60],
   // 10 s: a warm container looks a busy key up about once per 10 s instead of on every request, and
   // a revoked key stops working everywhere within 10 s (README "Limits").
   apiKeyCacheSeconds: ['API_KEY_CACHE_SECONDS', 10],
@@ -204,6 +229,49 @@ function optional(env: Env, name: string): string | undefined {
 /** The variable naming get_info's tokenizer_id (see `Config.tokenizerId`). */
 export const TOKENIZER_ID_VAR = 'REFERENCE_TOKENIZER_ID';
 
+function baseModels(env: Env): BaseModelConfig[] {
+  const raw = optional(env, BASE_MODELS_VAR);
+  if (raw === undefined) {
+    const tokenizer = optional(env, TOKENIZER_ID_VAR);
+    return [{ name: DEFAULT_BASE_MODEL, ...(tokenizer === undefined ? {} : { tokenizer_id: tokenizer }) }];
+  }
+  const fail = (problem: string): never => {
+    throw new ConfigError(
+      `Environment variable ${BASE_MODELS_VAR} ${problem}; want a JSON list of {"name", "tokenizer_id"?, "max_context_length"?}`,
+      { context: { variable: BASE_MODELS_VAR } },
+    );
+  };
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    return fail('is not JSON');
+  }
+  if (!Array.isArray(parsed) || parsed.length === 0) return fail('is not a non-empty list');
+  const names = new Set<string>();
+  return parsed.map((entry: unknown, index): BaseModelConfig => {
+    const model = (entry ?? {}) as { name?: unknown; tokenizer_id?: unknown; max_context_length?: unknown };
+    if (typeof model.name !== 'string' || model.name === '') return fail(`entry ${index} has no name`);
+    if (names.has(model.name)) return fail(`names ${model.name} twice`);
+    names.add(model.name);
+    if (
+      model.tokenizer_id !== undefined &&
+      (typeof model.tokenizer_id !== 'string' || model.tokenizer_id === '')
+    ) {
+      return fail(`entry ${index} has a tokenizer_id that is not a non-empty string`);
+    }
+    const context = model.max_context_length;
+    if (context !== undefined && (!Number.isSafeInteger(context) || (context as number) < 1)) {
+      return fail(`entry ${index} has a max_context_length that is not a positive integer`);
+    }
+    return {
+      name: model.name,
+      ...(model.tokenizer_id === undefined ? {} : { tokenizer_id: model.tokenizer_id as string }),
+      ...(context === undefined ? {} : { max_context_length: context as number }),
+    };
+  });
+}
+
 function positiveInteger(env: Env, name: string, fallback?: number, allowZero = false): number {
   const raw = env[name];
   if (raw === undefined || raw === '') {
@@ -236,6 +304,7 @@ export function readConfig(env: Env = process.env): Config {
       positiveInteger(env, name, fallback, ZERO_ALLOWED.has(key as keyof Tunables)),
     ]),
   ) as unknown as Tunables;
+  let served: BaseModelConfig[] | undefined;
   return {
     table: (id) => required(env, topology.tables[id].envVar),
     get bucket() {
@@ -264,6 +333,10 @@ export function readConfig(env: Env = process.env): Config {
     tracing:
       optional(env, 'POWERTOOLS_TRACE_ENABLED') === undefined || booleanFlag(env, 'POWERTOOLS_TRACE_ENABLED'),
     tokenizerId: optional(env, TOKENIZER_ID_VAR),
+    get baseModels() {
+      served ??= baseModels(env);
+      return served;
+    },
     tunables,
   };
 }
@@ -300,7 +373,8 @@ export function setConfigScope(scope: (() => Env | undefined) | undefined): void
  *   is built (by the worker's runtime, per work item), which is already the edge;
  * - settings read where they are used: the pool and shard count of a new future's `live` key
  *   (`repositories/futures.ts`), the metrics switch (`ops/metrics.ts`, `api/quotas.ts`), the tracing
- *   switch (`aws/tracer.ts`), get_info's tokenizer id (`api/info.ts`).
+ *   switch (`aws/tracer.ts`), the base models and their tokenizer ids (`api/capabilities.ts`:
+ *   capabilities, intake, get_info).
  * Each is a read of a cached object: none changes behaviour between calls.
  */
 export function config(): Config {

@@ -1,18 +1,44 @@
 import { MAX_CONTEXT, MAX_RANK } from '../backend/reference/model.js';
-import type { Tunables } from '../config.js';
+import { type BaseModelConfig, config, DEFAULT_BASE_MODEL, type Tunables } from '../config.js';
+import { invalidField } from '../errors.js';
 import type { SdkConfigFlags } from './sdk-versions.js';
 
-/**
- * What this deployment serves, as `get_server_capabilities` advertises it. The reference backend
- * derives a base model from its name, so any well-formed name works; the one listed is the name the
- * demo and the docs use.
- */
-export const DEFAULT_BASE_MODEL = 'reference/byte-lm';
+export { DEFAULT_BASE_MODEL };
 
-export const SUPPORTED_MODELS: readonly {
+export interface SupportedModel {
   readonly model_name: string;
   readonly max_context_length: number;
-}[] = [{ model_name: DEFAULT_BASE_MODEL, max_context_length: MAX_CONTEXT }];
+}
+
+/**
+ * What this deployment serves, as `get_server_capabilities` advertises it: the pool's base models from
+ * configuration (BASE_MODELS, shared/config.ts; G6). Unset, the reference model alone, the name the
+ * demo and the docs use.
+ */
+export function supportedModels(models: readonly BaseModelConfig[] = config().baseModels): SupportedModel[] {
+  return models.map((model) => ({
+    model_name: model.name,
+    max_context_length: model.max_context_length ?? MAX_CONTEXT,
+  }));
+}
+
+/**
+ * The configured base model a request names, or a 400 on `field` naming the supported ones: a model the
+ * pool's workers do not load would otherwise fail every step of it later.
+ */
+export function servedBaseModel(
+  name: string,
+  field: string,
+  models: readonly BaseModelConfig[] = config().baseModels,
+): BaseModelConfig {
+  const model = models.find((candidate) => candidate.name === name);
+  if (model !== undefined) return model;
+  const names = models.map((candidate) => JSON.stringify(candidate.name)).join(', ');
+  throw invalidField(
+    field,
+    `${JSON.stringify(name)} is not served here; the supported base models are ${names}`,
+  );
+}
 
 /** Highest LoRA rank the backend trains. */
 export const MAX_LORA_RANK = MAX_RANK;
@@ -34,6 +60,9 @@ export {
 
 /** `get_info`'s `model_data.arch`: every base model the reference backend serves has this shape. */
 export const REFERENCE_ARCH = 'reference-byte-lm';
+
+/** `get_info`'s `model_data.arch` for any other configured base model (a Hugging Face causal LM on an engine). */
+export const ENGINE_ARCH = 'causal-lm';
 
 /**
  * Lambda's synchronous invocation payload limit (6 MB), which binds before API Gateway's (10 MB). A

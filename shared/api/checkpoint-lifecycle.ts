@@ -38,6 +38,20 @@ function lifecycleStore(ctx: OperationContext) {
 }
 
 /**
+ * Seconds an archive URL lives (C4): `ARCHIVE_URL_SECONDS`, and never past the checkpoint's own
+ * expiry. S3 checks a URL's expiry only when a download starts, so this is how long an issued URL
+ * outlives an unpublish or a delete (whose objects the sweeper collects in its next round).
+ */
+export function archiveUrlLifetime(
+  maxSeconds: number,
+  record: Pick<CheckpointNameRecord, 'expires_at'>,
+  now: number,
+): number {
+  if (record.expires_at === undefined) return maxSeconds;
+  return Math.max(1, Math.min(maxSeconds, Math.floor((record.expires_at - now) / 1000)));
+}
+
+/**
  * C2: 302 to a presigned S3 GET of the checkpoint's tar, with `Expires` (the SDK's current
  * contract); the body also carries `{url, expires}`. The presigner signs locally and sends nothing.
  * A checkpoint saved before archives were built at save gets its archive built here, once: it is
@@ -53,7 +67,7 @@ export async function checkpointArchiveUrl(
     access: 'read',
   });
   const archiveKey = record.archive_key ?? (await buildMissingArchive(ctx, record));
-  const seconds = ctx.tunables.archiveUrlSeconds;
+  const seconds = archiveUrlLifetime(ctx.tunables.archiveUrlSeconds, record, ctx.now);
   const url = await getSignedUrl(
     ctx.clients.s3,
     new GetObjectCommand({ Bucket: ctx.bucket, Key: archiveKey }),

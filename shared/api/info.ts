@@ -4,7 +4,7 @@ import { NotFoundError, RetryLaterError } from '../errors.js';
 import { checkpointNotFound, resolveCheckpoint, staleReservation } from '../repositories/checkpoints.js';
 import { requireModel } from '../repositories/models.js';
 import { requireSamplingSession } from '../repositories/sampling-sessions.js';
-import { REFERENCE_ARCH } from './capabilities.js';
+import { DEFAULT_BASE_MODEL, ENGINE_ARCH, REFERENCE_ARCH } from './capabilities.js';
 import type { OperationContext } from './operations.js';
 import { parseRequest } from './request-checks.js';
 import * as schemas from './schemas.js';
@@ -43,7 +43,8 @@ export interface GetSamplerAnswer {
 export async function getInfo(ctx: OperationContext, body: unknown): Promise<GetInfoAnswer> {
   const request = parseRequest(schemas.getInfoRequest, body);
   const model = await requireModel(ctx.clients.doc, ctx.tables.models, request.model_id, ctx.tenant);
-  const { tokenizerId } = config();
+  // The model's base as configured now (G6); one no longer served still answers, without a tokenizer.
+  const tokenizerId = config().baseModels.find((base) => base.name === model.base_model)?.tokenizer_id;
   return {
     type: 'get_info',
     model_id: model.model_id,
@@ -53,7 +54,7 @@ export async function getInfo(ctx: OperationContext, body: unknown): Promise<Get
     model_data: {
       // get_tokenizer asserts model_name; without tokenizer_id the SDK guesses an id from it.
       model_name: model.base_model,
-      arch: REFERENCE_ARCH,
+      arch: model.base_model === DEFAULT_BASE_MODEL ? REFERENCE_ARCH : ENGINE_ARCH,
       ...(tokenizerId === undefined ? {} : { tokenizer_id: tokenizerId }),
     },
   };

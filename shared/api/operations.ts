@@ -31,11 +31,14 @@ import {
 } from '../repositories/training-intake.js';
 import { checkpointContentId } from '../storage-keys.js';
 import { decodeForwardBackwardRequest, encodeStoredPass } from '../wire/forward-backward-request.js';
+import { partLimits } from '../wire/request-parts.js';
 import { ProtobufBody } from './bodies.js';
 import {
   clientConfig as buildClientConfig,
   clientDynamicConfig as buildClientDynamicConfig,
-  SUPPORTED_MODELS,
+  type SupportedModel,
+  servedBaseModel,
+  supportedModels,
 } from './capabilities.js';
 import type {
   CheckpointRef,
@@ -50,6 +53,7 @@ import type {
 import { checkProvenance } from './provenance.js';
 import {
   checkForwardInput,
+  checkJsonPassParts,
   checkModelInput,
   checkSample,
   checkTargetPromptIds,
@@ -89,8 +93,8 @@ export function clientDynamicConfig(ctx: OperationContext): ReturnType<typeof bu
   return buildClientDynamicConfig(sdkConfigFlags(featuresOf(ctx)).dynamicConfig);
 }
 
-export function serverCapabilities(): { supported_models: typeof SUPPORTED_MODELS } {
-  return { supported_models: SUPPORTED_MODELS };
+export function serverCapabilities(): { supported_models: SupportedModel[] } {
+  return { supported_models: supportedModels() };
 }
 
 export function telemetry(body: unknown): { status: 'accepted' } {
@@ -144,6 +148,7 @@ export async function sessionHeartbeat(ctx: OperationContext, body: unknown) {
 export async function createModel(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.createModelRequest, body);
   checkMetadataBytes(request.user_metadata);
+  servedBaseModel(request.base_model, 'base_model');
   await requireSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant);
   const loraConfig = {
     rank: request.lora_config.rank,
@@ -239,6 +244,7 @@ export async function forwardBackward(ctx: OperationContext, body: unknown): Pro
   if (body instanceof ProtobufBody) {
     const request = decodeForwardBackwardRequest(body.bytes, {
       maxCsrDenseValues: maxCsrDenseValues(ctx.tunables),
+      limits: partLimits(ctx.tunables.maxDatums),
     });
     const ids = parseRequest(schemas.protobufPassIds, { model_id: request.model_id, seq_id: request.seq_id });
     return submitPass(ctx, {
@@ -250,11 +256,13 @@ export async function forwardBackward(ctx: OperationContext, body: unknown): Pro
       ...(body.compressed === undefined ? {} : { compressed: body.compressed }),
     });
   }
+  checkJsonPassParts(body, 'forward_backward_input', ctx.tunables);
   const request = parseRequest(schemas.forwardBackwardRequest, body);
   return submitJsonPass(ctx, 'forward_backward', request, request.forward_backward_input);
 }
 
 export async function forward(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
+  checkJsonPassParts(body, 'forward_input', ctx.tunables);
   const request = parseRequest(schemas.forwardRequest, body);
   return submitJsonPass(ctx, 'forward', request, request.forward_input);
 }
@@ -512,7 +520,7 @@ export async function createSamplingSession(ctx: OperationContext, body: unknown
       model_path: issuedPath(checkpoint),
     };
   } else {
-    const baseModel = request.base_model as string;
+    const baseModel = servedBaseModel(request.base_model as string, 'base_model').name;
     target = { model_id: baseModelId(baseModel), base_model: baseModel };
   }
   return storeSamplingSession(

@@ -5,6 +5,13 @@ import type { Tunables } from '../config.js';
 import { invalidField as invalid, ValidationError } from '../errors.js';
 import { appendLogKeys } from '../logger.js';
 import {
+  MAX_LOSS_INPUT_RANK,
+  partLimits,
+  rankTooHigh,
+  tooManyChunks,
+  tooManyDatums,
+} from '../wire/request-parts.js';
+import {
   FLOAT_LOSS_INPUTS,
   FLOAT32_ONLY_INPUTS,
   LOSS_FN_INPUTS,
@@ -72,6 +79,32 @@ function appendIdLogKeys(data: unknown): void {
     const value = (data as Record<string, unknown>)[name];
     if (idString.safeParse(value).success) appendLogKeys({ [name]: value as string });
   }
+}
+
+function memberOf(value: unknown, name: string): unknown {
+  return typeof value === 'object' && value !== null && Object.hasOwn(value, name)
+    ? (value as Record<string, unknown>)[name]
+    : undefined;
+}
+
+/**
+ * Counts a JSON pass's datums and chunks on the parsed body, before the schema builds anything from
+ * them, as `checkRequestParts` (wire/request-parts.ts) counts a protobuf body's: more than
+ * MAX_DATUMS datums, or than its chunk limit, is a 413 whatever else the body holds. `member` is
+ * `forward_backward_input` or `forward_input`; a body without the arrays is left to the schema.
+ */
+export function checkJsonPassParts(body: unknown, member: string, limits: Pick<Limits, 'maxDatums'>): void {
+  const data = memberOf(memberOf(body, member), 'data');
+  if (!Array.isArray(data)) return;
+  const field = `${member}.data`;
+  if (data.length > limits.maxDatums) throw tooManyDatums(field, data.length, limits.maxDatums);
+  const { maxChunks } = partLimits(limits.maxDatums);
+  let chunks = 0;
+  for (const datum of data) {
+    const list = memberOf(memberOf(datum, 'model_input'), 'chunks');
+    if (Array.isArray(list)) chunks += list.length;
+  }
+  if (chunks > maxChunks) throw tooManyChunks(field, chunks, maxChunks);
 }
 
 /** `field.name`, or `name` at the top level (protobuf bodies have no wrapper member). */
@@ -151,11 +184,7 @@ export function checkForwardInput(input: ForwardBackwardInput, field: string, li
   }
   if (input.data.length === 0) throw invalid(sub(field, 'data'), 'must hold at least one datum');
   if (input.data.length > limits.maxDatums) {
-    throw invalid(
-      sub(field, 'data'),
-      `${input.data.length} datums exceeds the limit of ${limits.maxDatums}`,
-      413,
-    );
+    throw tooManyDatums(sub(field, 'data'), input.data.length, limits.maxDatums);
   }
   const lossFn = input.loss_fn as LossFn;
   const config = resolveLossConfig(lossFn, input.loss_fn_config);
@@ -186,6 +215,10 @@ export function checkForwardInput(input: ForwardBackwardInput, field: string, li
       throw invalid(`${datumField}.loss_fn_inputs.target_tokens.data`, 'token ids must not be negative');
     }
     for (const [name, tensor] of Object.entries(datum.loss_fn_inputs)) {
+      // What the losses can use (the worker would refuse it only when the step runs).
+      if (tensor.shape.length > MAX_LOSS_INPUT_RANK) {
+        throw rankTooHigh(`${datumField}.loss_fn_inputs.${name}.shape`, tensor.shape.length);
+      }
       const nonFinite = firstNonFinite(tensor);
       if (nonFinite !== undefined) {
         throw invalid(

@@ -143,7 +143,7 @@ async function terminalAnswer(
   }
   const result = await readFutureResult(ctx.clients.s3, ctx.bucket, row);
   if (ctx.acceptsProtobuf === true) return asProtobuf(row, result) ?? result;
-  const ids = row.request_type === 'sample' && ctx.sdkFeatures?.sampleSequenceIds !== false;
+  const ids = row.request_type === 'sample' && ctx.sdkFeatures?.resultSequenceIds === true;
   return ids ? withSequenceIds(row.request_id, result) : result;
 }
 

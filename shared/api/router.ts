@@ -237,7 +237,8 @@ function readBody(request: ApiRequest, route: Route, limits: { readonly maxBodyB
   if (raw === undefined || raw.length === 0) return {};
   const contentType = (header(request, 'content-type') ?? 'application/json').toLowerCase();
   const encoding = (header(request, 'content-encoding') ?? 'identity').trim().toLowerCase();
-  if (contentType.startsWith(PROTOBUF_CONTENT_TYPE)) {
+  // The media type whole (RFC 9110), parameters aside: `application/x-protobufXYZ` is another type.
+  if (contentType.split(';')[0]?.trim() === PROTOBUF_CONTENT_TYPE) {
     if (route.protobuf !== true) {
       throw unsupported(`${PROTOBUF_CONTENT_TYPE} is accepted only by forward_backward; send JSON`);
     }

@@ -74,7 +74,7 @@ async function runView(ctx: ListingContext, run: RunFacts): Promise<TrainingRunV
 
 /**
  * `GET training_runs?limit&offset&access_scope`: the tenant's runs newest first; `accessible` adds,
- * after them, other tenants' runs with a published checkpoint, newest publication first.
+ * after them, other tenants' runs with a live published checkpoint, newest publication first.
  */
 export async function listTrainingRuns(
   ctx: ListingContext,
@@ -87,7 +87,15 @@ export async function listTrainingRuns(
   if (scope === 'accessible') {
     const mine = new Set(owned);
     const published = await listings.listPublishedRunIds(doc, ctx.tables.registry);
-    ids = [...owned, ...published.filter((id) => !mine.has(id))];
+    // Each run is kept only while a checkpoint of it is live and published, as `training_runs/{id}`
+    // decides: an expired one's marker stays until the sweeper's round (C1, C4).
+    const readable = await listings.runsWithPublishedCheckpoint(
+      doc,
+      ctx.tables.registry,
+      published.filter((id) => !mine.has(id)),
+      ctx.now,
+    );
+    ids = [...owned, ...readable];
   }
   const { items, cursor } = pageOf(ids, page);
   const runs = await listings.readRuns(doc, ctx.tables, items);

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { MAX_LOSS_FN_CONFIG_ENTRIES, MAX_LOSS_FN_INPUTS } from '../wire/request-parts.js';
 import { LOSS_FNS, MAX_LORA_RANK } from './capabilities.js';
 import { describeValue } from './describe.js';
 
@@ -41,10 +42,81 @@ function numberArray(accepts: (value: unknown) => boolean, expected: string) {
     });
 }
 
+/** Issues one element may add before validation stops (parseRequest names the first three). */
+const ISSUES_PER_ELEMENT = 3;
+
+/**
+ * Elements parsed in order until the first that fails, whose first issues are the answer: `z.array`
+ * builds issues for every element (`data: [{}] x 400,000` built 800,000 of them, ~860 MB, before
+ * the 400). Lengths that limits bound are checked before the schema runs (`checkJsonPassParts`).
+ */
+function firstFailureArray<T extends z.ZodType>(element: T, bounds: { min: number }) {
+  return z
+    .custom<z.input<T>[]>((value) => Array.isArray(value), { error: 'Invalid input: expected array' })
+    .transform((values, ctx): z.output<T>[] => {
+      if (values.length < bounds.min) {
+        ctx.addIssue({ code: 'custom', message: `Too small: expected array to have >=${bounds.min} items` });
+        return z.NEVER;
+      }
+      const parsed: z.output<T>[] = [];
+      for (const [index, value] of values.entries()) {
+        if (!addFirstIssues(element, value, index, ctx, parsed)) return z.NEVER;
+      }
+      return parsed;
+    });
+}
+
+/** A string-keyed record checked as `firstFailureArray` checks an array: `max` keys, first failure only. */
+function firstFailureRecord<T extends z.ZodType>(value: T, max: number) {
+  return z
+    .custom<Record<string, z.input<T>>>(
+      (input) => typeof input === 'object' && input !== null && !Array.isArray(input),
+      { error: 'Invalid input: expected record' },
+    )
+    .transform((record, ctx): Record<string, z.output<T>> => {
+      const entries = Object.entries(record);
+      if (entries.length > max) {
+        ctx.addIssue({ code: 'custom', message: `${entries.length} entries exceeds the limit of ${max}` });
+        return z.NEVER;
+      }
+      const parsed: z.output<T>[] = [];
+      for (const [key, member] of entries) {
+        if (!addFirstIssues(value, member, key, ctx, parsed)) return z.NEVER;
+      }
+      // fromEntries defines own properties, so a key such as "__proto__" stays a plain key.
+      return Object.fromEntries(entries.map(([key], index) => [key, parsed[index] as z.output<T>]));
+    });
+}
+
+/** Parses one member; on failure adds its first issues under `key` and says so. */
+function addFirstIssues<T extends z.ZodType>(
+  schema: T,
+  value: unknown,
+  key: string | number,
+  ctx: z.RefinementCtx,
+  parsed: z.output<T>[],
+): boolean {
+  const result = schema.safeParse(value);
+  if (result.success) {
+    parsed.push(result.data);
+    return true;
+  }
+  for (const issue of result.error.issues.slice(0, ISSUES_PER_ELEMENT)) {
+    ctx.addIssue({ code: 'custom', message: issue.message, path: [key, ...issue.path] });
+  }
+  return false;
+}
+
 const isTokenId = (value: unknown) =>
   Number.isInteger(value) && (value as number) >= 0 && (value as number) < 2 ** 31;
 export const tokenIds = numberArray(isTokenId, 'expected a token id (an integer >=0 and <2^31)');
 const finiteNumbers = numberArray(Number.isFinite, 'expected a finite number');
+// Safe integers, as z.int() takes: one loop, and one issue at most.
+const dimensions = numberArray(
+  (value) => Number.isSafeInteger(value) && (value as number) >= 0,
+  'expected a dimension (an integer >=0)',
+);
+const integers = numberArray(Number.isSafeInteger, 'expected an integer');
 
 /** Checkpoint names end up in `tinker://` paths and registry keys. */
 export const RESERVED_CHECKPOINT_NAME = /^samp-[0-9a-f]{32}$/;
@@ -56,9 +128,10 @@ export const checkpointName = z
     error: 'names shaped like a sampling session id are reserved for unnamed sampler checkpoints',
   });
 
-export const baseModelName = z
-  .string()
-  .regex(/^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/, { error: 'must be a model name (letters, digits, . _ / -)' });
+/** A Hub id or, for a model folder on the engine's host, its absolute path (G6; BASE_MODELS lists which). */
+export const baseModelName = z.string().regex(/^\/?[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$/, {
+  error: 'must be a model name or an absolute path (letters, digits, . _ / -)',
+});
 
 /** DynamoDB nests maps and lists at most 32 levels; metadata sits inside a record, so half of that. */
 export const METADATA_MAX_DEPTH = 16;
@@ -112,9 +185,9 @@ const metadata = z.record(z.string(), z.unknown()).superRefine((value, ctx) => {
 export const tensorData = z.object({
   data: finiteNumbers,
   dtype: z.enum(['int64', 'float32']),
-  shape: z.array(z.int().min(0)).nullish(),
-  sparse_crow_indices: z.array(z.int()).nullish(),
-  sparse_col_indices: z.array(z.int()).nullish(),
+  shape: dimensions.nullish(),
+  sparse_crow_indices: integers.nullish(),
+  sparse_col_indices: integers.nullish(),
 });
 
 export const modelInputChunk = z.object({
@@ -122,7 +195,7 @@ export const modelInputChunk = z.object({
   tokens: tokenIds.optional(),
 });
 
-export const modelInput = z.object({ chunks: z.array(modelInputChunk).min(1) });
+export const modelInput = z.object({ chunks: firstFailureArray(modelInputChunk, { min: 1 }) });
 
 /**
  * A provenance span (SDK 0.26+, W8). The SDK's JSON form of spans is not known; this one mirrors the
@@ -137,15 +210,19 @@ export const provenanceSpan = z.object({
 
 export const datum = z.object({
   model_input: modelInput,
-  loss_fn_inputs: z.record(z.string(), tensorData),
-  model_input_spans: z.array(provenanceSpan).nullish(),
-  loss_fn_input_spans: z.array(provenanceSpan).nullish(),
+  loss_fn_inputs: firstFailureRecord(tensorData, MAX_LOSS_FN_INPUTS),
+  model_input_spans: firstFailureArray(provenanceSpan, { min: 0 }).nullish(),
+  loss_fn_input_spans: firstFailureArray(provenanceSpan, { min: 0 }).nullish(),
 });
 
+/**
+ * How many datums and chunks a pass may hold is a tunable (MAX_DATUMS), checked on the parsed JSON
+ * before this schema runs (`checkJsonPassParts`); here elements stop at the first that fails.
+ */
 export const forwardBackwardInput = z.object({
-  data: z.array(datum).min(1),
+  data: firstFailureArray(datum, { min: 1 }),
   loss_fn: z.enum(LOSS_FNS),
-  loss_fn_config: z.record(z.string(), z.union([z.number(), z.string()])).nullish(),
+  loss_fn_config: firstFailureRecord(z.union([z.number(), z.string()]), MAX_LOSS_FN_CONFIG_ENTRIES).nullish(),
 });
 
 export const loraConfig = z.object({
@@ -166,6 +243,22 @@ export const adamParams = z.object({
   grad_clip_norm: z.number().min(0).default(0),
 });
 
+const isTokenIdList = (value: unknown) => Array.isArray(value) && value.every(isTokenId);
+
+/**
+ * `stop`: a string, strings, token ids, or lists of token ids. One check that stops at the first bad
+ * element, and one issue: a union of array schemas built one issue per element per branch.
+ */
+const stopSequences = z.custom<string | string[] | number[] | number[][]>(
+  (value) =>
+    typeof value === 'string' ||
+    (Array.isArray(value) &&
+      (value.every((member) => typeof member === 'string') ||
+        value.every(isTokenId) ||
+        value.every(isTokenIdList))),
+  { error: 'must be a string, a list of strings, a list of token ids, or a list of token id lists' },
+);
+
 export const samplingParams = z.object({
   max_tokens: z.int().min(1),
   temperature: z.number().min(0).default(1),
@@ -176,7 +269,7 @@ export const samplingParams = z.object({
     .default(-1),
   top_p: z.number().gt(0).max(1).default(1),
   seed: z.int().nullish(),
-  stop: z.union([z.string(), z.array(z.string()), tokenIds, z.array(tokenIds)]).nullish(),
+  stop: stopSequences.nullish(),
 });
 
 export const clientConfigRequest = z.object({ sdk_version: z.string().max(64).optional() });

@@ -1,9 +1,11 @@
 /**
- * Which answers each Tinker SDK release gets (W7), from the version it names: the `sdk_version` of
- * `client/config` (which wins there) and `create_session`, and the `X-Stainless-Package-Version` header the SDK's HTTP
- * client sends on every request (0.24.1 and 0.25.0 both send it). Pure. Releases up to 0.25.0 get
- * exactly the answers they got before W8; a newer release, or a client that names no version, gets
- * the W8 additions, which newer releases require.
+ * Which answers each Tinker SDK release gets (W7), from the version it names: the
+ * `X-Stainless-Package-Version` header the SDK's HTTP client sends on every request (0.24.1 and 0.25.0
+ * both send it), and for `client/config` its body's `sdk_version` first. Pure. Releases up to 0.25.0 get
+ * exactly the answers they got before W8. The asample answer's `sample_sequence_ids`, which newer
+ * releases require, goes to every other client, one that names no version included; a JSON sample
+ * result's per-sequence `sequence_id` only to a client that names a newer release, so a plain HTTP
+ * client's results keep the shape they had (it reads the ids from the asample answer).
  */
 
 export type SdkVersion = readonly [number, number, number];
@@ -26,8 +28,10 @@ function atMost(version: SdkVersion, limit: SdkVersion): boolean {
 const LAST_BEFORE_W8: SdkVersion = [0, 25, 0];
 
 export interface SdkFeatures {
-  /** `asample` answers `sample_sequence_ids`; JSON sample results carry each `sequence_id` (W8). */
+  /** `asample` answers `sample_sequence_ids` (W8). */
   readonly sampleSequenceIds: boolean;
+  /** JSON sample results carry each sequence's `sequence_id` (W8). */
+  readonly resultSequenceIds: boolean;
   /** The config answers carry the flags releases after 0.25.0 read (`sdkConfigFlags`). */
   readonly newerConfigFlags: boolean;
 }
@@ -35,7 +39,11 @@ export interface SdkFeatures {
 export function sdkFeatures(versionText: string | undefined): SdkFeatures {
   const version = parseSdkVersion(versionText);
   const legacy = version !== undefined && atMost(version, LAST_BEFORE_W8);
-  return { sampleSequenceIds: !legacy, newerConfigFlags: !legacy };
+  return {
+    sampleSequenceIds: !legacy,
+    resultSequenceIds: version !== undefined && !legacy,
+    newerConfigFlags: !legacy,
+  };
 }
 
 /** What `client/config` and `client/dynamic_config` add to their fixed fields for one release. */
@@ -45,9 +53,9 @@ export interface SdkConfigFlags {
 }
 
 /**
- * The per-release flags of the SDK's config answers: the one place a flag is decided. A flag an SDK
- * does not send or lacks takes its default there (false), so `false` is only written where it is news
- * to the release; releases up to 0.25.0 get exactly the answers they got before W7.
+ * The per-release flags of the SDK's config answers: the one place a flag is decided. The SDK takes a
+ * missing flag as false, so `false` is written only to releases that read the flag; releases up to
+ * 0.25.0 get exactly the answers they got before W7.
  */
 export function sdkConfigFlags(features: SdkFeatures): SdkConfigFlags {
   return {

@@ -19,6 +19,11 @@
  * Tensors are float64, the reference model's own precision, so the archive holds the checkpoint's exact
  * values. A training checkpoint's Adam moments are not part of an adapter and stay out. The tar's
  * mtime is the checkpoint's creation time, so one checkpoint always yields the same bytes.
+ *
+ * An engine's checkpoint (docs/engine-protocol.md, G5) is already a tar of a PEFT adapter, told from a
+ * reference blob by its ustar magic: its `adapter_config.json` and `adapter_model.safetensors` are
+ * served byte for byte, with the completion marker added and anything else (the optimizer state of a
+ * training checkpoint) left out, so both kinds of checkpoint download as the same three files.
  */
 
 import { BLOB_STATE, decodeBlob } from '../backend/reference/codec.js';
@@ -26,7 +31,7 @@ import { DIM } from '../backend/reference/model.js';
 import type { ReferenceState } from '../backend/reference/state.js';
 import { InfrastructureError } from '../errors.js';
 import { type SafetensorsTensor, writeSafetensors } from './safetensors.js';
-import { writeTar } from './tar.js';
+import { isTar, readTar, writeTar } from './tar.js';
 
 export const ADAPTER_CONFIG_FILE = 'adapter_config.json';
 export const ADAPTER_WEIGHTS_FILE = 'adapter_model.safetensors';
@@ -136,18 +141,52 @@ export interface ArchiveOptions {
  * blob or bytes that are not a reference blob throw `InfrastructureError`: only checkpoints are archived.
  */
 export function checkpointArchive(blob: Uint8Array, options: ArchiveOptions): Uint8Array {
-  const { type, state } = decodeBlob(blob);
-  if (type === BLOB_STATE) throw new InfrastructureError('a model state blob is not a checkpoint to archive');
   const { createdAtMs } = options;
   if (!Number.isFinite(createdAtMs) || createdAtMs < 0) {
     throw new InfrastructureError(`checkpoint creation time ${createdAtMs} is not an epoch time`);
   }
+  if (isTar(blob)) return engineCheckpointArchive(blob, createdAtMs);
+  const { type, state } = decodeBlob(blob);
+  if (type === BLOB_STATE) throw new InfrastructureError('a model state blob is not a checkpoint to archive');
   const adapter = peftAdapter(state);
   // PEFT's save_pretrained marks its files "pt"; some loaders check the format before reading.
   const weights = writeSafetensors(adapter.tensors, { format: 'pt' });
   return writeTar(
     [
       { name: ADAPTER_CONFIG_FILE, data: new TextEncoder().encode(stableJson(adapter.config)) },
+      { name: ADAPTER_WEIGHTS_FILE, data: weights },
+      { name: COMPLETE_MARKER_FILE, data: new Uint8Array(0) },
+    ],
+    { mtimeSeconds: Math.floor(createdAtMs / 1000) },
+  );
+}
+
+/** An engine's exported adapter (a tar): its two PEFT files as they are, plus the completion marker. */
+function engineCheckpointArchive(blob: Uint8Array, createdAtMs: number): Uint8Array {
+  const files = new Map(readTar(blob).map((file) => [file.name.replace(/^\.\//, ''), file.data]));
+  const config = files.get(ADAPTER_CONFIG_FILE);
+  const weights = files.get(ADAPTER_WEIGHTS_FILE);
+  if (config === undefined || weights === undefined) {
+    throw new InfrastructureError(
+      `an engine checkpoint needs ${ADAPTER_CONFIG_FILE} and ${ADAPTER_WEIGHTS_FILE}; it holds ${[...files.keys()].join(', ') || 'nothing'}`,
+    );
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(new TextDecoder().decode(config));
+  } catch (error) {
+    throw new InfrastructureError(`the engine checkpoint's ${ADAPTER_CONFIG_FILE} is not JSON`, {
+      cause: error,
+    });
+  }
+  if (typeof (parsed as { base_model_name_or_path?: unknown })?.base_model_name_or_path !== 'string') {
+    throw new InfrastructureError(
+      `the engine checkpoint's ${ADAPTER_CONFIG_FILE} names no base_model_name_or_path`,
+    );
+  }
+  return writeTar(
+    [
+      { name: ADAPTER_CONFIG_FILE, data: config },
       { name: ADAPTER_WEIGHTS_FILE, data: weights },
       { name: COMPLETE_MARKER_FILE, data: new Uint8Array(0) },
     ],

@@ -116,3 +116,50 @@ export function writeTar(files: readonly TarFile[], options: TarOptions): Uint8A
   // The rest (padding and the two end blocks) is already zero.
   return out;
 }
+
+/** Whether `bytes` start with a ustar header (its magic at offset 257). */
+export function isTar(bytes: Uint8Array): boolean {
+  if (bytes.length < TAR_BLOCK) return false;
+  const magic = String.fromCharCode(...bytes.subarray(257, 262));
+  return magic === 'ustar';
+}
+
+function readOctal(header: Uint8Array, offset: number, width: number): number {
+  const text = String.fromCharCode(...header.subarray(offset, offset + width))
+    .replace(/\0.*$/s, '')
+    .trim();
+  const value = text === '' ? 0 : Number.parseInt(text, 8);
+  if (!Number.isSafeInteger(value) || !/^[0-7]*$/.test(text)) {
+    throw new InfrastructureError(`tar header: "${text}" is not an octal number`);
+  }
+  return value;
+}
+
+/**
+ * The regular files of a ustar archive (an engine's exported adapter, docs/engine-protocol.md), in
+ * archive order; other entry types (folders, links) are skipped. A bad checksum or an entry running
+ * past the end throws `InfrastructureError`.
+ */
+export function readTar(bytes: Uint8Array): TarFile[] {
+  const files: TarFile[] = [];
+  let offset = 0;
+  while (offset + TAR_BLOCK <= bytes.length) {
+    const header = bytes.subarray(offset, offset + TAR_BLOCK);
+    if (header.every((byte) => byte === 0)) break;
+    if (readOctal(header, CHECKSUM_OFFSET, CHECKSUM_WIDTH) !== headerChecksum(header)) {
+      throw new InfrastructureError(`tar header at byte ${offset}: bad checksum`);
+    }
+    const rawName = String.fromCharCode(...header.subarray(0, NAME_BYTES)).replace(/\0.*$/s, '');
+    const prefix = String.fromCharCode(...header.subarray(345, 500)).replace(/\0.*$/s, '');
+    const name = prefix === '' ? rawName : `${prefix}/${rawName}`;
+    const size = readOctal(header, 124, 12);
+    const start = offset + TAR_BLOCK;
+    if (start + size > bytes.length) throw invalid(name, 'runs past the end of the archive');
+    const type = header[156];
+    if (type === 0x30 || type === 0) {
+      files.push({ name, data: bytes.subarray(start, start + size), mode: readOctal(header, 100, 8) });
+    }
+    offset = start + paddedSize(size);
+  }
+  return files;
+}

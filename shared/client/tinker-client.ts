@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import type { clientConfig, clientDynamicConfig, SUPPORTED_MODELS } from '../api/capabilities.js';
+import type { clientConfig, clientDynamicConfig, SupportedModel } from '../api/capabilities.js';
 import type { GetInfoAnswer, GetSamplerAnswer, WeightsInfoAnswer } from '../api/info.js';
 import type { FailedAnswer, TryAgain } from '../api/retrieve.js';
 import type * as schemas from '../api/schemas.js';
@@ -140,7 +140,7 @@ export class TinkerClient {
     return this.call('POST', 'client/dynamic_config', {});
   }
 
-  capabilities(): Promise<{ supported_models: typeof SUPPORTED_MODELS }> {
+  capabilities(): Promise<{ supported_models: SupportedModel[] }> {
     return this.call('GET', 'get_server_capabilities');
   }
 

@@ -1,6 +1,7 @@
 import { type DynamoDBDocumentClient, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { batchGetByKey } from '../aws/batch-get.js';
 import { getItem } from '../aws/get-item.js';
+import { Limiter } from '../aws/limiter.js';
 import { isLiveCheckpoint } from '../domain/checkpoint-life.js';
 import { ownerKey, parentKey } from '../domain/listing-keys.js';
 import {
@@ -170,6 +171,27 @@ export async function runHasPublishedCheckpoint(
     enough: (read) => liveRows(read, now).some((row) => row.public === true),
   });
   return liveRows(items, now).some((row) => row.public === true);
+}
+
+/** Runs checked at once by `runsWithPublishedCheckpoint`. */
+const RUN_CHECKS_AT_ONCE = 8;
+
+/**
+ * The runs of `modelIds` that have a live published checkpoint now, in the order given: the test
+ * `runHasPublishedCheckpoint` makes for one run, made for each. A `public` marker outlives its
+ * checkpoint's expiry until the sweeper collects it (C5), so a marker alone grants nothing.
+ */
+export async function runsWithPublishedCheckpoint(
+  doc: DynamoDBDocumentClient,
+  registry: string,
+  modelIds: readonly string[],
+  now: number,
+): Promise<string[]> {
+  const limiter = new Limiter(RUN_CHECKS_AT_ONCE);
+  const published = await Promise.all(
+    modelIds.map((id) => limiter.run(() => runHasPublishedCheckpoint(doc, registry, id, now))),
+  );
+  return modelIds.filter((_, index) => published[index] === true);
 }
 
 /** The tenant's training run ids, newest first: its `by_tenant` partition (keys only). */

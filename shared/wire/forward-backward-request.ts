@@ -11,6 +11,7 @@ import {
   type LossConfigValue as LossConfigValueMessage,
   type ProvenanceSpan as ProvenanceSpanMessage,
 } from './gen/tinker_public_pb.js';
+import { checkRequestParts, type PartLimits } from './request-parts.js';
 import { type CsrBudget, tensorFromMessage, tensorToMessage } from './tensor-message.js';
 
 /** A `ForwardBackwardRequest` (SDK 0.25 body of POST /api/v1/forward_backward) in the backend's typed form. */
@@ -24,6 +25,13 @@ export interface ForwardBackwardMessage {
 export interface DecodeOptions {
   /** Values all sparse CSR tensors of one request may expand to (default 2^24). */
   readonly maxCsrDenseValues?: number;
+  /**
+   * Datums and chunks a client's request may hold, checked on the bytes before anything is built
+   * (`checkRequestParts`). Absent for stored passes: they were checked at intake.
+   */
+  readonly limits?: PartLimits;
+  /** Filled in with the datums built, for tests and the intake bench to count. */
+  readonly counts?: { datumsDecoded: number };
 }
 
 const DEFAULT_MAX_CSR_DENSE_VALUES = 1 << 24;
@@ -130,6 +138,7 @@ export function decodeForwardBackwardRequest(
   bytes: Uint8Array,
   options: DecodeOptions = {},
 ): ForwardBackwardMessage {
+  if (options.limits !== undefined) checkRequestParts(bytes, options.limits);
   let message: ReturnType<typeof fromBinary<typeof ForwardBackwardRequestSchema>>;
   try {
     message = fromBinary(ForwardBackwardRequestSchema, bytes, { readUnknownFields: false });
@@ -137,6 +146,7 @@ export function decodeForwardBackwardRequest(
     const reason = error instanceof Error ? error.message : String(error);
     throw invalid('body', `not a valid ForwardBackwardRequest message (${reason})`, 400, error);
   }
+  if (options.counts) options.counts.datumsDecoded += message.data.length;
   const limit = options.maxCsrDenseValues ?? DEFAULT_MAX_CSR_DENSE_VALUES;
   const budget: CsrBudget = { remaining: limit, limit };
   const config = lossConfigFromMessage(message.lossFnConfig, message.lossFnConfigV2);

@@ -83,14 +83,24 @@ function readFrame(bytes: Uint8Array, start: number): { frame: ZstdFrame; end: n
   };
 }
 
-/** The zstd frames of a body, skippable frames dropped; any malformed or cut header is a 400. */
-export function zstdFrames(bytes: Uint8Array): ZstdFrame[] {
+/**
+ * The zstd frames of a body, skippable frames dropped; any malformed or cut header is a 400. The walk
+ * stops at the first frame past `maxFrames`, a 413: its cost never grows with the frames a body holds.
+ */
+export function zstdFrames(bytes: Uint8Array, maxFrames = Number.POSITIVE_INFINITY): ZstdFrame[] {
   const frames: ZstdFrame[] = [];
   let at = 0;
   while (at < bytes.length) {
     need(bytes, at + 4, 'magic number');
     const magic = readLittleEndian(bytes, at, 4);
     if (magic === ZSTD_MAGIC) {
+      if (frames.length === maxFrames) {
+        throw invalid(
+          'body',
+          `the zstd body holds more than the ${maxFrames} frames this server inflates`,
+          413,
+        );
+      }
       const { frame, end } = readFrame(bytes, at);
       frames.push(frame);
       at = end;

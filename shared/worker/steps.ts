@@ -105,8 +105,8 @@ function releaseOnFailure(step: WorkItemStep): { checkpoint?: CheckpointEffect }
 }
 
 /**
- * A checkpoint's tar, or none when the backend's blob is not one the archive builder reads (a
- * backend other than the reference one): the save still succeeds, without `archive_key`.
+ * A checkpoint's tar (from a reference blob, or an engine's PEFT adapter tar), or none when the
+ * backend's blob is neither: the save still succeeds, without `archive_key`.
  */
 function archiveOf(
   bytes: Uint8Array,

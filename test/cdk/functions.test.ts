@@ -144,3 +144,20 @@ describe('tracing (context tracing)', () => {
     }
   });
 });
+
+describe('the baseModels option (G6)', () => {
+  it('gives only the api function BASE_MODELS, and nothing when unset', () => {
+    const models = JSON.stringify([{ name: 'Qwen/Qwen3-0.6B', tokenizer_id: 'Qwen/Qwen3-0.6B' }]);
+    const configured = synth({ baseModels: models });
+    for (const functionId of FUNCTION_IDS) {
+      const props = properties(configured.template, functionLogicalId(configured.stack, functionId));
+      const variables = (props.Environment as { Variables: Record<string, unknown> }).Variables;
+      expect(variables.BASE_MODELS, functionId).toBe(functionId === 'api' ? models : undefined);
+      expect(environment(functionId).BASE_MODELS).toBeUndefined();
+    }
+  });
+
+  it('fails the synth on a malformed list, naming the variable', () => {
+    expect(() => synth({ baseModels: '[{"tokenizer_id":"x"}]' })).toThrow(/BASE_MODELS entry 0 has no name/);
+  });
+});

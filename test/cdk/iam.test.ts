@@ -463,8 +463,10 @@ describe('IAM', () => {
       'dynamodb:Query table:futures.Arn/index/live_by_model',
       'dynamodb:Query table:models.Arn/index/by_tenant',
     ]);
-    // A page of training runs reads their seq counters in a batch, and nothing else of the registry.
+    // A page of training runs reads their seq counters in a batch, provenance spans the records of the
+    // sequences they name (W8), and nothing else of the registry.
     expect(dynamo.filter((p) => p.startsWith('dynamodb:BatchGetItem table:registry'))).toEqual([
+      `dynamodb:BatchGetItem table:registry.Arn if ${leadingKeysCondition(['sample#'])}`,
       `dynamodb:BatchGetItem table:registry.Arn if ${leadingKeysCondition(['seq#'])}`,
     ]);
     // Keys and controls it only reads.

@@ -186,11 +186,11 @@ describe('the archive (C2)', () => {
     expect(answer.status).toBe(302);
     const location = answer.headers.get('location') ?? '';
     expect(location).toContain(`/archives/${owner.modelId}/`);
-    expect(location).toContain('X-Amz-Expires=900');
-    // Expires: an HTTP-date 15 minutes ahead (whole seconds).
+    expect(location).toContain('X-Amz-Expires=60');
+    // Expires: an HTTP-date ARCHIVE_URL_SECONDS (60) ahead, whole seconds (C4: how long it outlives a revocation).
     const expires = Date.parse(answer.headers.get('expires') ?? '');
-    expect(expires).toBeGreaterThanOrEqual(Math.floor(before / 1000) * 1000 + 899_000);
-    expect(expires).toBeLessThanOrEqual(Date.now() + 900_000);
+    expect(expires).toBeGreaterThanOrEqual(Math.floor(before / 1000) * 1000 + 59_000);
+    expect(expires).toBeLessThanOrEqual(Date.now() + 60_000);
     expect(answer.body).toMatchObject({ url: location });
 
     // What `tinker checkpoint download` does: a plain GET of the URL, no Tinker headers.

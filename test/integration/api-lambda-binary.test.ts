@@ -159,4 +159,18 @@ describe('the api function behind API Gateway', () => {
     expect(asJson.headers?.['content-type']).toBe('application/json');
     expect(JSON.parse(asJson.body ?? '')).toEqual(result);
   });
+
+  it.each([
+    ['application/x-protobuf', 'application/x-protobuf'],
+    ['application/x-protobuf;q=0, application/json', 'application/json'],
+    ['application/x-protobufXYZ', 'application/json'],
+    ['application/json;q=1, application/x-protobuf;q=0.5', 'application/json'],
+    ['*/*', 'application/json'],
+  ])('answers Accept: %s with %s (RFC 9110: whole types, q-values)', async (accept, contentType) => {
+    const answer = await handler(
+      event('retrieve_future', JSON.stringify({ request_id: requestId }), { accept }),
+    );
+    expect(answer.statusCode).toBe(200);
+    expect(answer.headers?.['content-type']).toBe(contentType);
+  });
 });

@@ -263,8 +263,8 @@ describe('the lifecycle fields (C4, C5) as the listings read them', () => {
     expect(run.last_checkpoint?.checkpoint_id).toBe('weights/w2');
   });
 
-  it('lets access_scope=accessible read a run with a published checkpoint, showing only what is published', async () => {
-    await setOnCheckpoint(b.model, 'sampler', 'shared', { public: true });
+  /** A `public` marker of Bob's sampler checkpoint `shared`, as C4's publish writes one. */
+  async function markBobsCheckpointPublic(): Promise<void> {
     const marker = {
       pk: 'test-public-marker',
       owner_key: ownerKey.published,
@@ -272,6 +272,11 @@ describe('the lifecycle fields (C4, C5) as the listings read them', () => {
       model_id: b.model,
     };
     await cloud.clients.doc.send(new PutCommand({ TableName: cloud.names.tables.registry, Item: marker }));
+  }
+
+  it('lets access_scope=accessible read a run with a published checkpoint, showing only what is published', async () => {
+    await setOnCheckpoint(b.model, 'sampler', 'shared', { public: true });
+    await markBobsCheckpointPublic();
     const accessible = await get<RunsPage>(alice, 'training_runs?access_scope=accessible');
     expect(accessible.cursor.total_count).toBe(3);
     expect(accessible.training_runs.map((run) => run.training_run_id)).toEqual([a.second, a.first, b.model]);
@@ -289,4 +294,33 @@ describe('the lifecycle fields (C4, C5) as the listings read them', () => {
     // Bob's own accessible listing does not count his run twice.
     expect((await get<RunsPage>(bob, 'training_runs?access_scope=accessible')).cursor.total_count).toBe(1);
   });
+
+  it.each([
+    ['expired', { expires_at: Date.now() - 1 }],
+    ['unpublished', { public: false }],
+  ] as const)(
+    'drops the run from every listing once its only published checkpoint is %s, marker or not',
+    async (_state, change) => {
+      const accessible = () => get<RunsPage>(alice, 'training_runs?access_scope=accessible');
+      await setOnCheckpoint(b.model, 'sampler', 'shared', {
+        public: true,
+        expires_at: Date.now() + 3_600_000,
+      });
+      await markBobsCheckpointPublic();
+      expect((await accessible()).training_runs.map((run) => run.training_run_id)).toContain(b.model);
+      // The marker stays, as it does until the sweeper's round.
+      await setOnCheckpoint(b.model, 'sampler', 'shared', change);
+      const after = await accessible();
+      expect(after.cursor.total_count).toBe(2);
+      expect(after.training_runs.map((run) => run.training_run_id)).toEqual([a.second, a.first]);
+      expect(JSON.stringify(after)).not.toContain('bob');
+      expect(
+        (await alice.raw('GET', `/api/v1/training_runs/${b.model}?access_scope=accessible`)).status,
+      ).toBe(404);
+      await setOnCheckpoint(b.model, 'sampler', 'shared', {
+        public: true,
+        expires_at: Date.now() + 3_600_000,
+      });
+    },
+  );
 });

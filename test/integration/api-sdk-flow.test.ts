@@ -1,9 +1,10 @@
 import { GetObjectCommand } from '@aws-sdk/client-s3';
 import { GetCommand, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SUPPORTED_MODELS } from '../../shared/api/capabilities.js';
+import { DEFAULT_BASE_MODEL } from '../../shared/api/capabilities.js';
 import type { SamplePayload, SaveWeightsForSamplerPayload } from '../../shared/api/payloads.js';
 import { passInputFromJson } from '../../shared/backend/pass-input.js';
+import { MAX_CONTEXT } from '../../shared/backend/reference/model.js';
 import { TinkerClient } from '../../shared/client/tinker-client.js';
 import {
   type CheckpointNameRecord,
@@ -91,7 +92,10 @@ describe('the SDK call sequence with its exact request bodies', () => {
 
   it('get_server_capabilities lists the supported models', async () => {
     const answer = await client.raw('GET', '/api/v1/get_server_capabilities');
-    expect(answer).toEqual({ status: 200, body: { supported_models: SUPPORTED_MODELS } });
+    expect(answer).toEqual({
+      status: 200,
+      body: { supported_models: [{ model_name: DEFAULT_BASE_MODEL, max_context_length: MAX_CONTEXT }] },
+    });
   });
 
   it('create_session answers a string session_id and stores the session for the tenant', async () => {

@@ -251,10 +251,20 @@ async function submitSample(body: ReturnType<typeof sampleBody>): Promise<Omit<S
   return { requestId, sequenceIds };
 }
 
-/** Both wires answer exactly the direct run: JSON with the sequence ids, protobuf byte for byte. */
+/**
+ * Both wires answer exactly the direct run: JSON (with each sequence id for a client naming a newer
+ * release, W7), and protobuf byte for byte.
+ */
 async function expectAnswers(sampled: Sampled): Promise<void> {
   const answer = await client.waitFor<SampleResult>(sampled.requestId, { timeoutMs: WAIT_MS });
-  expect(answer).toEqual(withSequenceIds(sampled.requestId, sampled.expected));
+  expect(answer).toEqual(sampled.expected);
+  const named = await client.raw(
+    'POST',
+    '/api/v1/retrieve_future',
+    { request_id: sampled.requestId },
+    { 'x-stainless-package-version': '0.32.0' },
+  );
+  expect(named.body).toEqual(withSequenceIds(sampled.requestId, sampled.expected));
   const bytes = await retrieveProtobuf(sampled.requestId);
   expect(Buffer.from(bytes).equals(Buffer.from(encodeSampleResponse(sampled.expected)))).toBe(true);
   expect(newerOutputsDecoded(bytes)).toEqual(newerOutputsAsFloat32(sampled.expected));

@@ -44,7 +44,7 @@ async function future(requestId: string): Promise<FutureRow> {
 
 const PROMPT = [72, 105, 33];
 
-/** What SDK 0.32 sends for asample (docs/design.md#w8). */
+/** What SDK 0.32 sends for asample (its SampleRequest: the three newer output fields and record_stability_info). */
 function newerSample(seqId: number, extra: Record<string, unknown> = {}) {
   return {
     sampling_session_id: samplingSessionId,

@@ -8,6 +8,12 @@ import { registryKey, type SeqCounterRecord } from '../../shared/domain/records.
 import { DType, ForwardBackwardRequestSchema } from '../../shared/wire/gen/tinker_public_pb.js';
 import { fixtureBytes } from '../support/wire/fixtures.js';
 import {
+  emptyProtobufChunks,
+  emptyProtobufDatums,
+  emptyZstdFrames,
+  shapeOfRank,
+} from '../support/wire/hostile-bodies.js';
+import {
   float32Bytes,
   float32Tensor,
   int64Bytes,
@@ -25,7 +31,8 @@ import { type ApiHarness, type Counts, startApiHarness } from './api-harness.js'
  * exactly as they were. Bounded: a fixed seed, 200 runs, under a minute. Then the same for the
  * protobuf wire of forward_backward (W1, W3): valid `ForwardBackwardRequest` bodies and random bytes,
  * bit-flipped, cut, spliced and given extra fields, raw or zstd-compressed, under random
- * Content-Encoding headers; 300 runs, under 45 s.
+ * Content-Encoding headers, with issue 25's repros (many empty datums, chunks or 8 MiB-window zstd
+ * frames, shapes of high rank) among the mutations; 300 runs, under 45 s.
  */
 
 const RUNS = 200;
@@ -243,6 +250,8 @@ const strangeValue: fc.Arbitrary<Json> = fc.oneof(
     'constructor',
   ),
   fc.constantFrom<Json>([], {}, null, true, false),
+  // Issue 25: long arrays of bad elements (validation stops at the first), shapes of rank 3 and more.
+  fc.constantFrom<Json>(Array(3_000).fill({}), Array(3_000).fill('x'), [4, 1, 1], shapeOfRank(2_000, 3)),
   fc.string({ unit: 'binary', maxLength: 12 }),
   fc.jsonValue({ maxDepth: 3 }) as fc.Arbitrary<Json>,
   fc
@@ -545,8 +554,19 @@ const extraField: fc.Arbitrary<Uint8Array> = fc
         pbDatum([1], { weights: { dtype: 99 as DType } }),
       )
       .map((datum): RequestInit => ({ data: [datum] })),
+    fc.integer({ min: 2, max: 100_000 }).map(
+      (rank): RequestInit => ({
+        data: [pbDatum([1, 2], { target_tokens: int64Tensor([2, 3], shapeOfRank(rank, 2)) })],
+      }),
+    ),
   )
   .map((init) => toBinary(ForwardBackwardRequestSchema, create(ForwardBackwardRequestSchema, init)));
+
+/** Issue 25's repros as fields to append: many empty datums or chunks (counted before decoding). */
+const hostileField: fc.Arbitrary<Uint8Array> = fc.oneof(
+  fc.integer({ min: 1, max: 12_000 }).map(emptyProtobufDatums),
+  fc.integer({ min: 1, max: 6_000 }).map(emptyProtobufChunks),
+);
 
 type ByteMutation =
   | { kind: 'flip'; at: number[]; bit: number[] }
@@ -575,16 +595,14 @@ const byteMutation: fc.Arbitrary<ByteMutation> = fc.oneof(
     length: fc.integer({ min: 1, max: 64 }),
   }),
   { arbitrary: fc.record({ kind: fc.constant('append' as const), field: extraField }), weight: 2 },
+  fc.record({ kind: fc.constant('append' as const), field: hostileField }),
 );
 
 /** Bodies bytes are spliced from: SDK-made requests and zstd frames (a bomb's header included). */
-const DONORS = [
-  'cross-entropy-4',
-  'sparse-csr',
-  'image-chunk',
-  'cross-entropy-4.zst',
-  'bomb-declared.zst',
-].map(fixtureBytes);
+const DONORS = ['cross-entropy-4', 'sparse-csr', 'image-chunk', 'cross-entropy-4.zst', 'bomb-declared.zst']
+  .map(fixtureBytes)
+  // Empty frames with 8 MiB windows (issue 25): splices repeat them.
+  .concat([emptyZstdFrames(40)]);
 
 function mutateBytes(base: Uint8Array, mutations: readonly ByteMutation[]): Uint8Array {
   let bytes = Uint8Array.from(base);

@@ -5,7 +5,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import { createOperatorKey } from '../../shared/repositories/api-keys.js';
 import { DType } from '../../shared/wire/gen/tinker_public_pb.js';
+import { CHUNKS_PER_DATUM } from '../../shared/wire/request-parts.js';
 import { fixtureBytes } from '../support/wire/fixtures.js';
+import {
+  emptyJsonDatums,
+  emptyProtobufChunks,
+  emptyProtobufDatums,
+  emptyZstdFrames,
+  jsonDatumWithTargetShape,
+  shapeOfRank,
+} from '../support/wire/hostile-bodies.js';
 import {
   float32Bytes,
   float32Tensor,
@@ -73,6 +82,8 @@ beforeAll(async () => {
     MAX_BODY_BYTES: String(MAX_BODY_BYTES),
     MAX_DATUMS: String(MAX_DATUMS),
     MAX_TOKENS_PER_REQUEST: String(MAX_TOKENS_PER_REQUEST),
+    // Two served models, so a replay may name the other one (G6).
+    BASE_MODELS: JSON.stringify([{ name: 'reference/byte-lm' }, { name: 'other/model' }]),
   });
   await initZstd();
   ({ client: owner, key: ownerKey } = await api.tenant('acme'));
@@ -1153,7 +1164,7 @@ const nesting: BadRequest[] = [
     body: () => JSON.stringify(sample({}, { stop: 'X' })).replace('"X"', nested(3000, '')),
     status: 400,
     field: 'sampling_params.stop',
-    error: /Invalid input/,
+    error: /must be a string, a list of strings/,
   },
 ];
 
@@ -1221,6 +1232,23 @@ const sizes: BadRequest[] = [
     error: /exceeds the limit of 16384/,
   },
   {
+    name: 'create_model of a base model the pool does not serve',
+    path: 'create_model',
+    body: () => createModel({ base_model: 'unknown/model' }),
+    status: 400,
+    field: 'base_model',
+    error:
+      /"unknown\/model" is not served here; the supported base models are "reference\/byte-lm", "other\/model"/,
+  },
+  {
+    name: 'create_sampling_session of a base model the pool does not serve',
+    path: 'create_sampling_session',
+    body: () => ({ session_id: ids.session, sampling_session_seq_id: 7, base_model: 'unknown/model' }),
+    status: 400,
+    field: 'base_model',
+    error: /is not served here/,
+  },
+  {
     // Kept on the model row, which GET training_runs answers (C1): the same limit as a session's.
     name: 'create_model metadata over 16 KiB',
     path: 'create_model',
@@ -1228,6 +1256,86 @@ const sizes: BadRequest[] = [
     status: 413,
     field: 'user_metadata',
     error: /exceeds the limit of 16384/,
+  },
+  // Issue 25's repros at this table's limits: counted before the schema runs, or stopped at the
+  // first bad element (test/unit/intake-bounds.test.ts counts the issues built).
+  {
+    name: 'data: [{}] x 10,000 (issue 25: x 400,000)',
+    path: 'forward_backward',
+    body: () => emptyJsonDatums(ids.model, 10, 10_000),
+    status: 413,
+    field: 'forward_backward_input.data',
+    error: new RegExp(`10000 datums exceeds the limit of ${MAX_DATUMS}`),
+  },
+  {
+    name: 'forward: data: [{}] x 10,000',
+    path: 'forward',
+    body: () => emptyJsonDatums(ids.model, 10, 10_000).replace('forward_backward_input', 'forward_input'),
+    status: 413,
+    field: 'forward_input.data',
+    error: /10000 datums exceeds the limit/,
+  },
+  {
+    name: `more chunks than ${CHUNKS_PER_DATUM} per datum of MAX_DATUMS`,
+    path: 'forward_backward',
+    body: () =>
+      fb(
+        {},
+        {
+          data: [{ ...datum(), model_input: { chunks: Array(CHUNKS_PER_DATUM * MAX_DATUMS + 1).fill({}) } }],
+        },
+      ),
+    status: 413,
+    field: 'forward_backward_input.data',
+    error: /model_input chunks exceeds the limit/,
+  },
+  {
+    name: 'datums 1 to 60 all {}: only the first bad one is named',
+    path: 'forward_backward',
+    body: () => fb({}, { data: [datum(), ...Array(60).fill({})] }),
+    status: 400,
+    field: 'forward_backward_input.data.1.model_input',
+    error:
+      /^forward_backward_input\.data\.1\.model_input: [^;]*; forward_backward_input\.data\.1\.loss_fn_inputs: [^;]*$/,
+  },
+  {
+    name: '17 loss_fn_inputs in a datum',
+    path: 'forward_backward',
+    body: () =>
+      fb(
+        {},
+        {
+          data: [
+            {
+              ...datum(),
+              loss_fn_inputs: Object.fromEntries(
+                Array.from({ length: 17 }, (_, i) => [`x${i}`, datum().loss_fn_inputs.target_tokens]),
+              ),
+            },
+          ],
+        },
+      ),
+    status: 400,
+    field: 'forward_backward_input.data.0.loss_fn_inputs',
+    error: /17 entries exceeds the limit of 16/,
+  },
+  ...[[4, 1, 1], shapeOfRank(5_000, 4)].map(
+    (shape): BadRequest => ({
+      name: `target_tokens of rank ${shape.length} ([4, 1, 1, ...])`,
+      path: 'forward_backward',
+      body: () => fb({}, { data: [jsonDatumWithTargetShape([1, 2, 3, 4], shape)] }),
+      status: 400,
+      field: 'forward_backward_input.data.0.loss_fn_inputs.target_tokens.shape',
+      error: new RegExp(`has rank ${shape.length}`),
+    }),
+  ),
+  {
+    name: 'target_tokens whose shape holds more values than its data',
+    path: 'forward_backward',
+    body: () => fb({}, { data: [jsonDatumWithTargetShape([1, 2, 3, 4], [2, 4])] }),
+    status: 400,
+    field: 'forward_backward_input.data.0.loss_fn_inputs.target_tokens.shape',
+    error: /holds 8 values, data has 4/,
   },
 ];
 
@@ -1348,6 +1456,15 @@ const headers: BadRequest[] = [
     status: 415,
     field: 'body',
     error: /send JSON/,
+  },
+  {
+    name: 'application/x-protobufXYZ (not protobuf: media types match whole)',
+    path: 'forward_backward',
+    body: () => Buffer.from(pbForwardBackward({ modelId: ids.model, seqId: 10 })),
+    headers: { 'content-type': 'application/x-protobufXYZ' },
+    status: 415,
+    field: 'body',
+    error: /content-type application\/x-protobufxyz is not supported/,
   },
   {
     name: 'multipart/form-data',
@@ -1969,6 +2086,87 @@ const protobuf: BadRequest[] = [
     status: 413,
     field: 'data',
     error: new RegExp(`${MAX_DATUMS + 1} datums exceeds the limit of ${MAX_DATUMS}`),
+  },
+  // Issue 25's repros at this table's limits (MAX_BODY_BYTES 32 KiB, MAX_DATUMS 64): counted on the
+  // bytes before any message is built (test/unit/intake-bounds.test.ts counts the datums built).
+  ...[
+    ['as sent', (bytes: Uint8Array) => Buffer.from(bytes), PROTOBUF],
+    ['zstd-compressed', (bytes: Uint8Array) => zstd(bytes, 19), ZSTD],
+  ].map(
+    ([how, encode, headers]): BadRequest => ({
+      name: `16,000 empty datums, ${how} (issue 25: 2,500,000)`,
+      path: 'forward_backward',
+      body: () => (encode as (bytes: Uint8Array) => Buffer)(emptyProtobufDatums(16_000)),
+      headers: headers as typeof PROTOBUF,
+      status: 413,
+      field: 'data',
+      error: new RegExp(`at least ${MAX_DATUMS + 1} datums exceeds the limit of ${MAX_DATUMS}`),
+    }),
+  ),
+  {
+    name: `more chunks than ${CHUNKS_PER_DATUM} per datum of MAX_DATUMS`,
+    path: 'forward_backward',
+    body: () => Buffer.from(emptyProtobufChunks(CHUNKS_PER_DATUM * MAX_DATUMS + 1)),
+    headers: PROTOBUF,
+    status: 413,
+    field: 'data',
+    error: /model_input chunks exceeds the limit/,
+  },
+  ...[3, 5_000].map(
+    (rank): BadRequest => ({
+      name: `target_tokens of rank ${rank}`,
+      path: 'forward_backward',
+      body: () =>
+        pb(withInput('target_tokens', int64Tensor([2, 3, 4, 5], shapeOfRank(rank, 4)), [1, 2, 3, 4])),
+      headers: PROTOBUF,
+      status: 400,
+      field: `${target}.shape`,
+      error: new RegExp(`has rank ${rank}`),
+    }),
+  ),
+  {
+    name: '17 loss_fn_inputs in a datum',
+    path: 'forward_backward',
+    body: () =>
+      pb({
+        data: [
+          pbDatum(
+            [1, 2, 3],
+            Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`x${i}`, float32Tensor([1, 1, 1])])),
+          ),
+        ],
+      }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'data.0.loss_fn_inputs',
+    error: /17 entries exceeds the limit of 16/,
+  },
+  {
+    name: '17 loss_fn_config entries',
+    path: 'forward_backward',
+    body: () => pb({ lossFnConfig: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 1])) }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'loss_fn_config',
+    error: /17 entries exceeds the limit of 16/,
+  },
+  {
+    name: '20,000 empty zstd frames with 8 MiB windows (issue 25)',
+    path: 'forward_backward',
+    body: () => Buffer.from(emptyZstdFrames(20_000)),
+    headers: ZSTD,
+    status: 413,
+    field: 'body',
+    error: /more than the 16 frames this server inflates/,
+  },
+  {
+    name: 'three empty zstd frames whose windows need 24 MiB',
+    path: 'forward_backward',
+    body: () => Buffer.from(emptyZstdFrames(3)),
+    headers: ZSTD,
+    status: 413,
+    field: 'body',
+    error: /windows need more than/,
   },
   {
     name: 'too many tokens',

@@ -166,6 +166,37 @@ describe('the worker process', () => {
     await expectCommitted(ids);
   });
 
+  it('takes no work item while its health check fails, and takes it once the check passes', async () => {
+    const { ids, manifest } = await dispatchedModel('health');
+    await send(manifest);
+    const stop = new AbortController();
+    const lines: string[] = [];
+    let checks = 0;
+    let healthy = false;
+    const running = runWorkerProcess({
+      queueUrl: queueUrl(),
+      backend: new ReferenceBackend(),
+      sqs: h.cloud.clients.sqs,
+      stop: stop.signal,
+      waitTimeSeconds: 1,
+      print: (line) => lines.push(line),
+      worker: { clients: h.cloud.clients },
+      healthCheck: async () => {
+        checks += 1;
+        if (!healthy) throw new Error('the engine is down');
+      },
+    });
+    await waitFor('two failed health checks', () => checks >= 2);
+    // The message is still on the queue for a healthy worker.
+    expect(await receiveNow()).toHaveLength(1);
+    expect(lines).toEqual([]);
+    healthy = true;
+    await waitFor('the work item line', () => lines.length === 1);
+    stop.abort();
+    expect(await running).toBe(1);
+    await expectCommitted(ids);
+  });
+
   function spawnWorker(
     args: string[],
     env: Record<string, string> = {},

@@ -1,4 +1,3 @@
-import { DEFAULT_BASE_MODEL } from '../../shared/api/capabilities.js';
 import type { DatumJson, ForwardBackwardInputJson } from '../../shared/backend/pass-input.js';
 import { rlDatum } from '../../shared/client/rl-inputs.js';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
@@ -118,7 +117,7 @@ export class TenantDriver {
         const answer = await this.#post('create_model', {
           session_id: this.#sessionId,
           model_seq_id: this.#modelSeq++,
-          base_model: DEFAULT_BASE_MODEL,
+          base_model: this.harness.baseModel,
           lora_config: { rank: action.rank, seed: action.seed },
         });
         const modelId = answer.model_id as string;
@@ -263,7 +262,7 @@ export class TenantDriver {
     const key = path ?? 'base';
     let session = this.#samplingSessions.get(key);
     if (session === undefined) {
-      const target = path === undefined ? { base_model: DEFAULT_BASE_MODEL } : { model_path: path };
+      const target = path === undefined ? { base_model: this.harness.baseModel } : { model_path: path };
       session = this.client
         .createSamplingSession({
           session_id: this.#sessionId as string,

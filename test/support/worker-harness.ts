@@ -11,7 +11,7 @@ import {
   passInputFromJson,
 } from '../../shared/backend/pass-input.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
-import { config } from '../../shared/config.js';
+import { BASE_MODELS_VAR, config, resetConfig } from '../../shared/config.js';
 import type { FutureRow, LiveRow, ModelRow } from '../../shared/domain/records.js';
 import { StepUserError } from '../../shared/errors.js';
 import { deriveId, deriveSeed, mintRequestId } from '../../shared/ids.js';
@@ -131,7 +131,7 @@ export class TenantClient {
     const answer = await ops.createModel(this.ctx(), {
       session_id: await this.session(),
       model_seq_id: this.#modelSeq++,
-      base_model: BASE_MODEL,
+      base_model: this.harness.baseModel,
       lora_config: { rank, seed },
     });
     const modelId = answer.model_id as string;
@@ -271,13 +271,21 @@ export class WorkerHarness {
   readonly backend = new ReferenceBackend();
   #items = 0;
 
-  private constructor(readonly cloud: TestCloud) {}
+  private constructor(
+    readonly cloud: TestCloud,
+    /** The base model every tenant's models and base samplers use (an engine's model, or the reference one). */
+    readonly baseModel: string,
+  ) {}
 
-  static async start(): Promise<WorkerHarness> {
+  /** `baseModel`: served as the pool's only base model (BASE_MODELS), for a harness on an engine. */
+  static async start(options: { readonly baseModel?: string } = {}): Promise<WorkerHarness> {
     const cloud = await setupTestCloud();
     cloud.applyEnv();
+    if (options.baseModel === undefined) delete process.env[BASE_MODELS_VAR];
+    else process.env[BASE_MODELS_VAR] = JSON.stringify([{ name: options.baseModel }]);
+    resetConfig();
     logger.setLogLevel('WARN');
-    return new WorkerHarness(cloud);
+    return new WorkerHarness(cloud, options.baseModel ?? BASE_MODEL);
   }
 
   tenant(name: string): TenantClient {
@@ -456,7 +464,7 @@ export class WorkerHarness {
               states.set(
                 sub.model_id,
                 await backend.createModel({
-                  base_model: BASE_MODEL,
+                  base_model: this.baseModel,
                   lora_config: { rank: sub.rank, seed: sub.seed },
                 }),
               );
@@ -507,7 +515,7 @@ export class WorkerHarness {
               const target = this.samplingTargets.get(sub.sampling_session_id);
               const weights =
                 sessions.get(sub.sampling_session_id) ?? (target ? (checkpoints.get(target) ?? null) : null);
-              const sampler = await backend.loadSampler(BASE_MODEL, weights);
+              const sampler = await backend.loadSampler(this.baseModel, weights);
               const request = {
                 ...sub.body,
                 prompt: modelInputFromJson(sub.body.prompt, 'prompt'),

@@ -146,7 +146,7 @@ function lossConfigCases(): BadCase[] {
       run: () => fb(rlBody('ppo', { clip_low_threshold: 'low' })),
       status: 400,
       field: 'forward_backward_input.loss_fn_config.clip_low_threshold',
-      message: /must be a finite number/,
+      message: /must be a number .*got the string "low"/,
     },
     {
       name: 'ppo without advantages',

@@ -12,6 +12,7 @@ import {
   PEFT_TARGET_MODULE,
   peftAdapter,
 } from '../../shared/checkpoints/archive.js';
+import { writeTar } from '../../shared/checkpoints/tar.js';
 import { InfrastructureError } from '../../shared/errors.js';
 import { readSafetensors, readTar } from '../support/checkpoint-readers.js';
 import { referenceBackend, trainedReferenceModel } from '../support/reference-checkpoint.js';
@@ -174,5 +175,44 @@ describe('checkpointArchive', () => {
     ).toThrow(InfrastructureError);
     const sampler = await backend.exportWeights(state, 'sampler');
     expect(() => checkpointArchive(sampler, { createdAtMs: Number.NaN })).toThrow(InfrastructureError);
+  });
+
+  it('serves an engine checkpoint (a PEFT adapter tar, G5) as it is, with the marker and without the optimizer', () => {
+    const config = new TextEncoder().encode('{"base_model_name_or_path": "/models/tiny-llama", "r": 8}');
+    const weights = Uint8Array.from({ length: 700 }, (_, i) => (i * 7) % 251);
+    const engineExport = writeTar(
+      [
+        { name: ADAPTER_CONFIG_FILE, data: config },
+        { name: ADAPTER_WEIGHTS_FILE, data: weights },
+        { name: 'optimizer.safetensors', data: new Uint8Array(1300).fill(3) },
+      ],
+      { mtimeSeconds: 1 },
+    );
+    const archive = checkpointArchive(engineExport, { createdAtMs: CREATED_AT_MS });
+    const entries = readTar(archive);
+    expect(entries.map((entry) => entry.name)).toEqual([
+      ADAPTER_CONFIG_FILE,
+      ADAPTER_WEIGHTS_FILE,
+      COMPLETE_MARKER_FILE,
+    ]);
+    expect(entries[0]?.data).toEqual(config);
+    expect(entries[1]?.data).toEqual(weights);
+    expect(entries.every((entry) => entry.mtime === Math.floor(CREATED_AT_MS / 1000))).toBe(true);
+    expect(checkpointArchive(engineExport, { createdAtMs: CREATED_AT_MS })).toEqual(archive);
+  });
+
+  it('refuses an engine tar without the adapter files or its base model', () => {
+    const only = (name: string, data: Uint8Array) => writeTar([{ name, data }], { mtimeSeconds: 0 });
+    expect(() => checkpointArchive(only('notes.txt', new Uint8Array(3)), { createdAtMs: 0 })).toThrow(
+      /needs adapter_config.json and adapter_model.safetensors; it holds notes.txt/,
+    );
+    const noBase = writeTar(
+      [
+        { name: ADAPTER_CONFIG_FILE, data: new TextEncoder().encode('{"r": 8}') },
+        { name: ADAPTER_WEIGHTS_FILE, data: new Uint8Array(8) },
+      ],
+      { mtimeSeconds: 0 },
+    );
+    expect(() => checkpointArchive(noBase, { createdAtMs: 0 })).toThrow(/names no base_model_name_or_path/);
   });
 });

@@ -22,6 +22,10 @@ describe('SDK versions (W7)', () => {
     expect(sdkFeatures('0.32.0').sampleSequenceIds).toBe(true);
     expect(sdkFeatures('1.0.0').sampleSequenceIds).toBe(true);
     expect(sdkFeatures(undefined).sampleSequenceIds).toBe(true);
+    // Results keep their shape for a client that names no release.
+    expect(sdkFeatures(undefined).resultSequenceIds).toBe(false);
+    expect(sdkFeatures('0.25.0').resultSequenceIds).toBe(false);
+    expect(sdkFeatures('0.32.0').resultSequenceIds).toBe(true);
   });
 });
 

@@ -9,8 +9,15 @@ import {
   type ForwardBackwardMessage,
 } from '../../shared/wire/forward-backward-request.js';
 import { ForwardBackwardRequestSchema } from '../../shared/wire/gen/tinker_public_pb.js';
-import { decompressZstdBounded } from '../../shared/wire/zstd.js';
+import { partLimits } from '../../shared/wire/request-parts.js';
+import { decompressZstdBounded, MAX_ZSTD_FRAMES } from '../../shared/wire/zstd.js';
 import { fixtureBytes } from '../support/wire/fixtures.js';
+import {
+  EMPTY_ZSTD_FRAME,
+  emptyProtobufChunks,
+  emptyProtobufDatums,
+} from '../support/wire/hostile-bodies.js';
+import { int64Tensor, pbDatum, pbForwardBackward } from '../support/wire/requests.js';
 
 /** Malformed input may fail only as a client error: ValidationError 400 / 413 / 422, nothing else. */
 function onlyClientErrors(run: () => unknown): void {
@@ -135,6 +142,12 @@ describe('decodeForwardBackwardRequest under fuzzing', () => {
       fc.property(fc.nat(), fc.array(mutationArb, { minLength: 1, maxLength: 4 }), (base, mutations) => {
         const bytes = mutate(bases[base % bases.length] as Uint8Array, mutations, bases);
         onlyClientErrors(() => decodeForwardBackwardRequest(bytes));
+        // Counting the parts first (issue 25) changes nothing a body within the limits decodes to.
+        onlyClientErrors(() =>
+          expect(decodeForwardBackwardRequest(bytes, { limits: partLimits(1024) })).toEqual(
+            decodeForwardBackwardRequest(bytes),
+          ),
+        );
       }),
       { numRuns: 3000 },
     );
@@ -265,5 +278,80 @@ describe('the SDK 0.26+ fields under fuzzing (W8)', () => {
     // Not vacuous either way.
     expect(tally.accepted).toBeGreaterThan(100);
     expect(tally.refused).toBeGreaterThan(100);
+  });
+});
+
+/**
+ * Issue 25: bodies built from its repros' parts, in any number and order, mutated: whatever they
+ * declare, no more than the limits' worth is ever built (datums) or inflated (frames).
+ */
+describe('bounded work under fuzzing (issue 25)', () => {
+  const MAX_DATUMS = 8;
+  const PARTS = [
+    emptyProtobufDatums(1),
+    emptyProtobufChunks(3),
+    pbForwardBackward({ data: [pbDatum([1, 2])] }),
+    pbForwardBackward({ data: [pbDatum([1, 2], { target_tokens: int64Tensor([2, 3], [2, 1, 1]) })] }),
+    pbForwardBackward({ lossFnConfig: { clip: 0.2 } }),
+  ];
+  const repeated = (part: Uint8Array, times: number) => {
+    const out = new Uint8Array(part.length * times);
+    for (let i = 0; i < times; i++) out.set(part, i * part.length);
+    return out;
+  };
+  const concatenated = (pieces: readonly Uint8Array[]) => {
+    const out = new Uint8Array(pieces.reduce((sum, piece) => sum + piece.length, 0));
+    let at = 0;
+    for (const piece of pieces) {
+      out.set(piece, at);
+      at += piece.length;
+    }
+    return out;
+  };
+
+  it('protobuf: never more than MAX_DATUMS datums built, and only client errors', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.nat(PARTS.length - 1), fc.integer({ min: 1, max: 1_500 })), { maxLength: 4 }),
+        fc.array(mutationArb, { maxLength: 2 }),
+        (pieces, mutations) => {
+          const body = mutate(
+            concatenated(pieces.map(([part, times]) => repeated(PARTS[part] as Uint8Array, times))),
+            mutations,
+            PARTS,
+          );
+          const counts = { datumsDecoded: 0 };
+          onlyClientErrors(() =>
+            decodeForwardBackwardRequest(body, { limits: partLimits(MAX_DATUMS), counts }),
+          );
+          expect(counts.datumsDecoded).toBeLessThanOrEqual(MAX_DATUMS);
+        },
+      ),
+      { numRuns: 120 },
+    );
+  });
+
+  it(`zstd: never more than ${MAX_ZSTD_FRAMES} frames inflated, and only client errors`, () => {
+    const smallWindow = Uint8Array.from(EMPTY_ZSTD_FRAME);
+    smallWindow[5] = 0x00;
+    // The fixtures (a real frame and two bombs) repeat up to 20 times; the empty frames up to 5,000.
+    const frames = [EMPTY_ZSTD_FRAME, smallWindow, ...ZSTD];
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.nat(frames.length - 1), fc.integer({ min: 1, max: 5_000 })), {
+          minLength: 1,
+          maxLength: 4,
+        }),
+        (pieces) => {
+          const body = concatenated(
+            pieces.map(([frame, times]) => repeated(frames[frame] as Uint8Array, times)),
+          );
+          const counts = { framesInflated: 0 };
+          onlyClientErrors(() => decompressZstdBounded(body, 1 << 20, counts));
+          expect(counts.framesInflated).toBeLessThanOrEqual(MAX_ZSTD_FRAMES);
+        },
+      ),
+      { numRuns: 100 },
+    );
   });
 });

@@ -15,6 +15,7 @@ import {
 import type { LocalRuntime } from '../../../local/runtime.js';
 import { awsClients } from '../../../shared/aws/clients.js';
 import { Limiter } from '../../../shared/aws/limiter.js';
+import type { Backend } from '../../../shared/backend/backend.js';
 import { ReferenceBackend } from '../../../shared/backend/reference/reference-backend.js';
 import { TinkerClient } from '../../../shared/client/tinker-client.js';
 import type { FutureRow } from '../../../shared/domain/records.js';
@@ -47,6 +48,8 @@ export interface PipelineOptions {
   readonly lambdaWorkerOptions?: WorkerHandlerOptions['worker'];
   /** Extra variables for the functions (e.g. a short LEASE_SECONDS). */
   readonly env?: Readonly<Record<string, string>>;
+  /** The backend of the worker Lambda and the worker processes (default: the reference backend). */
+  readonly backend?: Backend;
 }
 
 export class Pipeline {
@@ -58,14 +61,18 @@ export class Pipeline {
     readonly harness: WorkerHarness,
     readonly runtime: LocalRuntime,
     readonly apiUrl: string,
+    readonly backend: Backend | undefined,
   ) {}
 
   static async start(harness: WorkerHarness, options: PipelineOptions): Promise<Pipeline> {
     let pipeline: Pipeline | undefined;
     const worker =
-      options.lambdaWorkerOptions === undefined
+      options.lambdaWorkerOptions === undefined && options.backend === undefined
         ? lambdaWorker
-        : createWorkerHandler({ worker: options.lambdaWorkerOptions });
+        : createWorkerHandler({
+            ...(options.backend === undefined ? {} : { backend: options.backend }),
+            ...(options.lambdaWorkerOptions === undefined ? {} : { worker: options.lambdaWorkerOptions }),
+          });
     const countedWorker = async (event: SQSEvent, context: Context): Promise<SQSBatchResponse> => {
       if (pipeline) pipeline.lambdaMessages += event.Records.length;
       return worker(event, context);
@@ -82,7 +89,7 @@ export class Pipeline {
       await runtime.stop();
       throw new Error('the runtime serves no HTTP API');
     }
-    pipeline = new Pipeline(harness, runtime, runtime.apiUrl);
+    pipeline = new Pipeline(harness, runtime, runtime.apiUrl, options.backend);
     return pipeline;
   }
 
@@ -110,7 +117,7 @@ export class Pipeline {
     const running = this.runtime.runAs('worker', () =>
       runWorkerProcess({
         queueUrl: this.queueUrl,
-        backend: new ReferenceBackend(),
+        backend: this.backend ?? new ReferenceBackend(),
         sqs: awsClients().sqs,
         stop: stop.signal,
         waitTimeSeconds: 1,

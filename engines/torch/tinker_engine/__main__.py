@@ -1,0 +1,25 @@
+"""`python -m tinker_engine`: frames on standard output, everything else on standard error.
+
+Before any library is imported, file descriptor 1 is moved aside for frames and replaced by standard
+error, so nothing a library prints (Python or native code) can reach the frame stream.
+"""
+
+import os
+import sys
+
+for name, value in (
+    ("HF_HUB_OFFLINE", "1"),
+    ("TRANSFORMERS_OFFLINE", "1"),
+    ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+    ("TRANSFORMERS_VERBOSITY", "error"),
+):
+    os.environ.setdefault(name, value)
+
+sys.stdout.flush()
+frames = os.fdopen(os.dup(1), "wb")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+from .server import main  # noqa: E402 - imported only once standard output is set aside
+
+raise SystemExit(main(output=frames))

@@ -1,0 +1,273 @@
+"""The engine's operations (docs/engine-protocol.md, "Operations") on decoded arguments: the handle
+table, the base model, the adapter pool. Framing lives in server.py; the computing in training.py,
+sampling.py, optim.py, weights.py and state.py.
+
+Handles: a state handle is consumed by forward_backward, optim_step and import_weights (the answer
+names a new one); every check that can fail with a `user` error runs before anything changes, so the
+old handle stays valid and unchanged then.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import ENGINE_NAME, ENGINE_VERSION, PROTOCOL_VERSIONS
+from .adapters import Adapter, AdapterPool, parse_lora_request
+from .errors import EngineError, InfrastructureError, ProtocolError, UserError, user_error
+from .inputs import parse_pass_data
+from .losses import check_loss_inputs, resolve_loss
+from .models import BaseModel, same_base
+from .optim import adamw_step, parse_adam_params
+from .sampling import parse_sample_request, sample
+from .state import deserialize_state, serialize_state
+from .training import PassJob, run_passes
+from .weights import check_fits, export_weights, import_into, read_weights
+
+
+@dataclass
+class EngineOptions:
+    max_resident_adapters: int = 32
+    max_batch_tokens: int = 16384
+
+
+@dataclass
+class Sampler:
+    adapter: Adapter | None
+
+
+class Engine:
+    def __init__(self, base: BaseModel, options: EngineOptions) -> None:
+        self.base = base
+        self.options = options
+        self.pool = AdapterPool(base, options.max_resident_adapters)
+        self.states: dict[str, Adapter] = {}
+        self.samplers: dict[str, Sampler] = {}
+        self._ids = itertools.count(1)
+        self.greeted = False
+
+    # ---- handles
+
+    def _new_state(self, adapter: Adapter) -> dict[str, Any]:
+        handle = f"s{next(self._ids)}"
+        self.states[handle] = adapter
+        return {"handle": handle, "base_model": self.base.name, "weights_version": adapter.weights_version}
+
+    def _state(self, args: dict[str, Any], key: str = "state") -> tuple[str, Adapter]:
+        handle = args.get(key)
+        if isinstance(handle, dict):
+            handle = handle.get("handle")
+        if not isinstance(handle, str) or handle not in self.states:
+            raise ProtocolError(f"{key}: no state handle {handle!r} in this engine")
+        return handle, self.states[handle]
+
+    def _consume(self, handle: str) -> None:
+        del self.states[handle]
+
+    # ---- operations
+
+    def dispatch(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "hello":
+            return self.hello(args)
+        if not self.greeted:
+            raise ProtocolError(f"{op}: hello must be the first request")
+        handler = getattr(self, f"op_{op}", None)
+        if handler is None:
+            raise ProtocolError(f"unknown op {op!r}")
+        return handler(args)
+
+    def hello(self, args: dict[str, Any]) -> dict[str, Any]:
+        version = args.get("protocol_version")
+        if version not in PROTOCOL_VERSIONS:
+            speaks = ", ".join(str(v) for v in PROTOCOL_VERSIONS)
+            raise ProtocolError(f"protocol_version {version!r} is not spoken by this engine; it speaks {speaks}")
+        self.greeted = True
+        return {
+            "protocol_version": version,
+            "engine": {"name": ENGINE_NAME, "version": ENGINE_VERSION},
+            "base_models": [self.base.describe()],
+            "device": str(self.base.device),
+            "dtype": str(self.base.dtype).removeprefix("torch."),
+        }
+
+    def op_ping(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def op_create_model(self, args: dict[str, Any]) -> dict[str, Any]:
+        same_base(self.base, args.get("base_model"))  # type: ignore[arg-type]
+        request = parse_lora_request(args.get("lora_config"))
+        shape = self.pool.shape_for(request)
+        adapter = Adapter(shape=shape, trainable=True, weights=self.pool.initial_weights(shape, request.seed))
+        return {"state": self._new_state(adapter)}
+
+    def _pass_job(self, kind: str, adapter: Adapter, pass_input: Any) -> PassJob:
+        if not isinstance(pass_input, dict):
+            raise user_error("input", "must be a ForwardBackwardInput")
+        loss_fn, config = resolve_loss(pass_input.get("loss_fn"), pass_input.get("loss_fn_config"))
+        datums = parse_pass_data(pass_input.get("data"), loss_fn, self.base.vocab_size, self.base.max_context)
+        check_loss_inputs(loss_fn, datums)
+        return PassJob(kind=kind, adapter=adapter, loss_fn=loss_fn, config=config, datums=datums)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _result(outputs: list[dict[str, Any]], metrics: dict[str, float]) -> dict[str, Any]:
+        return {"loss_fn_output_type": "ArrayRecord", "loss_fn_outputs": outputs, "metrics": metrics}
+
+    def op_forward(self, args: dict[str, Any]) -> dict[str, Any]:
+        _, adapter = self._state(args)
+        job = self._pass_job("forward", adapter, args.get("input"))
+        [result] = run_passes(self.pool, [job], self.options.max_batch_tokens)
+        return {"result": self._result(result.outputs, result.metrics)}
+
+    def op_forward_backward(self, args: dict[str, Any]) -> dict[str, Any]:
+        handle, adapter = self._state(args)
+        job = self._pass_job("forward_backward", adapter, args.get("input"))
+        [result] = run_passes(self.pool, [job], self.options.max_batch_tokens)
+        self._consume(handle)
+        return {"state": self._new_state(adapter), "result": self._result(result.outputs, result.metrics)}
+
+    def op_run_passes(self, args: dict[str, Any]) -> dict[str, Any]:
+        items = args.get("items")
+        if not isinstance(items, list):
+            raise ProtocolError("items: must be an array of passes")
+        outcomes: list[dict[str, Any] | None] = [None] * len(items)
+        jobs: list[PassJob] = []
+        positions: list[int] = []
+        handles: list[str] = []
+        seen: set[int] = set()
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or item.get("type") not in ("forward", "forward_backward"):
+                raise ProtocolError(f"items[{i}]: must be {{type: forward | forward_backward, state, input}}")
+            handle, adapter = self._state(item)
+            if id(adapter) in seen:
+                raise ProtocolError(f"items[{i}]: a state may appear in one pass of a run_passes call")
+            seen.add(id(adapter))
+            try:
+                jobs.append(self._pass_job(item["type"], adapter, item.get("input")))
+            except UserError as error:
+                outcomes[i] = {"ok": False, "error": error.to_json()}
+                continue
+            positions.append(i)
+            handles.append(handle)
+        results = run_passes(self.pool, jobs, self.options.max_batch_tokens) if jobs else []
+        for i, handle, job, result in zip(positions, handles, jobs, results, strict=True):
+            if job.kind == "forward_backward":
+                self._consume(handle)
+                state = self._new_state(job.adapter)
+            else:
+                state = {"handle": handle, "base_model": self.base.name, "weights_version": job.adapter.weights_version}
+            outcomes[i] = {"ok": True, "state": state, "result": self._result(result.outputs, result.metrics)}
+        return {"outcomes": outcomes}
+
+    def op_optim_step(self, args: dict[str, Any]) -> dict[str, Any]:
+        handle, adapter = self._state(args)
+        hyper = parse_adam_params(args.get("params"))
+        self.pool.activate([adapter])
+        weights, moment1, moment2, norm = adamw_step(
+            {k: p.detach() for k, p in adapter.weights.items()},
+            adapter.grad,
+            adapter.moment1,
+            adapter.moment2,
+            adapter.adam_step,
+            hyper,
+        )
+        with torch.no_grad():
+            for key, parameter in adapter.weights.items():
+                parameter.copy_(weights[key])
+        adapter.moment1, adapter.moment2 = moment1, moment2
+        adapter.grad = None
+        adapter.adam_step += 1
+        adapter.weights_version += 1
+        self._consume(handle)
+        metrics = {"grad_norm:mean": norm, "weights_version:max": float(adapter.weights_version)}
+        return {"state": self._new_state(adapter), "result": {"metrics": metrics}}
+
+    def op_export_weights(self, args: dict[str, Any]) -> dict[str, Any]:
+        _, adapter = self._state(args)
+        kind = args.get("kind")
+        if kind not in ("training", "sampler"):
+            raise ProtocolError(f"kind: must be training or sampler, got {kind!r}")
+        return {"weights": export_weights(adapter, self.base.name, kind)}
+
+    def op_import_weights(self, args: dict[str, Any]) -> dict[str, Any]:
+        handle, adapter = self._state(args)
+        data = args.get("weights")
+        if not isinstance(data, bytes):
+            raise ProtocolError("weights: must be a $bytes reference")
+        read = read_weights(data)
+        update = import_into(adapter, read, self.base.name, args.get("optimizer") is True)
+        device = self.base.device if self.pool.is_resident(adapter) else torch.device("cpu")
+        with torch.no_grad():
+            for key, parameter in adapter.weights.items():
+                parameter.copy_(update["weights"][key].to(device))
+
+        def moved(tensors: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor] | None:
+            return None if tensors is None else {k: v.to(device, torch.float32) for k, v in tensors.items()}
+
+        adapter.moment1 = moved(update["moment1"])
+        adapter.moment2 = moved(update["moment2"])
+        adapter.adam_step = update["adam_step"]
+        adapter.grad = None
+        self._consume(handle)
+        return {"state": self._new_state(adapter)}
+
+    def op_load_sampler(self, args: dict[str, Any]) -> dict[str, Any]:
+        same_base(self.base, args.get("base_model"))  # type: ignore[arg-type]
+        data = args.get("weights")
+        adapter: Adapter | None = None
+        if data is not None:
+            if not isinstance(data, bytes):
+                raise ProtocolError("weights: must be a $bytes reference or null")
+            read = read_weights(data)
+            if read.base_model != self.base.name:
+                raise InfrastructureError(f"sampler weights are for {read.base_model}, not {self.base.name}")
+            try:
+                check_fits(read, self.pool.tensor_shapes(read.shape), "weights")
+            except UserError as error:
+                raise InfrastructureError(error.message) from error
+            adapter = Adapter(shape=read.shape, trainable=False, weights=read.weights)
+        handle = f"p{next(self._ids)}"
+        self.samplers[handle] = Sampler(adapter)
+        return {"sampler": handle}
+
+    def op_sample(self, args: dict[str, Any]) -> dict[str, Any]:
+        handle = args.get("sampler")
+        if not isinstance(handle, str) or handle not in self.samplers:
+            raise ProtocolError(f"sampler: no sampler handle {handle!r} in this engine")
+        params = parse_sample_request(args.get("request"), self.base)
+        return sample(self.pool, self.samplers[handle].adapter, params, args.get("resume"), args.get("max_new_tokens"))
+
+    def op_serialize_state(self, args: dict[str, Any]) -> dict[str, Any]:
+        _, adapter = self._state(args)
+        return {"bytes": serialize_state(adapter, self.base.name)}
+
+    def op_deserialize_state(self, args: dict[str, Any]) -> dict[str, Any]:
+        data = args.get("bytes")
+        if not isinstance(data, bytes):
+            raise ProtocolError("bytes: must be a $bytes reference")
+        base_model, adapter = deserialize_state(data)
+        if base_model != self.base.name:
+            raise InfrastructureError(f"state is for base model {base_model}, this engine serves {self.base.name}")
+        try:
+            expected = self.pool.tensor_shapes(adapter.shape)
+        except EngineError as error:
+            raise InfrastructureError(error.message) from error
+        if {k: tuple(v.shape) for k, v in adapter.weights.items()} != expected:
+            raise InfrastructureError("state tensors do not fit this base model")
+        return {"state": self._new_state(adapter)}
+
+    def op_release(self, args: dict[str, Any]) -> dict[str, Any]:
+        handles = args.get("handles")
+        if not isinstance(handles, list):
+            raise ProtocolError("handles: must be an array of strings")
+        for handle in handles:
+            if handle in self.states:
+                adapter = self.states.pop(handle)
+                self.pool.drop(adapter)
+            elif handle in self.samplers:
+                sampler = self.samplers.pop(handle)
+                if sampler.adapter is not None:
+                    self.pool.drop(sampler.adapter)
+        return {}

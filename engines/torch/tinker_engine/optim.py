@@ -1,0 +1,94 @@
+"""AdamW as the reference backend defines it (shared/backend/reference/training.ts, referenceOptimStep),
+with Tinker's defaults. With g the accumulated gradient (scaled by c/|g| when grad_clip_norm c > 0 and
+|g| > c, |g| the norm over every tensor of the adapter):
+    m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2,  t = step + 1,
+    p = p (1 - lr wd) - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+decoupled weight decay on the pre-step weights (PyTorch's AdamW order). A step with no gradient
+accumulated uses zeros, as the reference does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .errors import user_error
+
+
+@dataclass(frozen=True)
+class AdamParams:
+    learning_rate: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-12
+    weight_decay: float = 0.0
+    grad_clip_norm: float = 0.0
+
+
+def parse_adam_params(value: object) -> AdamParams:
+    """Tinker's AdamParams with defaults; a `UserError` naming the first bad field."""
+    if not isinstance(value, dict):
+        raise user_error("adam_params", "must be an object")
+    defaults = AdamParams()
+    rules = {
+        "learning_rate": (lambda x: x >= 0, ">= 0"),
+        "beta1": (lambda x: 0 <= x < 1, "in [0, 1)"),
+        "beta2": (lambda x: 0 <= x < 1, "in [0, 1)"),
+        "eps": (lambda x: x > 0, "> 0"),
+        "weight_decay": (lambda x: x >= 0, ">= 0"),
+        "grad_clip_norm": (lambda x: x >= 0, ">= 0"),
+    }
+    out: dict[str, float] = {}
+    for name, (allows, rule) in rules.items():
+        raw = value.get(name)
+        number = getattr(defaults, name) if raw is None else raw
+        if (
+            not isinstance(number, (int, float))
+            or isinstance(number, bool)
+            or not math.isfinite(number)
+            or not allows(number)
+        ):
+            raise user_error(f"adam_params.{name}", f"must be {rule}, got {number}")
+        out[name] = float(number)
+    return AdamParams(**out)
+
+
+def gradient_norm(grads: dict[str, torch.Tensor]) -> float:
+    total = 0.0
+    for key in sorted(grads):
+        total += float(grads[key].to(torch.float64).square().sum().item())
+    return math.sqrt(total)
+
+
+@torch.no_grad()
+def adamw_step(
+    params: dict[str, torch.Tensor],
+    grads: dict[str, torch.Tensor] | None,
+    moment1: dict[str, torch.Tensor] | None,
+    moment2: dict[str, torch.Tensor] | None,
+    step: int,
+    hyper: AdamParams,
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, torch.Tensor], float]:
+    """The new weights and moments, and the gradient norm before clipping; the arguments are unchanged,
+    so a failure leaves the state as it was."""
+    zeros = {key: torch.zeros_like(value) for key, value in params.items()}
+    g_all = grads if grads is not None else zeros
+    norm = gradient_norm(g_all)
+    clip = hyper.grad_clip_norm / norm if hyper.grad_clip_norm > 0 and norm > hyper.grad_clip_norm else 1.0
+    t = step + 1
+    correction1 = 1 - hyper.beta1**t
+    correction2 = 1 - hyper.beta2**t
+    decay = 1 - hyper.learning_rate * hyper.weight_decay
+    new_p: dict[str, torch.Tensor] = {}
+    new_m: dict[str, torch.Tensor] = {}
+    new_v: dict[str, torch.Tensor] = {}
+    for key, p in params.items():
+        g = g_all[key] * clip
+        m = hyper.beta1 * (moment1[key] if moment1 is not None else zeros[key]) + (1 - hyper.beta1) * g
+        v = hyper.beta2 * (moment2[key] if moment2 is not None else zeros[key]) + (1 - hyper.beta2) * g * g
+        new_p[key] = p * decay - hyper.learning_rate * (m / correction1) / ((v / correction2).sqrt() + hyper.eps)
+        new_m[key] = m
+        new_v[key] = v
+    return new_p, new_m, new_v, norm

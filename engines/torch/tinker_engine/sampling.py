@@ -1,0 +1,287 @@
+"""Autoregressive sampling with a KV cache (G4), by the reference backend's rules
+(shared/backend/reference/sampler.ts).
+
+Token choice at generated position n of sample i: temperature 0 (or top_k 1) takes the most likely
+token (lowest id on ties); otherwise candidates ordered by probability (ties: lower id first) are cut to
+top_k, then to the smallest head whose temperature-scaled probability reaches top_p, and one is drawn by
+inverse CDF with u = sample_uniform(seed, i, n). Reported logprobs are under the model's own
+distribution (temperature 1), as `forward` gives them. A sequence stops when its generated tokens end
+with a stop sequence (kept in the output; `stop`) or after max_tokens (`length`).
+
+Exact resume (P6): the prompt runs once, then all samples step together, one token per step, always
+as one batch of `num_samples` rows at the same position. A resumed call replays each restored prefix
+token by token in that same lockstep, so every row sees the same operations on the same shapes as in an
+uninterrupted call and continues with the same bits; rows that are done are fed a placeholder (a row's
+result does not depend on other rows' values).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .adapters import Adapter, AdapterPool
+from .errors import InfrastructureError, user_error
+from .inputs import model_input_tokens
+from .models import BaseModel, upcast
+from .prng import sample_uniform
+
+MAX_SAMPLES = 256
+IDLE_TOKEN = 0
+
+
+@dataclass(frozen=True)
+class SampleParams:
+    prompt: np.ndarray
+    num_samples: int
+    max_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int
+    stops: list[list[int]]
+    prompt_logprobs: bool
+    topk_prompt_logprobs: int
+
+
+def _number(value: Any, default: float) -> Any:
+    return default if value is None else value
+
+
+def _check(value: Any, field: str, ok: Any, rule: str, integer: bool = False) -> Any:
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if (
+        not numeric
+        or value != value
+        or abs(value) == float("inf")
+        or (integer and int(value) != value)
+        or not ok(value)
+    ):
+        raise user_error(field, f"must be {rule}, got {value}")
+    return int(value) if integer else float(value)
+
+
+def parse_sample_request(request: Any, base: BaseModel) -> SampleParams:
+    if not isinstance(request, dict):
+        raise user_error("request", "must be an object")
+    prompt = model_input_tokens(request.get("prompt"), "prompt", base.vocab_size, base.max_context)
+    params = request.get("sampling_params")
+    if not isinstance(params, dict):
+        raise user_error("sampling_params", "must be an object")
+    room = base.max_context - prompt.size
+    if room < 1:
+        raise user_error("prompt", f"holds {prompt.size} tokens, leaving no room in {base.max_context} context tokens")
+    top_k = _check(
+        _number(params.get("top_k"), -1),
+        "sampling_params.top_k",
+        lambda x: x >= -1,
+        "-1 (no limit) or a positive integer",
+        True,
+    )
+    return SampleParams(
+        prompt=prompt,
+        num_samples=_check(
+            _number(request.get("num_samples"), 1),
+            "num_samples",
+            lambda x: 1 <= x <= MAX_SAMPLES,
+            f"an integer in [1, {MAX_SAMPLES}]",
+            True,
+        ),
+        max_tokens=_check(
+            _number(params.get("max_tokens"), room),
+            "sampling_params.max_tokens",
+            lambda x: 1 <= x <= room,
+            f"an integer in [1, {room}] (the prompt has {prompt.size} of {base.max_context} context tokens)",
+            True,
+        ),
+        temperature=_check(
+            _number(params.get("temperature"), 1), "sampling_params.temperature", lambda x: x >= 0, ">= 0"
+        ),
+        top_k=max(top_k, 0),
+        top_p=_check(_number(params.get("top_p"), 1), "sampling_params.top_p", lambda x: 0 < x <= 1, "in (0, 1]"),
+        seed=_check(_number(params.get("seed"), 0), "sampling_params.seed", lambda x: True, "an integer", True),
+        stops=_parse_stops(params.get("stop"), base),
+        prompt_logprobs=request.get("prompt_logprobs") is True,
+        topk_prompt_logprobs=_check(
+            _number(request.get("topk_prompt_logprobs"), 0),
+            "topk_prompt_logprobs",
+            lambda x: 0 <= x <= base.vocab_size,
+            f"an integer in [0, {base.vocab_size}]",
+            True,
+        ),
+    )
+
+
+def _parse_stops(stop: Any, base: BaseModel) -> list[list[int]]:
+    """Stop token ids, token sequences, or strings (encoded by the base model's tokenizer)."""
+    field = "sampling_params.stop"
+    if stop is None:
+        return []
+    items = stop if isinstance(stop, list) else [stop]
+
+    def token(value: Any, at: str) -> int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise user_error(at, f"token ids must be integers, got {value}")
+        if not 0 <= value < base.vocab_size:
+            raise user_error(at, f"token id {value} is outside the vocabulary [0, {base.vocab_size})")
+        return value
+
+    stops: list[list[int]] = []
+    for i, item in enumerate(items):
+        at = f"{field}[{i}]"
+        if isinstance(item, str):
+            if not item:
+                raise user_error(at, "stop strings must not be empty")
+            encoded = list(base.tokenizer.encode(item, add_special_tokens=False))
+            if not encoded:
+                raise user_error(at, f"the tokenizer encodes {item!r} as no tokens")
+            stops.append([token(t, at) for t in encoded])
+        elif isinstance(item, int) and not isinstance(item, bool):
+            stops.append([token(item, at)])
+        elif isinstance(item, list) and item:
+            stops.append([token(t, f"{at}[{j}]") for j, t in enumerate(item)])
+        else:
+            raise user_error(at, "must be a token id, a non-empty token sequence or a string")
+    return stops
+
+
+def choose_token(logprobs: torch.Tensor, params: SampleParams, u: float) -> int:
+    """The reference's rule on one row of float64 logprobs."""
+    if params.temperature == 0 or params.top_k == 1:
+        return int(torch.argmax(logprobs).item())
+    vocab = logprobs.shape[0]
+    ranked = params.top_k > 0 or params.top_p < 1
+    if ranked:
+        values, order = torch.sort(logprobs, descending=True, stable=True)
+    else:
+        values, order = logprobs, None
+    count = min(params.top_k, vocab) if params.top_k > 0 else vocab
+    weights = torch.exp((values[:count] - logprobs.max()) / params.temperature)
+    cumulative = torch.cumsum(weights, 0)
+    if params.top_p < 1:
+        threshold = params.top_p * float(cumulative[count - 1].item())
+        count = min(int((cumulative < threshold).sum().item()) + 1, count)
+    total = float(cumulative[count - 1].item())
+    choice = min(int((cumulative[:count] <= u * total).sum().item()), count - 1)
+    return int(order[choice].item()) if order is not None else choice
+
+
+def _ends_with_stop(tokens: list[int], stops: list[list[int]]) -> bool:
+    return any(len(stop) <= len(tokens) and tokens[len(tokens) - len(stop) :] == stop for stop in stops)
+
+
+def _restored(resume: Any, index: int, params: SampleParams, vocab: int) -> tuple[list[int], list[float]]:
+    if resume is None:
+        return [], []
+    if not isinstance(resume, dict):
+        raise InfrastructureError(f"resume[{index}]: must be {{tokens, logprobs}} or null")
+    tokens = np.asarray(resume.get("tokens")).reshape(-1).astype(np.int64)
+    logprobs = np.asarray(resume.get("logprobs")).reshape(-1).astype(np.float32)
+    fits = (
+        tokens.size == logprobs.size
+        and tokens.size <= params.max_tokens
+        and bool(np.all((tokens >= 0) & (tokens < vocab)))
+        and not bool(np.any(np.isnan(logprobs)))
+    )
+    if not fits:
+        raise InfrastructureError(f"resume[{index}]: restored prefix does not fit this request")
+    return [int(t) for t in tokens], [float(x) for x in logprobs]
+
+
+@torch.no_grad()
+def sample(
+    pool: AdapterPool,
+    adapter: Adapter | None,
+    params: SampleParams,
+    resume: list[Any] | None,
+    max_new_tokens: int | None,
+) -> dict[str, Any]:
+    base = pool.base
+    if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 0):
+        raise InfrastructureError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens}")
+    budget = max_new_tokens if max_new_tokens is not None else params.max_tokens
+    if resume is not None and (not isinstance(resume, list) or len(resume) > params.num_samples):
+        raise InfrastructureError("resume: must be a list of at most num_samples prefixes")
+    if adapter is not None:
+        pool.activate([adapter])
+    name = adapter.slot if adapter is not None else "__base__"
+    assert name is not None
+    device = base.device
+
+    prompt = torch.from_numpy(params.prompt.copy()).to(device).unsqueeze(0)
+    out = pool.forward([name], input_ids=prompt, use_cache=True)
+    prompt_lp = torch.log_softmax(upcast(out.logits[0]), dim=-1)
+    cache = out.past_key_values
+    result: dict[str, Any] = {}
+    if params.prompt_logprobs:
+        ids = prompt[0, 1:]
+        picked = prompt_lp[:-1].gather(-1, ids.unsqueeze(-1)).squeeze(-1).cpu().numpy().astype(np.float32)
+        result["prompt_logprobs"] = [None, *(float(x) for x in picked)]
+    if params.topk_prompt_logprobs > 0:
+        k = params.topk_prompt_logprobs
+        values, order = torch.sort(prompt_lp[:-1], dim=-1, descending=True, stable=True)
+        values = values[:, :k].cpu().numpy().astype(np.float32)
+        order = order[:, :k].cpu().numpy()
+        result["topk_prompt_logprobs"] = [None] + [
+            [[int(order[t, j]), float(values[t, j])] for j in range(k)] for t in range(values.shape[0])
+        ]
+
+    n = params.num_samples
+    prefixes = [
+        _restored(resume[i] if resume is not None and i < len(resume) else None, i, params, base.vocab_size)
+        for i in range(n)
+    ]
+    tokens = [list(p[0]) for p in prefixes]
+    logprobs = [list(p[1]) for p in prefixes]
+    replay = [len(p[0]) for p in prefixes]
+
+    def finish(i: int) -> str | None:
+        if _ends_with_stop(tokens[i], params.stops):
+            return "stop"
+        return "length" if len(tokens[i]) >= params.max_tokens else None
+
+    stop_reason: list[str | None] = [finish(i) if tokens[i] else None for i in range(n)]
+    generated = [0] * n
+
+    def active(i: int) -> bool:
+        return stop_reason[i] is None and generated[i] < budget
+
+    if any(active(i) for i in range(n)):
+        cache.batch_repeat_interleave(n)
+        rows = prompt_lp[-1].to(torch.float64).unsqueeze(0).expand(n, -1)
+        names = [name] * n
+        step = 0
+        while True:
+            fed: list[int] = []
+            for i in range(n):
+                if step < replay[i]:
+                    fed.append(tokens[i][step])
+                elif active(i):
+                    token = choose_token(rows[i], params, sample_uniform(params.seed, i, step))
+                    tokens[i].append(token)
+                    logprobs[i].append(float(np.float32(rows[i, token].item())))
+                    generated[i] += 1
+                    stop_reason[i] = finish(i)
+                    fed.append(token)
+                else:
+                    fed.append(IDLE_TOKEN)
+            step += 1
+            if not any(active(i) for i in range(n)):
+                break
+            ids = torch.tensor(fed, dtype=torch.long, device=device).unsqueeze(1)
+            out = pool.forward(names, input_ids=ids, past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            rows = torch.log_softmax(upcast(out.logits[:, -1]), dim=-1).to(torch.float64)
+
+    sequences = [
+        {
+            "stop_reason": stop_reason[i],
+            "tokens": np.asarray(tokens[i], dtype=np.int32),
+            "logprobs": np.asarray(logprobs[i], dtype=np.float32),
+        }
+        for i in range(n)
+    ]
+    return {"finished": all(reason is not None for reason in stop_reason), **result, "sequences": sequences}

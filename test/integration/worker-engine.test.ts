@@ -1,0 +1,161 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TINY_MODEL_DIR } from '../../local/engines.js';
+import type { Backend } from '../../shared/backend/backend.js';
+import { EngineBackend } from '../../shared/backend/engine/engine-backend.js';
+import { EngineProcess } from '../../shared/backend/engine/engine-process.js';
+import type { ModelRow } from '../../shared/domain/records.js';
+import { runWorkItem } from '../../shared/worker/index.js';
+import { engineUnderTest } from '../engine/engine-under-test.js';
+import { expectClose } from '../support/close.js';
+import { referenceEngineCommand } from '../support/reference-engine.js';
+import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
+
+/**
+ * The worker runtime on engine processes through the real local cloud (G1): training steps, saves and
+ * samples on the torch engine answer what the same engine answers run one request at a time (R1,
+ * within float32 tolerance, since passes of several models are fused), and an engine that crashes in
+ * the middle of a request fails its work item as an infrastructure error: the model is re-planned
+ * (E6), the engine restarts, and the answers are still exactly the sequential ones.
+ */
+
+const torch = engineUnderTest();
+if (torch.skip !== undefined) console.log(torch.skip);
+
+/** Dispatches and runs work items until the planner finds nothing. */
+async function drain(h: WorkerHarness, backend: Backend) {
+  const outcomes = [];
+  for (let dispatched = await h.dispatch(); dispatched; dispatched = await h.dispatch()) {
+    outcomes.push(await runWorkItem(dispatched.manifest, { backend, passWindowMs: 100 }));
+  }
+  return outcomes;
+}
+
+describe.skipIf(torch.command === undefined)('the worker runtime on the torch engine', () => {
+  let h: WorkerHarness;
+  const engines: EngineBackend[] = [];
+  const engine = () => {
+    if (torch.command === undefined) throw new Error('no engine');
+    const backend = new EngineBackend(new EngineProcess(torch.command, { requestTimeoutMs: 120_000 }));
+    engines.push(backend);
+    return backend;
+  };
+
+  beforeAll(async () => {
+    h = await WorkerHarness.start({ baseModel: torch.baseModel ?? TINY_MODEL_DIR });
+  });
+  afterAll(async () => {
+    await Promise.all(engines.map((backend) => backend.stop()));
+    h?.cloud.clients.dynamo.destroy();
+  });
+
+  // Two engine processes start here (the worker's and the oracle's): seconds each on a busy machine.
+  it('trains two tenants’ models, saves and samples, answering what the engine answers sequentially (R1)', {
+    timeout: 300_000,
+  }, async () => {
+    const acme = h.tenant('acme');
+    const beta = h.tenant('beta');
+    const a = await acme.createModel(4, 11);
+    const b = await beta.createModel(2, 5);
+    await acme.pass(
+      'forward_backward',
+      a.model_id,
+      crossEntropy(textDatum('hello world'), textDatum('lora')),
+    );
+    await beta.pass('forward_backward', b.model_id, crossEntropy(textDatum('another tenant')));
+    await acme.optimStep(a.model_id, { learning_rate: 0.01 });
+    await beta.optimStep(b.model_id, { learning_rate: 0.02 });
+    await acme.pass('forward_backward', a.model_id, crossEntropy(textDatum('hello world')));
+    await acme.optimStep(a.model_id, { learning_rate: 0.01 });
+    await acme.pass('forward', a.model_id, crossEntropy(textDatum('hello world')));
+    await acme.saveWeights(a.model_id, 'step-2');
+    await acme.saveForSampler(a.model_id, 'sampler-2');
+    await acme.loadWeights(a.model_id, `tinker://${a.model_id}/weights/step-2`, true);
+    await acme.pass('forward', a.model_id, crossEntropy(textDatum('after the load')));
+    const base = await beta.samplingSession({ base_model: h.baseModel });
+    await beta.sample(base, {
+      num_samples: 2,
+      prompt: { chunks: [{ type: 'encoded_text', tokens: [72, 105] }] },
+      sampling_params: { max_tokens: 6, temperature: 0.8, seed: 42 },
+      prompt_logprobs: true,
+    });
+
+    const backend = engine();
+    const outcomes = await drain(h, backend);
+    expect(outcomes.flatMap((o) => o.models).every((m) => m.outcome === 'committed')).toBe(true);
+
+    const named = await acme.samplingSession({
+      model_path: `tinker://${a.model_id}/sampler_weights/sampler-2`,
+    });
+    await acme.sample(named, {
+      num_samples: 1,
+      prompt: { chunks: [{ type: 'encoded_text', tokens: [104, 101] }] },
+      sampling_params: { max_tokens: 8, temperature: 1, top_k: 20, seed: 7 },
+    });
+    const samples = await drain(h, backend);
+    expect(samples.flatMap((o) => o.samples).map((s) => s.outcome)).toEqual(['committed']);
+
+    // The oracle runs every request in submit order on a fresh engine process.
+    const expected = await h.oracle({ backend: engine() });
+    const actual = await h.answers();
+    expectClose(actual, expected, 1e-4);
+    // Training moved the model: the second forward_backward's loss is below the first's.
+    const losses = [...actual.values()]
+      .map((answer) => (answer as { metrics?: Record<string, number> }).metrics?.['loss:sum'])
+      .filter((loss): loss is number => loss !== undefined);
+    expect(losses.length).toBeGreaterThan(3);
+    // A model's next work item in this process took its committed state's resident handle (G3).
+    expect(backend.reuse.resident).toBeGreaterThan(0);
+  });
+});
+
+describe('the worker runtime when its engine crashes mid-request', () => {
+  let h: WorkerHarness;
+  let engine: EngineBackend;
+  const faults = mkdtempSync(path.join(tmpdir(), 'worker-engine-faults-'));
+
+  beforeAll(async () => {
+    h = await WorkerHarness.start();
+    engine = new EngineBackend(new EngineProcess(referenceEngineCommand({ faults })));
+  });
+  afterAll(async () => {
+    await engine?.stop();
+    h?.cloud.clients.dynamo.destroy();
+  });
+
+  it('re-plans the work item, restarts the engine, and answers exactly as the sequential oracle', async () => {
+    const t = h.tenant('acme');
+    const m = await t.createModel(3, 2);
+    await t.pass('forward_backward', m.model_id, crossEntropy(textDatum('before the crash')));
+    await t.optimStep(m.model_id, { learning_rate: 0.05 });
+    const first = await drain(h, engine);
+    expect(first.flatMap((o) => o.models).map((part) => part.outcome)).toEqual(['committed']);
+    const before = (await h.modelRow(m.model_id)) as ModelRow;
+
+    await t.pass('forward_backward', m.model_id, crossEntropy(textDatum('the engine dies here')));
+    await t.optimStep(m.model_id, { learning_rate: 0.05 });
+    await t.pass('forward', m.model_id, crossEntropy(textDatum('after')));
+    // The worker sends passes through its batcher: run_passes is the request in flight.
+    writeFileSync(path.join(faults, 'run_passes'), 'exit');
+    const dispatched = await h.dispatch();
+    if (dispatched === undefined) throw new Error('nothing to run');
+    const crashed = await runWorkItem(dispatched.manifest, { backend: engine });
+    const [part] = crashed.models;
+    expect(part?.outcome).toBe('failed');
+    expect(part?.outcome === 'failed' && part.error).toMatch(/engine exited \(code 3\) during run_passes/);
+    expect(part?.outcome === 'failed' && part.released).toBe(true);
+    // Re-planned: nothing of the failed run was committed, and the model is pending again.
+    const row = (await h.modelRow(m.model_id)) as ModelRow;
+    expect(row.applied_through).toBe(before.applied_through);
+    expect(row.state_ref).toBe(before.state_ref);
+    expect(row.inflight).toBeUndefined();
+
+    const rest = await drain(h, engine);
+    const parts = rest.flatMap((o) => o.models);
+    expect(parts.length).toBeGreaterThan(0);
+    expect(parts.every((p) => p.outcome === 'committed')).toBe(true);
+    expect(await h.answers()).toEqual(await h.oracle());
+  });
+});

@@ -1,0 +1,201 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import type { ForwardBackwardInput } from '../../shared/backend/backend.js';
+import { EngineBackend } from '../../shared/backend/engine/engine-backend.js';
+import { EngineProcess, EngineVersionError } from '../../shared/backend/engine/engine-process.js';
+import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
+import { float32Tensor, int64Tensor } from '../../shared/backend/tensor.js';
+import { InfrastructureError, StepUserError } from '../../shared/errors.js';
+import { referenceEngineCommand } from '../support/reference-engine.js';
+
+/**
+ * The engine process and the `Backend` over it (shared/backend/engine/), driven against the reference
+ * backend served as an engine (test/support/reference-engine.ts): same answers as the backend in
+ * process, handles consumed and reused as docs/engine-protocol.md says, and every fault of the process
+ * an `InfrastructureError` of the call, after which the engine restarts.
+ */
+
+const BASE = 'reference/byte-lm';
+const engines: EngineProcess[] = [];
+afterAll(async () => {
+  await Promise.all(engines.map((engine) => engine.stop()));
+});
+
+function start(options: Parameters<typeof referenceEngineCommand>[0] = {}, timeoutMs?: number) {
+  const engine = new EngineProcess(referenceEngineCommand(options), {
+    ...(timeoutMs === undefined ? {} : { requestTimeoutMs: timeoutMs }),
+  });
+  engines.push(engine);
+  return { engine, backend: new EngineBackend(engine) };
+}
+
+function pass(text: string, weights?: number[]): ForwardBackwardInput {
+  const bytes = [...Buffer.from(text)];
+  return {
+    loss_fn: 'cross_entropy',
+    loss_fn_config: {},
+    data: [
+      {
+        model_input: { chunks: [{ type: 'encoded_text', tokens: Int32Array.from(bytes.slice(0, -1)) }] },
+        loss_fn_inputs: {
+          target_tokens: int64Tensor(bytes.slice(1)),
+          ...(weights === undefined ? {} : { weights: float32Tensor(weights) }),
+        },
+      },
+    ],
+  };
+}
+
+function faults(): string {
+  return mkdtempSync(path.join(tmpdir(), 'engine-faults-'));
+}
+
+describe('EngineBackend over the reference engine', () => {
+  it('answers what the backend answers in process, through training, weights, states and sampling', async () => {
+    const { engine, backend } = start();
+    const hello = await engine.start();
+    expect(hello).toMatchObject({ protocol_version: 1, engine: { name: 'reference' } });
+    expect(hello.base_models.map((model) => model.name)).toEqual([BASE]);
+    await engine.ping();
+
+    const local = new ReferenceBackend();
+    const create = { base_model: BASE, lora_config: { rank: 4, seed: 3 } };
+    let remote = await backend.createModel(create);
+    let inProcess = await local.createModel(create);
+    for (const text of ['hello engine', 'binary tensors']) {
+      const a = await backend.forwardBackward(remote, pass(text));
+      const b = await local.forwardBackward(inProcess, pass(text));
+      expect(a.result).toEqual(b.result);
+      remote = a.state;
+      inProcess = b.state;
+    }
+    const stepA = await backend.optimStep(remote, { learning_rate: 0.05 });
+    const stepB = await local.optimStep(inProcess, { learning_rate: 0.05 });
+    expect(stepA.result).toEqual(stepB.result);
+    expect(stepA.state.weights_version).toBe(1);
+    remote = stepA.state;
+    inProcess = stepB.state;
+    expect(await backend.forward(remote, pass('after a step'))).toEqual(
+      await local.forward(inProcess, pass('after a step')),
+    );
+    const weights = await backend.exportWeights(remote, 'training');
+    expect(new Uint8Array(weights)).toEqual(new Uint8Array(await local.exportWeights(inProcess, 'training')));
+    const sampler = await backend.loadSampler(BASE, await backend.exportWeights(remote, 'sampler'));
+    const request = {
+      num_samples: 2,
+      prompt: { chunks: [{ type: 'encoded_text' as const, tokens: Int32Array.from([72, 105]) }] },
+      sampling_params: { max_tokens: 6, temperature: 0.9, seed: 5 },
+      prompt_logprobs: true,
+    };
+    const run = await backend.sample(sampler, request);
+    const expected = await local.sample(
+      await local.loadSampler(BASE, await local.exportWeights(inProcess, 'sampler')),
+      request,
+    );
+    expect(run.sequences.map((s) => s.tokens)).toEqual(expected.sequences.map((s) => s.tokens));
+    expect(run.prompt_logprobs).toEqual(expected.prompt_logprobs);
+    // Sampled logprobs cross as float32 (docs/engine-protocol.md).
+    expect(run.sequences[0]?.logprobs).toEqual(expected.sequences[0]?.logprobs.map(Math.fround));
+    // A cut call resumes from its prefix exactly (P6).
+    const cut = await backend.sample(sampler, request, { maxNewTokens: 2 });
+    expect(cut.finished).toBe(false);
+    const resumed = await backend.sample(sampler, request, { resume: cut.sequences });
+    expect(resumed.sequences.map((s) => s.tokens)).toEqual(run.sequences.map((s) => s.tokens));
+
+    // Two models in one fused call; the forward leaves its state's handle valid.
+    const other = await backend.createModel({ base_model: BASE, lora_config: { rank: 2, seed: 1 } });
+    const passes = await backend.runPasses([
+      { type: 'forward_backward', state: remote, input: pass('fused one') },
+      { type: 'forward', state: other, input: pass('fused two') },
+    ]);
+    const fused = await local.forwardBackward(inProcess, pass('fused one'));
+    expect(passes[0]?.ok && passes[0].result).toEqual(fused.result);
+    expect(passes[1]?.ok).toBe(true);
+    expect(await backend.forward(other, pass('still valid'))).toBeDefined();
+    await expect(backend.forward(remote, pass('consumed'))).rejects.toThrow(/unknown state handle/);
+  });
+
+  it('fails a bad input as a StepUserError naming the field and leaves the state valid', async () => {
+    const { backend } = start();
+    const state = await backend.createModel({ base_model: BASE, lora_config: { rank: 2 } });
+    const bad = pass('ab');
+    const datum = bad.data[0];
+    if (datum === undefined) throw new Error('no datum');
+    const wrong = { ...bad, data: [{ ...datum, loss_fn_inputs: { target_tokens: int64Tensor([9000]) } }] };
+    const error = await backend.forwardBackward(state, wrong).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(StepUserError);
+    expect((error as StepUserError).context.field).toMatch(/target_tokens/);
+    const [outcome] = await backend.runPasses([{ type: 'forward_backward', state, input: wrong }]);
+    expect(outcome?.ok === false && outcome.error).toBeInstanceOf(StepUserError);
+    await expect(backend.forwardBackward(state, pass('ab'))).resolves.toBeDefined();
+  });
+
+  it('reuses a resident state only for the exact bytes it serialized, and releases handles past its bound', async () => {
+    const { engine } = start();
+    const backend = new EngineBackend(engine, { maxLiveStates: 3 });
+    const created = await backend.createModel({ base_model: BASE, lora_config: { rank: 2, seed: 9 } });
+    const { state } = await backend.forwardBackward(created, pass('resident'));
+    const bytes = await backend.serializeState(state);
+    const again = await backend.deserializeState(bytes.slice());
+    expect(again).toBe(state);
+    expect(backend.reuse).toEqual({ resident: 1, loaded: 0 });
+    // Taken once: the same bytes again (a duplicate delivery) load a copy of their own.
+    const copy = await backend.deserializeState(bytes);
+    expect(copy).not.toBe(state);
+    // Other bytes of the same model are never answered with the resident handle.
+    const { state: later } = await backend.forwardBackward(again, pass('later'));
+    await backend.serializeState(later);
+    const older = await backend.deserializeState(bytes);
+    expect(older).not.toBe(later);
+    expect(backend.reuse).toEqual({ resident: 1, loaded: 2 });
+    expect(await backend.forward(older, pass('xy'))).toEqual(await backend.forward(copy, pass('xy')));
+    for (let i = 0; i < 4; i++) await backend.createModel({ base_model: BASE, lora_config: { rank: 1 } });
+    expect(backend.liveStates).toBe(3);
+    // The oldest handles were released in the engine.
+    await expect(backend.forward(copy, pass('xy'))).rejects.toThrow(/unknown state handle/);
+  });
+
+  it('fails the request in flight with an InfrastructureError when the engine crashes, then restarts', async () => {
+    const folder = faults();
+    const { engine, backend } = start({ faults: folder });
+    const state = await backend.createModel({ base_model: BASE, lora_config: { rank: 2 } });
+    writeFileSync(path.join(folder, 'forward_backward'), 'exit');
+    const error = await backend.forwardBackward(state, pass('crash')).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(InfrastructureError);
+    expect((error as Error).message).toMatch(/engine exited \(code 3\) during forward_backward/);
+    expect((error as Error).message).toMatch(/injected exit before forward_backward/);
+    // The old run's handles are refused before they reach the new engine, which may reuse the names.
+    const fresh = await backend.createModel({ base_model: BASE, lora_config: { rank: 2 } });
+    expect(engine.restarts).toBe(1);
+    await expect(backend.forward(state, pass('stale'))).rejects.toThrow(/engine restarted/);
+    await expect(backend.forwardBackward(fresh, pass('fine'))).resolves.toBeDefined();
+  });
+
+  it('kills an engine that does not answer within the request timeout and restarts it', async () => {
+    const folder = faults();
+    const { engine, backend } = start({ faults: folder }, 3_000);
+    const state = await backend.createModel({ base_model: BASE, lora_config: { rank: 2 } });
+    const pid = engine.pid;
+    writeFileSync(path.join(folder, 'forward'), 'hang');
+    await expect(backend.forward(state, pass('hang'))).rejects.toThrow(
+      /did not answer forward within 3000 ms/,
+    );
+    await engine.ping();
+    expect(engine.pid).not.toBe(pid);
+    expect(engine.restarts).toBe(1);
+  });
+
+  it('refuses an engine that does not speak protocol version 1, naming the versions it speaks', async () => {
+    const { engine } = start({ protocolVersions: [2] });
+    const error = await engine.start().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(EngineVersionError);
+    expect((error as Error).message).toMatch(/refused protocol version 1: .*speaks 2/);
+  });
+
+  it('fails with an InfrastructureError naming the command when the engine cannot start', async () => {
+    const engine = new EngineProcess({ command: '/nonexistent/engine', args: [] });
+    await expect(engine.start()).rejects.toThrow(/\/nonexistent\/engine could not start/);
+  });
+});
