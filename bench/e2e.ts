@@ -15,10 +15,11 @@ import { ReferenceBackend } from '../shared/backend/reference/reference-backend.
 import { TinkerClient } from '../shared/client/tinker-client.js';
 import { createApiKey } from '../shared/repositories/api-keys.js';
 import { decodeWorkItemFile } from '../shared/scheduling/work-item-file.js';
-import { type BenchResult, type Counts, machine, runCase } from './harness.js';
+import { type BenchResult, type CaseResult, type Counts, machine, runCase } from './harness.js';
 import { AwsCallCounter, callsBetween, callsPerRequest } from './support/aws-calls.js';
 import { cpuMeter } from './support/cpu.js';
 import { type ClientTiming, HOPS, hopBreakdown, type WorkItemHeader } from './support/hops.js';
+import { sessionFuturesCase } from './support/session-futures-case.js';
 
 /**
  * `npm run bench -- e2e [--quick]`: a mixed workload through the whole local stack, as `npm start`
@@ -42,7 +43,11 @@ import { type ClientTiming, HOPS, hopBreakdown, type WorkItemHeader } from './su
  * it) and of DynamoDB Local's JVM (`cpu_ms_per_request_ddb_local`, from /proc; absent without it),
  * over the measured loop only. Calls depend little on timing; idle polls and wake-ups do a little.
  *
- * Knobs for investigation: `E2E_REPEATS=N` (default 3, 1 with --quick); `E2E_CALL_DETAIL=on` prints
+ * `session_futures` (bench/support/session-futures-case.ts, on a stack of its own without wake-ups):
+ * many concurrent samples per sampling session, waited for through one session poll (W9) against one
+ * retrieve_future poll per sample; reads per waiting client per second and p50/p99 latency.
+ *
+ * Knobs for investigation: `E2E_CASES=mixed|session_futures` runs one group only; `E2E_REPEATS=N` (default 3, 1 with --quick); `E2E_CALL_DETAIL=on` prints
  * each measured run's calls per request by caller, service and operation to stderr.
  * `E2E_WAKE_UPS=off` runs the stack without its wake-ups (local/runtime.ts `wakeUps`): retrieve_future
  * re-reads on the schedule it uses on AWS and the stream triggers sleep between empty reads.
@@ -118,11 +123,20 @@ function record(latencies: Map<string, number[]>, type: string, ms: number): voi
 }
 
 export async function run(options: { quick: boolean }): Promise<BenchResult> {
+  const repeats = Number(process.env.E2E_REPEATS ?? (options.quick ? 1 : 3));
+  if (!Number.isInteger(repeats) || repeats < 1) throw new Error('E2E_REPEATS must be a positive integer');
+  const only = process.env.E2E_CASES?.split(',').map((name) => name.trim());
+  const wanted = (name: string) => only === undefined || only.includes(name);
+  const cases: CaseResult[] = wanted('mixed') ? await mixedCases(options, repeats) : [];
+  // On a stack of its own, without wake-ups: its reads are the ones AWS would bill.
+  if (wanted('session_futures')) cases.push(await sessionFuturesCase({ quick: options.quick, repeats }));
+  return { name: 'e2e', machine: machine(), quick: options.quick, cases };
+}
+
+async function mixedCases(options: { quick: boolean }, repeats: number): Promise<CaseResult[]> {
   const shape: Shape = options.quick
     ? { models: 3, rounds: 4, sampleEvery: 2 }
     : { models: 6, rounds: 10, sampleEvery: 2 };
-  const repeats = Number(process.env.E2E_REPEATS ?? (options.quick ? 1 : 3));
-  if (!Number.isInteger(repeats) || repeats < 1) throw new Error('E2E_REPEATS must be a positive integer');
   const callDetail = process.env.E2E_CALL_DETAIL === 'on';
   const wakeUps = process.env.E2E_WAKE_UPS !== 'off';
   const streamLanes = process.env.E2E_STREAM_LANES === 'on';
@@ -416,7 +430,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       return summarize(latencies, performance.now() - started);
     };
 
-    const cases = [];
+    const cases: CaseResult[] = [];
     const runs = [
       { name: 'mixed_closed_loop', mode: 'closed_loop', models: shape.models },
       { name: 'mixed_burst', mode: 'burst', models: shape.models },
@@ -444,7 +458,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
         }),
       );
     }
-    return { name: 'e2e', machine: machine(), quick: options.quick, cases };
+    return cases;
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);

@@ -226,6 +226,15 @@ function s3Requests(operation: string, input: Input, index: ResourceIndex): Loca
           : { kind: 'undeclared', name: bucket };
       return [{ action: 's3:ListBucket', resource, arn: `arn:aws:s3:::${bucket}` }];
     }
+    case 'CopyObject': {
+      // Authorised as a read of the source (`CopySource`, `<bucket>/<key>` URL-encoded) and a write.
+      const source = decodeURIComponent(string(input.CopySource).replace(/^\//, ''));
+      const slash = source.indexOf('/');
+      return [
+        onObject('s3:GetObject', source.slice(0, slash), source.slice(slash + 1), index),
+        onObject('s3:PutObject', bucket, string(input.Key), index),
+      ];
+    }
     case 'DeleteObjects':
       // Authorised key by key as DeleteObject.
       return list(record(input.Delete).Objects).map((object) =>

@@ -60,6 +60,12 @@ export class NotFoundError extends TinkerError {
   override readonly category = 'user' as const;
 }
 
+/** The thing named has ended for good (a finished session): answered 410, which stops the SDK's heartbeat. */
+export class GoneError extends TinkerError {
+  readonly status = 410;
+  override readonly category = 'user' as const;
+}
+
 /** The same idempotency key was used with a different payload, or a seq_id went backwards (R7). */
 export class IdempotencyConflictError extends TinkerError {
   readonly status = 400;

@@ -34,6 +34,10 @@ export const registryPrefix = {
   /** Quota counters: per-tenant submit windows and open long polls (repositories/quotas.ts). */
   rate: 'rate#',
   polls: 'polls#',
+  /** Session futures (W9): a sampling session's completion log, its position counter, its clones. */
+  sessionLog: 'sfl#',
+  sessionLogCounter: 'sfc#',
+  samplerClones: 'sfj#',
 } as const;
 
 const p = registryPrefix;
@@ -77,4 +81,10 @@ export const registryKey = {
   rate: (scope: string, subject: string) => `${p.rate}${scope}#${subject}`,
   /** A tenant's open long polls (shared/repositories/quotas.ts). */
   polls: (tenant: string) => `${p.polls}${tenant}`,
+  /** One position of a (sampling session, clone) completion log (shared/domain/session-log.ts). */
+  sessionLogEntry: (logKey: string, paddedPosition: string) => `${p.sessionLog}${logKey}#${paddedPosition}`,
+  /** The last position a commit of that log took. */
+  sessionLogCounter: (logKey: string) => `${p.sessionLogCounter}${logKey}`,
+  /** The last clone id join_sampling_session gave out for a sampling session. */
+  samplerClones: (samplingSessionId: string) => `${p.samplerClones}${samplingSessionId}`,
 } as const;

@@ -395,7 +395,8 @@ export const topology: Topology = {
         // counter's update), reads them back by key, and never deletes or batch-writes anything.
         tables: {
           // query-index: the status page's data reads the live index as a tick does (operator keys only).
-          futures: ['get', 'put', 'query-index'],
+          // update: cancel_future ends a queued sample (W9), in one transaction with its log entry.
+          futures: ['get', 'put', 'update', 'query-index'],
           // batch-get: the status page reads the models the live index names, and a page of training
           // runs its rows. query-index: the runs of a tenant (by_tenant, C1).
           models: ['get', 'batch-get', 'put', 'query-index'],
@@ -422,7 +423,14 @@ export const topology: Topology = {
             // Quota counters (repositories/quotas.ts): a conditional update per window or poll, and
             // the put that reaps a tenant's expired poll leases.
             { keyPrefixes: [key.rate, key.polls], actions: ['put', 'update'] },
-            // The listings (C1): checkpoints, sessions and runs from the by_owner and by_parent indexes.
+            // Session futures (W9): a poll reads a gap's log entry and voids a position no commit
+            // filled; cancel_future writes a log entry at a position it takes and checks the sample's
+            // claim is not held; join_sampling_session takes a clone id.
+            { keyPrefixes: [key.sessionLog], actions: ['get', 'put'] },
+            { keyPrefixes: [key.sessionLogCounter, key.samplerClones], actions: ['update'] },
+            { keyPrefixes: [key.sampleClaim], actions: ['condition-check'] },
+            // The listings (C1): checkpoints, sessions and runs from the by_owner and by_parent
+            // indexes; the session futures' logs (W9) from by_parent.
             'query-index',
           ],
         },
@@ -434,7 +442,8 @@ export const topology: Topology = {
           // get: what the archive route's presigned URL is signed for (C2); put, with the checkpoint
           // blob's get, builds once the archive of a checkpoint saved before archives were.
           { prefix: 'archives/', actions: ['get', 'put'] },
-          { prefix: 'checkpoints/', actions: ['get'] },
+          // put: copy_weights copies a checkpoint's blob (an S3 copy: it never passes through the api).
+          { prefix: 'checkpoints/', actions: ['get', 'put'] },
         ],
         // The status page shows the depths of the work queue and of both dead-letter queues; the API
         // never sends, receives or deletes a message.
@@ -560,6 +569,9 @@ export const topology: Topology = {
             { keyPrefixes: [key.sampleClaim], actions: ['batch-get'] },
             // The sampling session a save_weights_for_sampler creates, in its commit.
             { keyPrefixes: [key.samplingSession], actions: ['put'] },
+            // A sample's commit takes its session log's next position and writes its entry (W9).
+            { keyPrefixes: [key.sessionLogCounter], actions: ['update'] },
+            { keyPrefixes: [key.sessionLog], actions: ['put'] },
             // It polls its pool's cut request while it runs (P1).
             { keyPrefixes: [key.cutRequest], actions: ['get'] },
           ],

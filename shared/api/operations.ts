@@ -10,19 +10,22 @@ import {
   type SeqCounterRecord,
 } from '../domain/records.js';
 import { sampleSequenceIds } from '../domain/sample-sequences.js';
+import { cloneOfSeqId, sessionLogKey } from '../domain/session-log.js';
 import { formatCheckpointPath } from '../domain/tinker-path.js';
 import { RetryLaterError, ValidationError } from '../errors.js';
 import { deriveId, deriveSeed, mintId, mintRequestId, sha256Hex } from '../ids.js';
 import { canonicalJson, serializeBinaryPayload, serializePayload } from '../payload-store.js';
+import { copyCheckpoint } from '../repositories/checkpoint-copy.js';
 import { checkpointNotFound, issuedPath, resolveCheckpoint } from '../repositories/checkpoints.js';
 import type { IntakeStore } from '../repositories/intake.js';
+import { requireModel } from '../repositories/models.js';
 import {
   createSamplingSession as storeSamplingSession,
   submitSample,
 } from '../repositories/sampling-intake.js';
 import { requireSamplingSession } from '../repositories/sampling-sessions.js';
 import { requireSeqCounter } from '../repositories/seq-counters.js';
-import { putSession, requireSession, touchSession } from '../repositories/sessions.js';
+import { finishSession, putSession, requireSession, touchSession } from '../repositories/sessions.js';
 import {
   type FutureAnswer,
   submitCreateModel,
@@ -143,6 +146,22 @@ export async function sessionHeartbeat(ctx: OperationContext, body: unknown) {
   const request = parseRequest(schemas.sessionHeartbeatRequest, body);
   await touchSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant, ctx.now);
   return { type: 'session_heartbeat' as const };
+}
+
+/** `POST sessions/{session_id}/finish`: the session ends once (first reason wins); its heartbeat then answers 410. */
+export async function finishSessionRoute(
+  ctx: OperationContext,
+  body: unknown,
+  params: Readonly<Record<string, string>>,
+) {
+  const { session_id: sessionId } = parseRequest(schemas.sessionRouteParams, params);
+  const request = parseRequest(schemas.finishSessionRequest, body);
+  await finishSession(ctx.clients.doc, ctx.tables.registry, sessionId, ctx.tenant, {
+    reason: request.reason.type,
+    ...(request.detail == null ? {} : { detail: request.detail }),
+    now: ctx.now,
+  });
+  return { type: 'finish_session' as const, session_id: sessionId };
 }
 
 export async function createModel(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
@@ -417,6 +436,54 @@ export async function saveWeightsForSampler(ctx: OperationContext, body: unknown
   );
 }
 
+/**
+ * copy_weights: answered directly with the copy's path (no future). The source must be committed (else
+ * 408, which the SDK retries); an unknown, another tenant's unpublished or expired one is a 404 (C6).
+ * Access tokens for other tenants' weights are not offered: publishing (C4) is how a checkpoint is shared.
+ */
+export async function copyWeights(ctx: OperationContext, body: unknown): Promise<{ tinker_path: string }> {
+  const request = parseRequest(schemas.copyWeightsRequest, body);
+  if (request.weights_access_token != null) {
+    throw new ValidationError(
+      'weights_access_token: access tokens are not offered; the owner publishes a checkpoint to share it',
+      { context: { field: 'weights_access_token' } },
+    );
+  }
+  await requireSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant);
+  const source = await resolveCheckpoint(
+    ctx.clients.doc,
+    ctx.tables.registry,
+    request.source_path,
+    'any',
+    ctx.tenant,
+    'source_path',
+    { now: ctx.now, access: 'read' },
+  );
+  if (source.status !== 'committed') {
+    throw new RetryLaterError(
+      `source_path: checkpoint ${request.source_path} is not saved yet; retry shortly`,
+      {
+        context: { field: 'source_path' },
+      },
+    );
+  }
+  // The checkpoint's run: the caller's, or the tenant's that published it (C4).
+  const owner = await requireModel(ctx.clients.doc, ctx.tables.models, source.model_id, source.tenant);
+  return copyCheckpoint(
+    {
+      source,
+      tenant: ctx.tenant,
+      sessionId: request.session_id,
+      modelId: deriveId('model', 'copy', request.session_id, request.model_seq_id),
+      baseModel: owner.base_model,
+      loraConfig: owner.lora_config,
+      ...(request.ttl_seconds == null ? {} : { ttlSeconds: request.ttl_seconds }),
+      now: ctx.now,
+    },
+    ctx,
+  );
+}
+
 /** The checkpoint may still be pending: an earlier step of a sequence may be the one saving it. */
 export async function loadWeights(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.loadWeightsRequest, body);
@@ -614,6 +681,7 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Sam
       tenant: ctx.tenant,
       samplingSession: session,
       seqId: request.seq_id,
+      sessionLog: sessionLogKey(session.sampling_session_id, cloneOfSeqId(request.seq_id)),
       tokens,
       payload: serializePayload(payload),
       now: ctx.now,

@@ -27,6 +27,7 @@ import { retrieveFuture } from './retrieve.js';
 import { compileRoutes } from './route-matcher.js';
 import * as runs from './runs.js';
 import { sdkFeatures } from './sdk-versions.js';
+import * as sessionFutures from './session-futures.js';
 import { handleStatusRoute } from './status-routes.js';
 
 /** An HTTP request as the edge sees it, independent of API Gateway's event shape. */
@@ -112,10 +113,15 @@ const ROUTES: Readonly<Record<string, Route>> = {
   save_weights: { methods: POST, run: ops.saveWeights, submit: true, intake: true },
   save_weights_for_sampler: { methods: POST, run: ops.saveWeightsForSampler, submit: true, intake: true },
   load_weights: { methods: POST, run: ops.loadWeights, submit: true, intake: true },
+  copy_weights: { methods: POST, run: ops.copyWeights, submit: true },
   create_sampling_session: { methods: POST, run: ops.createSamplingSession, submit: true, intake: true },
   asample: { methods: POST, run: ops.asample, submit: true, intake: true },
   unload_model: { methods: POST, run: ops.unloadModel, submit: true, intake: true },
   retrieve_future: { methods: POST, run: (ctx, body) => retrieveFuture(ctx, body) },
+  // Session futures (W9): one long poll per sampling session and clone, clones' ids, cancels.
+  retrieve_futures: { methods: POST, run: (ctx, body) => sessionFutures.retrieveFutures(ctx, body) },
+  join_sampling_session: { methods: POST, run: sessionFutures.joinSamplingSession, submit: true },
+  cancel_future: { methods: POST, run: sessionFutures.cancelFuture, submit: true },
   get_info: { methods: POST, run: ops.getInfo },
   weights_info: { methods: POST, run: ops.weightsInfo },
   'samplers/{sampler_id}': { methods: ['GET'], run: (ctx, _body, params) => ops.getSampler(ctx, params) },
@@ -137,6 +143,7 @@ const ROUTES: Readonly<Record<string, Route>> = {
   checkpoints: { methods: ['GET'], run: (ctx) => runs.listUserCheckpoints(ctx) },
   sessions: { methods: ['GET'], run: (ctx) => runs.listSessions(ctx) },
   'sessions/{session_id}': { methods: ['GET'], run: (ctx, _body, params) => runs.getSession(ctx, params) },
+  'sessions/{session_id}/finish': { methods: POST, run: ops.finishSessionRoute, submit: true },
   // The checkpoint lifecycle (C2-C5); `{kind}/{name}` is the SDK's checkpoint id, slash included.
   'training_runs/{run_id}/checkpoints/{kind}/{name}': {
     methods: ['DELETE'],

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { CLONE_SEQ_SPAN, MAX_LOG_POSITION } from '../domain/session-log.js';
 import { MAX_LOSS_FN_CONFIG_ENTRIES, MAX_LOSS_FN_INPUTS } from '../wire/request-parts.js';
 import { LOSS_FNS, MAX_LORA_RANK } from './capabilities.js';
 import { describeValue } from './describe.js';
@@ -272,6 +273,33 @@ export const samplingParams = z.object({
   stop: stopSequences.nullish(),
 });
 
+/**
+ * The optimizers this server trains with: `adamw` is the SDK's default and the Adam path every release
+ * uses (`adam_params`). Any other a newer SDK names (`dimuon`) is refused with a 400 that lists these,
+ * never trained as AdamW.
+ */
+export const SUPPORTED_OPTIMIZERS = ['adamw'] as const;
+
+function checkOptimizerType(type: string, ctx: z.RefinementCtx): void {
+  if ((SUPPORTED_OPTIMIZERS as readonly string[]).includes(type)) return;
+  ctx.addIssue({
+    code: 'custom',
+    path: ['type'],
+    message: `${describeValue(type)} is not offered by this server; supported: ${SUPPORTED_OPTIMIZERS.join(', ')}`,
+  });
+}
+
+/** `create_model`'s `optimizer_config` (newer SDKs always send it; `{type: adamw}` by default). */
+export const optimizerConfig = z
+  .object({ type: z.string().max(64), version: z.int().nullish() })
+  .superRefine((config, ctx) => checkOptimizerType(config.type, ctx));
+
+/** `optim_step`'s `optimizer_params` (newer SDKs): the AdamW form is AdamParams with its `type`. */
+export const optimizerParams = z
+  .object({ type: z.string().max(64) })
+  .passthrough()
+  .superRefine((params, ctx) => checkOptimizerType(params.type, ctx));
+
 export const clientConfigRequest = z.object({ sdk_version: z.string().max(64).optional() });
 
 export const createSessionRequest = z.object({
@@ -291,6 +319,7 @@ export const createModelRequest = z.object({
   base_model: baseModelName,
   lora_config: loraConfig,
   user_metadata: metadata.nullish(),
+  optimizer_config: optimizerConfig.nullish(),
 });
 
 const modelRequest = { model_id: idString, seq_id: sequenceNumber(1) };
@@ -302,7 +331,31 @@ export const forwardBackwardRequest = z.object({
 /** The ids of a protobuf `ForwardBackwardRequest`, checked as the JSON members are. */
 export const protobufPassIds = z.object(modelRequest);
 export const forwardRequest = z.object({ ...modelRequest, forward_input: forwardBackwardInput });
-export const optimStepRequest = z.object({ ...modelRequest, adam_params: adamParams });
+/** Exactly one of `adam_params` (every release) and `optimizer_params` (newer ones); both become AdamParams. */
+export const optimStepRequest = z
+  .object({ ...modelRequest, adam_params: adamParams.nullish(), optimizer_params: optimizerParams.nullish() })
+  .superRefine((request, ctx) => {
+    const adam = request.adam_params != null;
+    const generic = request.optimizer_params != null;
+    if (adam === generic) {
+      ctx.addIssue({
+        code: 'custom',
+        path: [adam ? 'optimizer_params' : 'adam_params'],
+        message: 'give exactly one of adam_params and optimizer_params',
+      });
+    }
+  })
+  .transform((request, ctx) => {
+    const { optimizer_params: generic, adam_params: adam, ...ids } = request;
+    if (adam != null) return { ...ids, adam_params: adam };
+    const { type: _type, ...fields } = generic ?? {};
+    const parsed = adamParams.safeParse(fields);
+    if (parsed.success) return { ...ids, adam_params: parsed.data };
+    for (const issue of parsed.error.issues) {
+      ctx.addIssue({ code: 'custom', path: ['optimizer_params', ...issue.path], message: issue.message });
+    }
+    return z.NEVER;
+  });
 /**
  * A checkpoint's TTL (C5): whole seconds > 0, or null/absent for never. Capped at 100 years so an
  * expiry in milliseconds stays a safe integer.
@@ -318,6 +371,18 @@ export const saveWeightsRequest = z.object({
   ttl_seconds: ttlSeconds.nullish(),
   /** Replace a committed checkpoint of this name (its old content is collected, C3). */
   overwrite: z.boolean().nullish(),
+});
+
+/**
+ * copy_weights (newer SDKs' `ServiceClient.copy_weights`): a checkpoint the tenant may read, copied
+ * under a new run of the session named by `model_seq_id`.
+ */
+export const copyWeightsRequest = z.object({
+  session_id: idString,
+  model_seq_id: sequenceNumber(0),
+  source_path: z.string().max(512),
+  ttl_seconds: ttlSeconds.nullish(),
+  weights_access_token: z.string().max(4096).nullish(),
 });
 
 /** `PUT .../ttl`: a TTL from now, or null to clear it. The member is required (the SDK always sends it). */
@@ -357,6 +422,8 @@ export const loadWeightsRequest = z.object({
   ...modelRequest,
   path: z.string().max(512),
   optimizer: z.boolean().default(false),
+  /** Create-via-load (newer SDKs): the new model's optimizer, checked as create_model's is. */
+  optimizer_config: optimizerConfig.nullish(),
 });
 
 export const unloadModelRequest = z.object({ model_id: idString });
@@ -407,6 +474,42 @@ export const retrieveFutureRequest = z.object({
   request_id: z.string().min(1).max(128),
   allow_metadata_only: z.boolean().optional(),
 });
+
+/**
+ * Session futures (W9): one long poll per (sampling session, clone). `cloned_sampler_id` is the clone
+ * part of the clone's seq_ids (`seq_id = 10^9 * clone + n`), so it never exceeds a seq_id's.
+ */
+export const retrieveFuturesRequest = z.object({
+  target: z.object({
+    type: z.literal('sampling_session', { error: 'must be sampling_session' }).optional(),
+    sampling_session_id: idString,
+    cloned_sampler_id: z
+      .int()
+      .min(0)
+      .max(Math.floor(Number.MAX_SAFE_INTEGER / CLONE_SEQ_SPAN))
+      .default(0),
+  }),
+  prev_cursor: z.int().min(0).max(MAX_LOG_POSITION).default(0),
+  /** The SDK leaves it out; the server's own long-poll bound applies either way. */
+  timeout: z.number().min(0).nullish(),
+});
+
+export const joinSamplingSessionRequest = z.object({ sampling_session_id: idString });
+
+export const cancelFutureRequest = z.object({ request_id: z.string().min(1).max(128) });
+
+/** `POST sessions/{session_id}/finish`, as the SDK's `ServiceClient.close` sends it; the first reason wins. */
+export const finishSessionRequest = z.object({
+  reason: z.object({
+    type: z.enum(['success', 'errored', 'interrupted'], {
+      error: 'must be success, errored or interrupted',
+    }),
+  }),
+  detail: z.string().max(4096).nullish(),
+});
+
+/** `sessions/{session_id}/...` route parameters. */
+export const sessionRouteParams = z.object({ session_id: idString });
 
 export type CreateSessionRequest = z.infer<typeof createSessionRequest>;
 export type CreateModelRequest = z.infer<typeof createModelRequest>;

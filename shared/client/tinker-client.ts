@@ -3,6 +3,7 @@ import type { clientConfig, clientDynamicConfig, SupportedModel } from '../api/c
 import type { GetInfoAnswer, GetSamplerAnswer, WeightsInfoAnswer } from '../api/info.js';
 import type { FailedAnswer, TryAgain } from '../api/retrieve.js';
 import type * as schemas from '../api/schemas.js';
+import type { RetrieveFuturesAnswer } from '../api/session-futures.js';
 import { TinkerError } from '../errors.js';
 
 /**
@@ -196,6 +197,26 @@ export class TinkerClient {
 
   unloadModel(modelId: string): Promise<FutureAnswer> {
     return this.call('POST', 'unload_model', { model_id: modelId, type: 'unload_model' });
+  }
+
+  /** One session-futures long poll (W9): the samples that ended after `prev_cursor`, and the new cursor. */
+  retrieveFutures(body: In<typeof schemas.retrieveFuturesRequest>): Promise<RetrieveFuturesAnswer> {
+    return this.call('POST', 'retrieve_futures', body);
+  }
+
+  joinSamplingSession(samplingSessionId: string): Promise<{ client_counter: number }> {
+    return this.call('POST', 'join_sampling_session', {
+      sampling_session_id: samplingSessionId,
+      type: 'join_sampling_session',
+    });
+  }
+
+  cancelFuture(requestId: string): Promise<{ request_id: string; cancelled: boolean }> {
+    return this.call('POST', 'cancel_future', { request_id: requestId });
+  }
+
+  finishSession(sessionId: string, body: In<typeof schemas.finishSessionRequest>): Promise<unknown> {
+    return this.call('POST', `sessions/${encodeURIComponent(sessionId)}/finish`, body);
   }
 
   /** One retrieve_future call: the result, a try_again, or a failure answer. */

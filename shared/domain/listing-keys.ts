@@ -36,6 +36,8 @@ export const parentKey = {
   run: (modelId: string) => `run#${modelId}`,
   /** The session's training runs (their seq counters) and sampling sessions. */
   session: (sessionId: string) => `session#${sessionId}`,
+  /** A (sampling session, clone) completion log, by position (W9, shared/domain/session-log.ts). */
+  sessionLog: (logKey: string) => `sfl#${logKey}`,
 } as const;
 
 /** The listing attributes of a committed checkpoint name record, written by the save's commit. */

@@ -62,6 +62,8 @@ export interface FutureRow {
    * recorded. Its request's objects under another run's keys are garbage (E3, E5).
    */
   readonly run?: string;
+  /** Samples: the key of the (sampling session, clone) completion log its end is written to (W9). */
+  readonly session_log?: string;
   readonly created_at: number;
   readonly updated_at: number;
   readonly ttl?: number;
@@ -277,6 +279,13 @@ export interface SessionRecord {
   readonly user_metadata?: Readonly<Record<string, unknown>>;
   readonly created_at: number;
   readonly last_seen: number;
+  /**
+   * Set once by `POST sessions/{id}/finish` (the first reason wins): the session has ended, its
+   * heartbeat answers 410 and it takes no new models or sampling sessions.
+   */
+  readonly finished_at?: number;
+  readonly finish_reason?: 'success' | 'errored' | 'interrupted';
+  readonly finish_detail?: string;
   /** `by_owner` `session#<tenant>` and `list_sort`: the tenant's sessions, newest first (C1). */
   readonly owner_key?: string;
   readonly list_sort?: string;

@@ -28,6 +28,8 @@ export interface PendingFutureInput {
   readonly tokens: number;
   readonly payloadKey: string;
   readonly payloadDigest: string;
+  /** Samples: the (sampling session, clone) completion log the commit appends to (W9). */
+  readonly sessionLog?: string;
   readonly now: number;
 }
 
@@ -46,6 +48,7 @@ export function pendingFutureRow(input: PendingFutureInput): FutureRow {
     tokens: input.tokens,
     payload_key: input.payloadKey,
     payload_digest: input.payloadDigest,
+    ...(input.sessionLog === undefined ? {} : { session_log: input.sessionLog }),
     created_at: input.now,
     updated_at: input.now,
   };

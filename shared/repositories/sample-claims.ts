@@ -9,7 +9,8 @@ import { sampleClaimTtl } from '../scheduling/claim.js';
 /**
  * The one module that reads and writes sample claims, the `registry` items `claim#<request_id>`
  * (docs/design.md#r4): the scheduler's claim, read and release, the worker's renewal, release and
- * the claim's deletion inside a sample's commit or cut (as a transaction item).
+ * the claim's deletion inside a sample's commit or cut (as a transaction item), and cancel_future's
+ * check that no worker holds it.
  */
 
 const claimKey = (requestId: string) => ({ pk: registryKey.sampleClaim(requestId) });
@@ -141,6 +142,22 @@ export function sampleClaimDeleteItem(
       Key: claimKey(requestId),
       ConditionExpression: 'claim_token = :token',
       ExpressionAttributeValues: { ':token': claimToken },
+    },
+  };
+}
+
+/**
+ * A transaction's check that no worker holds the sample (`cancel_future`, W9): a claimed sample runs
+ * on and may finish; only a queued one is dropped.
+ */
+export function sampleUnclaimedItem(table: string, requestId: string, now: number): TransactItem {
+  return {
+    ConditionCheck: {
+      TableName: table,
+      Key: claimKey(requestId),
+      // An expired claim holds nothing (`claimSample` takes it over the same way).
+      ConditionExpression: 'attribute_not_exists(pk) OR lease_until <= :now',
+      ExpressionAttributeValues: { ':now': now },
     },
   };
 }

@@ -22,6 +22,8 @@ export interface SampleIntake {
   readonly tenant: string;
   readonly samplingSession: SamplingSessionRecord;
   readonly seqId: number;
+  /** The (sampling session, clone) completion log of this sample (W9). */
+  readonly sessionLog?: string;
   readonly tokens: number;
   readonly payload: SerializedPayload;
   readonly now: number;
@@ -65,6 +67,7 @@ export async function submitSample(input: SampleIntake, store: IntakeStore): Pro
               ...(session.checkpoint_id === undefined ? {} : { checkpointId: session.checkpoint_id }),
               tokens: input.tokens,
               payload: input.payload,
+              ...(input.sessionLog === undefined ? {} : { sessionLog: input.sessionLog }),
               now: input.now,
             }),
           ],

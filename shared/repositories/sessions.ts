@@ -1,6 +1,6 @@
 import { type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { registryKey, type SessionRecord } from '../domain/records.js';
-import { isAwsError, NotFoundError } from '../errors.js';
+import { GoneError, isAwsError, NotFoundError } from '../errors.js';
 import { readRegistryItem } from './registry.js';
 
 export async function putSession(
@@ -21,8 +21,12 @@ function sessionNotFound(sessionId: string): NotFoundError {
   return new NotFoundError(`session ${sessionId} not found`, { context: { field: 'session_id' } });
 }
 
+function sessionEnded(sessionId: string): GoneError {
+  return new GoneError(`session ${sessionId} has finished`, { context: { field: 'session_id' } });
+}
+
 /** The tenant's session, or 404 (unknown and other tenants' sessions look the same). */
-export async function requireSession(
+async function readOwnSession(
   doc: DynamoDBDocumentClient,
   table: string,
   sessionId: string,
@@ -33,7 +37,59 @@ export async function requireSession(
   return record;
 }
 
-/** Heartbeat: records when the tenant's session was last seen. */
+/** The tenant's session while it has not finished: 404 when unknown or another's, 410 once finished. */
+export async function requireSession(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  sessionId: string,
+  tenant: string,
+): Promise<SessionRecord> {
+  const record = await readOwnSession(doc, table, sessionId, tenant);
+  if (record.finished_at !== undefined) throw sessionEnded(sessionId);
+  return record;
+}
+
+export interface SessionFinish {
+  readonly reason: NonNullable<SessionRecord['finish_reason']>;
+  readonly detail?: string;
+  readonly now: number;
+}
+
+/**
+ * Ends the tenant's session, once: a later finish keeps the first reason and answers as the first
+ * did. 404 when the session is unknown or another tenant's.
+ */
+export async function finishSession(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  sessionId: string,
+  tenant: string,
+  finish: SessionFinish,
+): Promise<void> {
+  try {
+    await doc.send(
+      new UpdateCommand({
+        TableName: table,
+        Key: { pk: registryKey.session(sessionId) },
+        UpdateExpression: `SET finished_at = :now, finish_reason = :reason${finish.detail === undefined ? '' : ', finish_detail = :detail'}`,
+        ConditionExpression:
+          'attribute_exists(pk) AND tenant = :tenant AND attribute_not_exists(finished_at)',
+        ExpressionAttributeValues: {
+          ':now': finish.now,
+          ':reason': finish.reason,
+          ':tenant': tenant,
+          ...(finish.detail === undefined ? {} : { ':detail': finish.detail }),
+        },
+      }),
+    );
+  } catch (error) {
+    if (!isAwsError(error, 'ConditionalCheckFailedException')) throw error;
+    // Unknown or another tenant's: 404. Already finished: the first finish stands.
+    await readOwnSession(doc, table, sessionId, tenant);
+  }
+}
+
+/** Heartbeat: records when the tenant's session was last seen; 410 once it has finished. */
 export async function touchSession(
   doc: DynamoDBDocumentClient,
   table: string,
@@ -47,12 +103,14 @@ export async function touchSession(
         TableName: table,
         Key: { pk: registryKey.session(sessionId) },
         UpdateExpression: 'SET last_seen = :now',
-        ConditionExpression: 'attribute_exists(pk) AND tenant = :tenant',
+        ConditionExpression:
+          'attribute_exists(pk) AND tenant = :tenant AND attribute_not_exists(finished_at)',
         ExpressionAttributeValues: { ':now': now, ':tenant': tenant },
       }),
     );
   } catch (error) {
-    if (isAwsError(error, 'ConditionalCheckFailedException')) throw sessionNotFound(sessionId);
-    throw error;
+    if (!isAwsError(error, 'ConditionalCheckFailedException')) throw error;
+    await readOwnSession(doc, table, sessionId, tenant);
+    throw sessionEnded(sessionId);
   }
 }

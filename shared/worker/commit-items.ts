@@ -6,6 +6,7 @@ import { futureCutItem, futureEndItem, type StoredOutcome } from '../repositorie
 import { type ModelAdvance, modelAdvanceItem } from '../repositories/models.js';
 import { sampleClaimDeleteItem } from '../repositories/sample-claims.js';
 import { samplingSessionCreateItem } from '../repositories/sampling-sessions.js';
+import { type LogEntryInput, logEntryItem } from '../repositories/session-log.js';
 import type { Tables } from '../repositories/tables.js';
 
 export type { CheckpointEffect } from '../repositories/checkpoints.js';
@@ -43,7 +44,8 @@ export type ActionTarget =
   | { readonly kind: 'future'; readonly request_id: string }
   | { readonly kind: 'checkpoint'; readonly request_id: string }
   | { readonly kind: 'sampling_session'; readonly request_id: string }
-  | { readonly kind: 'claim'; readonly request_id: string };
+  | { readonly kind: 'claim'; readonly request_id: string }
+  | { readonly kind: 'log'; readonly request_id: string };
 
 export interface CommitTransaction {
   readonly items: readonly TransactItem[];
@@ -85,7 +87,10 @@ const sampleTargets = (requestId: string): readonly ActionTarget[] => [
   { kind: 'claim', request_id: requestId },
 ];
 
-/** A sample's commit (R4): its future, and its per-request claim deleted if it is still this one. */
+/**
+ * A sample's commit (R4): its future, and its per-request claim deleted if it is still this one;
+ * with its session's completion log entry at the position the commit took (W9), when it has a log.
+ */
 export function sampleCommitTransaction(
   requestId: string,
   claimToken: string,
@@ -93,13 +98,16 @@ export function sampleCommitTransaction(
   outcome: StoredOutcome,
   now: number,
   tables: CommitTables,
+  logEntry?: LogEntryInput,
 ): CommitTransaction {
+  const items = [
+    futureEndItem(tables.futures, requestId, outcome, now, run),
+    sampleClaimDeleteItem(tables.registry, requestId, claimToken),
+  ];
+  if (logEntry === undefined) return { items, targets: sampleTargets(requestId) };
   return {
-    items: [
-      futureEndItem(tables.futures, requestId, outcome, now, run),
-      sampleClaimDeleteItem(tables.registry, requestId, claimToken),
-    ],
-    targets: sampleTargets(requestId),
+    items: [...items, logEntryItem(tables.registry, logEntry)],
+    targets: [...sampleTargets(requestId), { kind: 'log', request_id: requestId }],
   };
 }
 

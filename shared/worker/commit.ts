@@ -7,6 +7,7 @@ import { logger } from '../logger.js';
 import { readFuture } from '../repositories/futures.js';
 import { readModelRow } from '../repositories/models.js';
 import { readSampleClaim } from '../repositories/sample-claims.js';
+import { takeLogPosition } from '../repositories/session-log.js';
 import {
   type CommitTables,
   commitToken,
@@ -165,9 +166,17 @@ async function settleModelCommit(
   return { committed: false };
 }
 
+/** Where a sample's end is logged for its session's poll (W9): the log and the sample's tenant. */
+export interface SampleLog {
+  readonly logKey: string;
+  readonly tenant: string;
+}
+
 /**
  * Commits one sample (R4): its future and the deletion of its claim, if the claim is still this work
- * item's. Settled by re-reading the claim and the future.
+ * item's, and its session log entry (W9) at a position taken just before. A position a poll voided
+ * meanwhile fails only the entry's condition: the commit takes a new position and tries again.
+ * Settled by re-reading the claim and the future.
  */
 export async function commitSample(
   requestId: string,
@@ -177,16 +186,41 @@ export async function commitSample(
   now: number,
   store: CommitStore,
   sleep: Sleep = realSleep,
+  log?: SampleLog,
 ): Promise<CommitResult> {
   const { doc, tables } = store;
-  const transaction = sampleCommitTransaction(requestId, claimToken, run, outcome, now, tables);
-  const decided = await transactUntilDecided(
-    transaction.items,
-    commitToken(requestId, claimToken, run),
-    doc,
-    sleep,
-  );
-  if (decided.kind === 'ok') return { committed: true, settledByReread: false };
+  let ambiguous = false;
+  let decided: Decided;
+  for (;;) {
+    const position =
+      log === undefined ? undefined : await takeLogPosition(doc, tables.registry, log.logKey, now);
+    const entry =
+      log === undefined || position === undefined
+        ? undefined
+        : {
+            logKey: log.logKey,
+            position,
+            requestId,
+            state: outcome.status === 'completed' ? ('finished' as const) : ('failed' as const),
+            tenant: log.tenant,
+            now,
+          };
+    const transaction = sampleCommitTransaction(requestId, claimToken, run, outcome, now, tables, entry);
+    decided = await transactUntilDecided(
+      transaction.items,
+      commitToken(requestId, claimToken, run, ...(position === undefined ? [] : [position])),
+      doc,
+      sleep,
+    );
+    ambiguous ||= decided.ambiguous;
+    if (decided.kind === 'ok') return { committed: true, settledByReread: false };
+    const onlyTheEntry =
+      decided.kind === 'condition' &&
+      decided.codes.every((code, index) =>
+        transaction.targets[index]?.kind === 'log' ? code === 'ConditionalCheckFailed' : code === 'None',
+      );
+    if (!onlyTheEntry) break;
+  }
   const [claim, future] = await Promise.all([
     readSampleClaim(doc, tables.registry, requestId),
     readFuture(doc, tables.futures, requestId, true),
@@ -199,7 +233,7 @@ export async function commitSample(
   // The claim is gone or another's. Only an attempt of mine whose answer was lost can have ended the
   // future with my run while leaving no claim behind (a duplicate delivery's run holds the same claim).
   if (
-    decided.ambiguous &&
+    ambiguous &&
     claim === undefined &&
     future !== undefined &&
     future.status !== 'pending' &&

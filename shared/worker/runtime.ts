@@ -140,9 +140,14 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
         ),
       ),
       Promise.all(
-        item.samples.map(async (sample) =>
-          announce(await runSamplePart(sample, ctx), () => [sample.request_id]),
-        ),
+        item.samples.map(async (sample) => {
+          const outcome = await runSamplePart(sample, ctx);
+          // A session poll (W9) watches its log's key, not the request ids it has not seen yet.
+          const log = outcome.outcome === 'committed' ? outcome.session_log : undefined;
+          return announce(outcome, () =>
+            log === undefined ? [sample.request_id] : [sample.request_id, log],
+          );
+        }),
       ),
     ]);
     // A cut sample is back to pending and is dispatched again: its message is done.

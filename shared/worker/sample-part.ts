@@ -100,13 +100,24 @@ async function runClaimedSample(
   );
   faultHook.crash('worker:after-result-write');
   stopIfAborted(ctx.signal);
-  const committed = await commitSample(sample.request_id, sample.claim_token, ctx.run, stored, ctx.now(), {
-    doc: ctx.clients.doc,
-    tables: ctx.tables,
-  });
-  return committed.committed
-    ? { outcome: 'committed', settled_by_reread: committed.settledByReread }
-    : { outcome: 'lost' };
+  // The future row's log key, read with its prefix pointers when the work item opened (W9).
+  const sessionLog = (await ctx.opening.prefixRefs).get(sample.request_id)?.session_log;
+  const committed = await commitSample(
+    sample.request_id,
+    sample.claim_token,
+    ctx.run,
+    stored,
+    ctx.now(),
+    { doc: ctx.clients.doc, tables: ctx.tables },
+    undefined,
+    typeof sessionLog === 'string' ? { logKey: sessionLog, tenant: sample.tenant } : undefined,
+  );
+  if (!committed.committed) return { outcome: 'lost' };
+  return {
+    outcome: 'committed',
+    settled_by_reread: committed.settledByReread,
+    ...(typeof sessionLog === 'string' ? { session_log: sessionLog } : {}),
+  };
 }
 
 /** One sequence as generation left it, and the committed prefix it was restored from. */

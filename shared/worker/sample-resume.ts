@@ -153,7 +153,8 @@ export function readPrefixRefs(
     table: futuresTable,
     keyName: 'request_id',
     consistent: true,
-    attributes: ['request_id', 'prefix_ref'],
+    // session_log: where the sample's commit logs its end (W9), read here so it costs no read of its own.
+    attributes: ['request_id', 'prefix_ref', 'session_log'],
   });
 }
 

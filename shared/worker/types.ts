@@ -110,7 +110,12 @@ export interface WorkerOptions {
  *   could be, and its claim released, so the scheduler dispatches it again.
  */
 export type PartOutcome =
-  | { readonly outcome: 'committed'; readonly settled_by_reread: boolean }
+  | {
+      readonly outcome: 'committed';
+      readonly settled_by_reread: boolean;
+      /** A sample's session completion log, told to the commit signal with its request id (W9). */
+      readonly session_log?: string;
+    }
   | { readonly outcome: 'not_inflight' }
   | { readonly outcome: 'lost' }
   | { readonly outcome: 'lease_lost' }

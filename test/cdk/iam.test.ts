@@ -310,8 +310,11 @@ describe('IAM', () => {
     ]);
     expect(api.filter((p) => p.startsWith('dynamodb:Scan'))).toEqual([]);
     expect(api.filter((p) => p.includes('table:prefixes'))).toEqual([]);
-    // Its intake transactions are puts and updates (`write`); no function sends a condition check.
-    expect(api.filter((p) => p.startsWith('dynamodb:ConditionCheckItem'))).toEqual([]);
+    // Its intake transactions are puts and updates (`write`); its one condition check is
+    // cancel_future's, that no worker holds the sample's claim (W9).
+    expect(api.filter((p) => p.startsWith('dynamodb:ConditionCheckItem'))).toEqual([
+      `dynamodb:ConditionCheckItem table:registry.Arn if ${leadingKeysCondition(['claim#'])}`,
+    ]);
   });
 
   it('lets the scheduler write failure records to the stream DLQ, and nothing else to any queue but work', () => {
@@ -391,6 +394,9 @@ describe('IAM', () => {
         `dynamodb:BatchGetItem table:registry.Arn if ${leadingKeysCondition(['claim#'])}`,
         `dynamodb:PutItem table:registry.Arn if ${leadingKeysCondition(['ss#'])}`,
         `dynamodb:GetItem table:registry.Arn if ${leadingKeysCondition(['cut#'])}`,
+        // A sample's commit: its session log's position and entry (W9).
+        `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['sfc#'])}`,
+        `dynamodb:PutItem table:registry.Arn if ${leadingKeysCondition(['sfl#'])}`,
       ]),
     );
   });
@@ -440,18 +446,21 @@ describe('IAM', () => {
 
   it('gives the api exactly the DynamoDB actions it sends: deletes only of checkpoint lifecycle records, no batch write', () => {
     const dynamo = sorted(permissions('api')).filter((p) => p.startsWith('dynamodb:'));
-    expect(dynamo.filter((p) => /^dynamodb:(BatchWriteItem|Scan|ConditionCheckItem) /.test(p))).toEqual([]);
+    expect(dynamo.filter((p) => /^dynamodb:(BatchWriteItem|Scan) /.test(p))).toEqual([]);
     // The owner's delete, unpublish and TTL clearing (C3-C5): a name record, its gc entry, its marker.
     expect(dynamo.filter((p) => p.startsWith('dynamodb:DeleteItem '))).toEqual([
       `dynamodb:DeleteItem table:registry.Arn if ${leadingKeysCondition(['ckpt#'])}`,
       `dynamodb:DeleteItem table:registry.Arn if ${leadingKeysCondition(['gc#', 'pub#'])}`,
     ]);
-    // The seq counter (every training submit), the session heartbeat, the quota counters and the
-    // owner's checkpoint changes (publish, TTL, a legacy archive's key); never a future or a model.
+    // The seq counter (every training submit), the session heartbeat and finish, the quota counters,
+    // the owner's checkpoint changes (publish, TTL, a legacy archive's key), the session futures'
+    // position and clone counters, and a cancelled queued sample's future (W9); never a model.
     expect(dynamo.filter((p) => p.startsWith('dynamodb:UpdateItem '))).toEqual([
+      'dynamodb:UpdateItem table:futures.Arn',
       `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['ckpt#'])}`,
       `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['rate#', 'polls#'])}`,
       `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['session#', 'seq#'])}`,
+      `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['sfc#', 'sfj#'])}`,
     ]);
     expect(dynamo.filter((p) => !p.includes('table:registry'))).toEqual([
       'dynamodb:BatchGetItem table:models.Arn',
@@ -462,6 +471,7 @@ describe('IAM', () => {
       'dynamodb:Query table:futures.Arn/index/live',
       'dynamodb:Query table:futures.Arn/index/live_by_model',
       'dynamodb:Query table:models.Arn/index/by_tenant',
+      'dynamodb:UpdateItem table:futures.Arn',
     ]);
     // A page of training runs reads their seq counters in a batch, provenance spans the records of the
     // sequences they name (W8), and nothing else of the registry.
@@ -492,8 +502,10 @@ describe('IAM', () => {
     ]);
     // archives/: GetObject is what the archive route's presigned URL is signed for (C2); PutObject and
     // the checkpoint blob's GetObject build the archive of a checkpoint saved before archives were.
+    // checkpoints/ PutObject: copy_weights' S3 copy of a blob.
     expect(sorted(permissions('api')).filter((p) => p.startsWith('s3:'))).toEqual([
       's3:AbortMultipartUpload bucket.Arn/archives/*',
+      's3:AbortMultipartUpload bucket.Arn/checkpoints/*',
       's3:AbortMultipartUpload bucket.Arn/payloads/*',
       's3:DeleteObject bucket.Arn/payloads/*',
       's3:GetObject bucket.Arn/archives/*',
@@ -501,6 +513,7 @@ describe('IAM', () => {
       's3:GetObject bucket.Arn/payloads/*',
       's3:GetObject bucket.Arn/results/*',
       's3:PutObject bucket.Arn/archives/*',
+      's3:PutObject bucket.Arn/checkpoints/*',
       's3:PutObject bucket.Arn/payloads/*',
     ]);
     // Only the sweeper deletes blobs (E5); the API may delete only under payloads/ (the payload of an

@@ -427,6 +427,9 @@ describe('the worker switch (context referenceWorker)', () => {
         },
         { keys: ['claim#*'], actions: ['dynamodb:BatchGetItem'] },
         { keys: ['ss#*'], actions: ['dynamodb:PutItem'] },
+        // A sample's commit takes its session log's next position and writes the entry (W9).
+        { keys: ['sfc#*'], actions: ['dynamodb:UpdateItem'] },
+        { keys: ['sfl#*'], actions: ['dynamodb:PutItem'] },
         { keys: ['cut#*'], actions: ['dynamodb:GetItem'] },
       ]);
     },

@@ -3,7 +3,7 @@ import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { type LocalRuntime, startLocalRuntime } from '../../local/runtime.js';
 import { TinkerClient } from '../../shared/client/tinker-client.js';
 import { createApiKey } from '../../shared/repositories/api-keys.js';
-import { type TableId, topology } from '../../shared/topology.js';
+import { type FunctionId, type TableId, topology } from '../../shared/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 
 /**
@@ -30,12 +30,23 @@ const QUOTA_RECORDS_FILTER = {
   ExpressionAttributeValues: { ':rate': { S: 'rate#' }, ':polls': { S: 'polls#' } },
 };
 
-export async function startApiHarness(env: Record<string, string> = {}): Promise<ApiHarness> {
+/**
+ * `functions`: the api alone by default; a suite that needs futures to run adds the scheduler and the
+ * worker. `wakeUps: false` leaves the commit signal out, so polls re-read as they do on AWS.
+ */
+export async function startApiHarness(
+  env: Record<string, string> = {},
+  options: { readonly functions?: readonly FunctionId[]; readonly wakeUps?: boolean } = {},
+): Promise<ApiHarness> {
   const cloud = await setupTestCloud();
   const runtime = await startLocalRuntime({
     topology,
     env: { ...cloud.env, LONG_POLL_SECONDS: '1', ...env },
-    functions: ['api'],
+    functions: options.functions ?? ['api'],
+    ...(options.wakeUps === undefined ? {} : { wakeUps: options.wakeUps }),
+    ...(options.functions === undefined
+      ? {}
+      : { queueUrls: cloud.names.queueUrls, streamPollIntervalMs: 50 }),
   });
   const url = runtime.apiUrl;
   if (url === undefined) throw new Error('the api function has no http trigger');

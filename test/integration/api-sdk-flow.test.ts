@@ -87,7 +87,7 @@ describe('the SDK call sequence with its exact request bodies', () => {
     });
     const dynamic = await client.raw('POST', '/api/v1/client/dynamic_config', {});
     expect(dynamic.status).toBe(200);
-    expect(dynamic.body).toMatchObject({ sample_cancel_enabled: false });
+    expect(dynamic.body).toMatchObject({ sample_cancel_enabled: true, sample_cancel_max_batch_size: 64 });
   });
 
   it('get_server_capabilities lists the supported models', async () => {

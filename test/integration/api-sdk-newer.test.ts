@@ -176,19 +176,26 @@ describe('client/config per release (W7)', () => {
       return (answer.body as { sample_use_retrieve_futures?: boolean }).sample_use_retrieve_futures;
     };
     expect(await flag({ sdk_version: '0.25.0' })).toBeUndefined();
-    expect(await flag({ sdk_version: '0.32.0' })).toBe(false);
+    expect(await flag({ sdk_version: '0.32.0' })).toBe(true);
+    expect(await flag({})).toBeUndefined();
     expect(await flag({}, { 'x-stainless-package-version': '0.24.1' })).toBeUndefined();
-    expect(await flag({}, { 'x-stainless-package-version': '0.32.0' })).toBe(false);
-    expect(await flag({ sdk_version: '0.32.0' }, { 'x-stainless-package-version': '0.25.0' })).toBe(false);
+    expect(await flag({}, { 'x-stainless-package-version': '0.32.0' })).toBe(true);
+    expect(
+      await flag({ sdk_version: '0.25.0' }, { 'x-stainless-package-version': '0.32.0' }),
+    ).toBeUndefined();
     const dynamic = await client.raw(
       'POST',
       '/api/v1/client/dynamic_config',
       {},
       {
-        'x-stainless-package-version': '0.32.0',
+        'x-stainless-package-version': '0.24.1',
       },
     );
-    expect(dynamic.body).toEqual({ refresh_interval_sec: 300, sample_cancel_enabled: false });
+    expect(dynamic.body).toEqual({
+      refresh_interval_sec: 300,
+      sample_cancel_enabled: true,
+      sample_cancel_max_batch_size: 64,
+    });
   });
 });
 

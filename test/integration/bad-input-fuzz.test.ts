@@ -1,10 +1,16 @@
+import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { compress, init as initZstd } from '@bokuweb/zstd-wasm';
 import { create, toBinary } from '@bufbuild/protobuf';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
-import { registryKey, type SeqCounterRecord } from '../../shared/domain/records.js';
+import {
+  type CheckpointNameRecord,
+  registryKey,
+  type SeqCounterRecord,
+} from '../../shared/domain/records.js';
+import { checkpointObjectKeys } from '../../shared/repositories/checkpoints.js';
 import { DType, ForwardBackwardRequestSchema } from '../../shared/wire/gen/tinker_public_pb.js';
 import { fixtureBytes } from '../support/wire/fixtures.js';
 import {
@@ -42,7 +48,7 @@ const TIME_LIMIT_MS = 45_000;
 let api: ApiHarness;
 let client: TinkerClient;
 let apiKey = '';
-const ids = { session: '', model: '', samplingSession: '', future: '', sequence: '' };
+const ids = { session: '', model: '', samplingSession: '', future: '', sample: '', sequence: '' };
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
@@ -79,6 +85,7 @@ const VALID: Record<string, (n: number) => Json> = {
     base_model: 'reference/byte-lm',
     lora_config: { rank: 4, seed: 3, train_unembed: true, train_mlp: true, train_attn: true },
     user_metadata: null,
+    optimizer_config: { type: 'adamw' },
     type: 'create_model',
   }),
   forward_backward: (n) => ({
@@ -178,6 +185,19 @@ const VALID: Record<string, (n: number) => Json> = {
     type: 'forward_backward',
   }),
   retrieve_future: () => ({ request_id: ids.future, allow_metadata_only: false }),
+  // What SDK releases after 0.25.0 add (W9, copy_weights).
+  retrieve_futures: () => ({
+    target: { type: 'sampling_session', sampling_session_id: ids.samplingSession, cloned_sampler_id: 0 },
+    prev_cursor: 0,
+  }),
+  join_sampling_session: () => ({ sampling_session_id: ids.samplingSession, type: 'join_sampling_session' }),
+  cancel_future: () => ({ request_id: ids.sample }),
+  copy_weights: (n) => ({
+    session_id: ids.session,
+    model_seq_id: fresh(n, 7),
+    source_path: `tinker://${ids.model}/weights/base-ckpt`,
+    ttl_seconds: 7200,
+  }),
   get_info: () => ({ model_id: ids.model, type: 'get_info' }),
   weights_info: () => ({ tinker_path: `tinker://${ids.model}/weights/base-ckpt` }),
   telemetry: () => ({ events: [{ event: 'GENERIC_EVENT', severity: 'INFO' }], platform: 'linux' }),
@@ -335,6 +355,30 @@ beforeAll(async () => {
     sampling_params: { max_tokens: 4 },
   });
   ids.sequence = (sampled.body as { sample_sequence_ids: string[] }).sample_sequence_ids[0] as string;
+  ids.sample = (
+    await client.asample({
+      sampling_session_id: ids.samplingSession,
+      seq_id: 0,
+      prompt: { chunks: [{ type: 'encoded_text', tokens: [1, 2] }] },
+      sampling_params: { max_tokens: 2 },
+    })
+  ).request_id;
+  // The checkpoint's blob, where its record says, for copy_weights to copy.
+  const record = await api.cloud.clients.doc.send(
+    new GetCommand({
+      TableName: api.cloud.names.tables.registry,
+      Key: { pk: registryKey.checkpointName(ids.model, 'weights', 'base-ckpt') },
+      ConsistentRead: true,
+    }),
+  );
+  await api.cloud.clients.s3.send(
+    new PutObjectCommand({
+      Bucket: api.cloud.names.bucket,
+      // The record holds no blob_key (no commit ran): the copy reads the key the record names without one.
+      Key: checkpointObjectKeys(record.Item as CheckpointNameRecord)[0] as string,
+      Body: Buffer.from('blob'),
+    }),
+  );
 });
 
 afterAll(async () => {

@@ -593,7 +593,7 @@ const targets = (tensor: Record<string, unknown>) =>
   sample({ target_prompt_logprobs: { data: [5, -1], dtype: 'int64', shape: [1, 2], ...tensor } });
 
 /** What SDK releases after 0.25.0 add (W8): the newer sampling outputs, provenance spans, string configs. */
-const newer: BadRequest[] = [
+const newerFields: BadRequest[] = [
   ...(
     [
       ['topk_sample_logprobs', -1],
@@ -2490,12 +2490,254 @@ const listings: BadRequest[] = [
   { name: 'DELETE sessions/{id}', method: 'DELETE', path: 'sessions/x', status: 405, error: /use GET/ },
 ];
 
+/**
+ * What SDK releases after 0.25.0 send beside the 0.25 routes: session futures (W9), session finish,
+ * copy_weights, optimizer configs. Refused ones store nothing, as everywhere.
+ */
+const newer: BadRequest[] = [
+  {
+    name: 'retrieve_futures without a target',
+    path: 'retrieve_futures',
+    body: () => ({ prev_cursor: 0 }),
+    status: 400,
+    field: 'target',
+    error: /target/,
+  },
+  {
+    name: 'retrieve_futures of another target type',
+    path: 'retrieve_futures',
+    body: () => ({ target: { type: 'model', sampling_session_id: ids.samplingSession } }),
+    status: 400,
+    field: 'target.type',
+    error: /must be sampling_session/,
+  },
+  {
+    name: 'retrieve_futures with a negative cursor',
+    path: 'retrieve_futures',
+    body: () => ({ target: { sampling_session_id: ids.samplingSession }, prev_cursor: -1 }),
+    status: 400,
+    field: 'prev_cursor',
+    error: /prev_cursor/,
+  },
+  {
+    name: 'retrieve_futures with a fractional cursor',
+    path: 'retrieve_futures',
+    body: () => ({ target: { sampling_session_id: ids.samplingSession }, prev_cursor: 1.5 }),
+    status: 400,
+    field: 'prev_cursor',
+    error: /prev_cursor/,
+  },
+  {
+    name: 'retrieve_futures with a cursor past any log',
+    path: 'retrieve_futures',
+    body: () => ({ target: { sampling_session_id: ids.samplingSession }, prev_cursor: 1e16 }),
+    status: 400,
+    field: 'prev_cursor',
+    error: /prev_cursor/,
+  },
+  {
+    name: 'retrieve_futures with a negative clone',
+    path: 'retrieve_futures',
+    body: () => ({ target: { sampling_session_id: ids.samplingSession, cloned_sampler_id: -1 } }),
+    status: 400,
+    field: 'target.cloned_sampler_id',
+    error: /cloned_sampler_id/,
+  },
+  {
+    name: 'retrieve_futures of an unknown sampling session',
+    path: 'retrieve_futures',
+    body: () => ({ target: { sampling_session_id: 'samp-nobody' } }),
+    status: 404,
+    field: 'target.sampling_session_id',
+    error: /samp-nobody not found/,
+  },
+  {
+    name: 'retrieve_futures with an id outside the alphabet',
+    path: 'retrieve_futures',
+    body: () => ({ target: { sampling_session_id: 'a#b' } }),
+    status: 400,
+    field: 'target.sampling_session_id',
+    error: /must be an id/,
+  },
+  {
+    name: 'join_sampling_session without an id',
+    path: 'join_sampling_session',
+    body: () => ({}),
+    status: 400,
+    field: 'sampling_session_id',
+    error: /sampling_session_id/,
+  },
+  {
+    name: 'join_sampling_session of an unknown sampling session',
+    path: 'join_sampling_session',
+    body: () => ({ sampling_session_id: 'samp-nobody' }),
+    status: 404,
+    field: 'sampling_session_id',
+    error: /not found/,
+  },
+  {
+    name: 'cancel_future without a request id',
+    path: 'cancel_future',
+    body: () => ({}),
+    status: 400,
+    field: 'request_id',
+    error: /request_id/,
+  },
+  {
+    name: 'cancel_future of an unknown future',
+    path: 'cancel_future',
+    body: () => ({ request_id: '0'.repeat(32) }),
+    status: 404,
+    field: 'request_id',
+    error: /not found/,
+  },
+  {
+    name: 'cancel_future of a malformed id',
+    path: 'cancel_future',
+    body: () => ({ request_id: 'x/../y' }),
+    status: 404,
+    field: 'request_id',
+    error: /not found/,
+  },
+  {
+    name: 'finish with an unknown reason',
+    path: 'sessions/<session>/finish',
+    body: () => ({ reason: { type: 'bored' } }),
+    status: 400,
+    field: 'reason.type',
+    error: /success, errored or interrupted/,
+  },
+  {
+    name: 'finish without a reason',
+    path: 'sessions/<session>/finish',
+    body: () => ({ detail: null }),
+    status: 400,
+    field: 'reason',
+    error: /reason/,
+  },
+  {
+    name: 'finish of an unknown session',
+    path: 'sessions/sess-nobody/finish',
+    body: () => ({ reason: { type: 'success' } }),
+    status: 404,
+    field: 'session_id',
+    error: /not found/,
+  },
+  { name: 'GET finish', method: 'GET', path: 'sessions/<session>/finish', status: 405, error: /use POST/ },
+  {
+    name: 'copy_weights without a source',
+    path: 'copy_weights',
+    body: () => ({ session_id: ids.session, model_seq_id: 7 }),
+    status: 400,
+    field: 'source_path',
+    error: /source_path/,
+  },
+  {
+    name: 'copy_weights of an unknown checkpoint',
+    path: 'copy_weights',
+    body: () => ({
+      session_id: ids.session,
+      model_seq_id: 7,
+      source_path: `tinker://${ids.model}/weights/none`,
+    }),
+    status: 404,
+    field: 'source_path',
+    error: /not found/,
+  },
+  {
+    name: 'copy_weights of a checkpoint not saved yet',
+    path: 'copy_weights',
+    body: () => ({
+      session_id: ids.session,
+      model_seq_id: 7,
+      source_path: `tinker://${ids.model}/weights/taken`,
+    }),
+    status: 408,
+    field: 'source_path',
+    error: /not saved yet/,
+  },
+  {
+    name: 'copy_weights with a TTL of 0',
+    path: 'copy_weights',
+    body: () => ({
+      session_id: ids.session,
+      model_seq_id: 7,
+      source_path: `tinker://${ids.model}/weights/taken`,
+      ttl_seconds: 0,
+    }),
+    status: 400,
+    field: 'ttl_seconds',
+    error: /seconds/,
+  },
+  {
+    name: 'copy_weights with an access token',
+    path: 'copy_weights',
+    body: () => ({
+      session_id: ids.session,
+      model_seq_id: 7,
+      source_path: `tinker://${ids.model}/weights/taken`,
+      weights_access_token: 't',
+    }),
+    status: 400,
+    field: 'weights_access_token',
+    error: /not offered/,
+  },
+  {
+    name: 'create_model with dimuon',
+    path: 'create_model',
+    body: () => ({
+      session_id: ids.session,
+      model_seq_id: 9,
+      base_model: 'reference/byte-lm',
+      lora_config: { rank: 4 },
+      optimizer_config: { type: 'dimuon', version: 1 },
+    }),
+    status: 400,
+    field: 'optimizer_config.type',
+    error: /"dimuon" is not offered by this server; supported: adamw/,
+  },
+  {
+    name: 'create_model with an optimizer type that is not a string',
+    path: 'create_model',
+    body: () => ({
+      session_id: ids.session,
+      model_seq_id: 9,
+      base_model: 'reference/byte-lm',
+      lora_config: { rank: 4 },
+      optimizer_config: { type: 1 },
+    }),
+    status: 400,
+    field: 'optimizer_config.type',
+    error: /expected string/,
+  },
+  {
+    name: 'optim_step with dimuon params',
+    path: 'optim_step',
+    body: () => ({
+      model_id: ids.model,
+      seq_id: 20,
+      optimizer_params: { type: 'dimuon', learning_rate: 0.1, grad_clip_norm: 0, beta1: 0.9 },
+    }),
+    status: 400,
+    field: 'optimizer_params.type',
+    error: /not offered/,
+  },
+  {
+    name: 'optim_step with neither adam_params nor optimizer_params',
+    path: 'optim_step',
+    body: () => ({ model_id: ids.model, seq_id: 20 }),
+    status: 400,
+    field: 'adam_params',
+    error: /exactly one of adam_params and optimizer_params/,
+  },
+];
+
 describe.each([
   ['JSON syntax', syntax],
   ['wrong types', types],
   ['numbers', numbers],
   ['loss functions', losses],
-  ['SDK 0.26+ fields', newer],
+  ['SDK 0.26+ fields', newerFields],
   ['unicode and control characters', text],
   ['deep nesting', nesting],
   ['sizes', sizes],
@@ -2504,6 +2746,7 @@ describe.each([
   ['paths and methods', routes],
   ['read endpoints', reads],
   ['listings', listings],
+  ['routes of SDK releases after 0.25', newer],
 ] as const)('%s', (_group, cases) => {
   it.each(cases)('$name -> $status', (testCase) => checkRefused(testCase));
 });

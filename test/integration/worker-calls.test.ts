@@ -144,11 +144,15 @@ describe('the calls of one work item', () => {
         'GetObject work',
         'BatchGetItem futures', // where each sample resumes (prefix pointers, P4)
         'BatchGetItem registry', // both claims, strongly: still this work item's?
-        'TransactWriteItems Update:futures+Delete:registry',
-        'TransactWriteItems Update:futures+Delete:registry',
+        // Each commit takes its session log's next position, then ends the future, deletes the claim
+        // and writes the log entry in one transaction (W9).
+        'UpdateItem registry',
+        'UpdateItem registry',
+        'TransactWriteItems Update:futures+Delete:registry+Put:registry',
+        'TransactWriteItems Update:futures+Delete:registry+Put:registry',
       ]),
     );
-    expect(run.depth).toBe(2);
+    expect(run.depth).toBe(3);
     await expectOracle();
   });
 

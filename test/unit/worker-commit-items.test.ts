@@ -215,6 +215,30 @@ describe('the sample commit transaction (R4)', () => {
       },
     });
   });
+
+  it('writes its session log entry at the position it took, only where nothing is (W9)', () => {
+    const { items, targets } = sampleCommitTransaction(
+      's1',
+      'wi-9',
+      'run-9',
+      { status: 'failed', error: { message: 'x', category: 'user' } },
+      5,
+      tables,
+      { logKey: 'samp-1#0', position: 12, requestId: 's1', state: 'failed', tenant: 'acme', now: 5 },
+    );
+    expect(targets.at(-1)).toEqual({ kind: 'log', request_id: 's1' });
+    expect(items[2]?.Put).toMatchObject({
+      TableName: 'p-registry',
+      Item: {
+        pk: 'sfl#samp-1#0#000000000000012',
+        parent_key: 'sfl#samp-1#0',
+        list_sort: '000000000000012#s1',
+        status: 'failed',
+        tenant: 'acme',
+      },
+      ConditionExpression: 'attribute_not_exists(pk)',
+    });
+  });
 });
 
 describe('commitToken (E5)', () => {

@@ -1,0 +1,355 @@
+import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RetrieveFuturesAnswer } from '../../shared/api/session-futures.js';
+import { transactWrite } from '../../shared/aws/transact.js';
+import { type TinkerClient, TinkerHttpError } from '../../shared/client/tinker-client.js';
+import { registryKey } from '../../shared/domain/records.js';
+import { CLONE_SEQ_SPAN, sessionLogKey } from '../../shared/domain/session-log.js';
+import {
+  logEntryItem,
+  readLogAfter,
+  takeLogPosition,
+  voidLogPosition,
+} from '../../shared/repositories/session-log.js';
+import { commitSample } from '../../shared/worker/commit.js';
+import { type ApiHarness, startApiHarness } from './api-harness.js';
+
+/**
+ * Session futures (W9) over HTTP, request by request as SDK releases after 0.25.0 send them: the
+ * client/config flags by SDK version, one long poll per (sampling session, clone) answering samples as
+ * they commit, a cursor that loses nothing across polls and reconnects, clones' ids, cancel_future,
+ * the session's finish and its heartbeat's 410. Two stacks: the api alone (futures stay queued, so
+ * cancels and log gaps are the test's), and api, scheduler and worker (samples run and commit) with
+ * the commit signal off, so polls re-read as they do on AWS.
+ */
+
+const BASE = 'reference/byte-lm';
+const prompt = { chunks: [{ type: 'encoded_text' as const, tokens: [72, 105, 33] }] };
+
+async function samplingSession(client: TinkerClient): Promise<{ session: string; sampler: string }> {
+  const { session_id } = await client.createSession({ sdk_version: '0.32.0' });
+  const { sampling_session_id } = await client.createSamplingSession({
+    session_id,
+    sampling_session_seq_id: 0,
+    base_model: BASE,
+  });
+  return { session: session_id, sampler: sampling_session_id };
+}
+
+function sample(client: TinkerClient, sampler: string, seqId: number, maxTokens = 4) {
+  return client.asample({
+    sampling_session_id: sampler,
+    seq_id: seqId,
+    num_samples: 1,
+    prompt,
+    sampling_params: { max_tokens: maxTokens, seed: seqId },
+  });
+}
+
+/** Polls from `cursor` (as the SDK's poller does) until `wanted` request ids have been answered. */
+async function pollUntil(
+  client: TinkerClient,
+  target: { sampling_session_id: string; cloned_sampler_id?: number },
+  cursor: number,
+  wanted: number,
+): Promise<{ seen: RetrieveFuturesAnswer['completions'][number][]; cursor: number; polls: number }> {
+  const seen: RetrieveFuturesAnswer['completions'][number][] = [];
+  let polls = 0;
+  while (seen.length < wanted) {
+    if (++polls > 200) throw new Error(`only ${seen.length} of ${wanted} completions after 200 polls`);
+    const answer = await client.retrieveFutures({
+      target: { type: 'sampling_session', ...target },
+      prev_cursor: cursor,
+    });
+    expect(answer.cursor).toBeGreaterThanOrEqual(cursor);
+    seen.push(...answer.completions);
+    cursor = answer.cursor;
+  }
+  return { seen, cursor, polls };
+}
+
+describe('session futures with samples that run (api, scheduler, worker; no commit signal)', () => {
+  let api: ApiHarness;
+  let client: TinkerClient;
+
+  beforeAll(async () => {
+    api = await startApiHarness(
+      { LONG_POLL_SECONDS: '2' },
+      { functions: ['api', 'scheduler', 'worker'], wakeUps: false },
+    );
+    ({ client } = await api.tenant('acme'));
+  });
+  afterAll(async () => {
+    await api?.stop();
+  });
+
+  it('client/config advertises session futures to releases after 0.25 only; cancels to all', async () => {
+    for (const old of ['0.24.1', '0.25.0', undefined]) {
+      const answer = await client.clientConfig(old === undefined ? {} : { sdk_version: old });
+      expect(answer).not.toHaveProperty('sample_use_retrieve_futures');
+      expect(answer).not.toHaveProperty('sample_join_sampling_session');
+    }
+    for (const newer of ['0.26.0', '0.30.1', '0.32.0', '1.0.0rc1']) {
+      expect(await client.clientConfig({ sdk_version: newer })).toMatchObject({
+        sample_use_retrieve_futures: true,
+        sample_join_sampling_session: true,
+      });
+    }
+    expect(await client.dynamicConfig()).toMatchObject({ sample_cancel_enabled: true });
+  });
+
+  it('one poll answers every sample of the session once, each still readable through retrieve_future', async () => {
+    const { sampler } = await samplingSession(client);
+    const ids = await Promise.all(Array.from({ length: 6 }, (_, n) => sample(client, sampler, n + 1)));
+    const { seen, cursor } = await pollUntil(client, { sampling_session_id: sampler }, 0, ids.length);
+    expect(seen.map((entry) => entry.request_id).sort()).toEqual(ids.map((id) => id.request_id).sort());
+    expect(seen.every((entry) => entry.state === 'finished')).toBe(true);
+    expect(cursor).toBe(ids.length);
+    for (const { request_id } of ids) {
+      const result = (await client.retrieveFuture(request_id)) as { sequences?: unknown[] };
+      expect(result.sequences).toHaveLength(1);
+    }
+    // A reconnect with an older cursor (an answer lost to a timeout) gets the same completions again.
+    const again = await client.retrieveFutures({
+      target: { sampling_session_id: sampler },
+      prev_cursor: 2,
+    });
+    expect(again.completions.map((entry) => entry.request_id)).toEqual(
+      seen.slice(2).map((e) => e.request_id),
+    );
+    expect(again.cursor).toBe(ids.length);
+    // Nothing new: the poll holds to its deadline and answers nothing, at the same cursor.
+    expect(
+      await client.retrieveFutures({ target: { sampling_session_id: sampler }, prev_cursor: cursor }),
+    ).toEqual({
+      completions: [],
+      cursor,
+    });
+  });
+
+  it('a clone gets its own id and its own poll; request ids of clones never collide', async () => {
+    const { sampler } = await samplingSession(client);
+    const first = await client.joinSamplingSession(sampler);
+    const second = await client.joinSamplingSession(sampler);
+    expect(first.client_counter).toBe(1);
+    expect(second.client_counter).toBe(2);
+    const original = await sample(client, sampler, 1);
+    const cloned = await sample(client, sampler, CLONE_SEQ_SPAN * first.client_counter + 1);
+    expect(cloned.request_id).not.toBe(original.request_id);
+    const clonePoll = await pollUntil(
+      client,
+      { sampling_session_id: sampler, cloned_sampler_id: first.client_counter },
+      0,
+      1,
+    );
+    expect(clonePoll.seen.map((entry) => entry.request_id)).toEqual([cloned.request_id]);
+    const originalPoll = await pollUntil(client, { sampling_session_id: sampler }, 0, 1);
+    expect(originalPoll.seen.map((entry) => entry.request_id)).toEqual([original.request_id]);
+  });
+});
+
+describe('session futures with queued samples (api only)', () => {
+  let api: ApiHarness;
+  let client: TinkerClient;
+  let other: TinkerClient;
+
+  beforeAll(async () => {
+    api = await startApiHarness({ LONG_POLL_SECONDS: '8', POLL_SLOT_AFTER_MS: '0' });
+    api.cloud.applyEnv();
+    ({ client } = await api.tenant('acme'));
+    ({ client: other } = await api.tenant('zeta'));
+  });
+  afterAll(async () => {
+    await api?.stop();
+  });
+
+  it('cancel_future drops a queued sample: it fails, and the session poll answers it failed', async () => {
+    const { sampler } = await samplingSession(client);
+    const queued = await sample(client, sampler, 1);
+    expect(await client.cancelFuture(queued.request_id)).toMatchObject({ cancelled: true });
+    expect(await client.retrieveFuture(queued.request_id)).toMatchObject({ category: 'user' });
+    const poll = await client.retrieveFutures({ target: { sampling_session_id: sampler }, prev_cursor: 0 });
+    expect(poll).toEqual({
+      completions: [
+        { state: 'failed', request_id: queued.request_id, response_payload_uncompressed_size: null },
+      ],
+      cursor: 1,
+    });
+    // Ended already: a second cancel changes nothing.
+    expect(await client.cancelFuture(queued.request_id)).toMatchObject({ cancelled: false });
+  });
+
+  it('cancel_future leaves a running sample (its claim is held) to finish', async () => {
+    const { sampler } = await samplingSession(client);
+    const running = await sample(client, sampler, 1);
+    await api.cloud.clients.doc.send(
+      new PutCommand({
+        TableName: api.cloud.names.tables.registry,
+        Item: {
+          pk: registryKey.sampleClaim(running.request_id),
+          request_id: running.request_id,
+          claim_token: 'w1',
+          work_item_id: 'w1',
+          lease_until: Date.now() + 60_000,
+          ttl: Math.floor(Date.now() / 1000) + 3600,
+        },
+      }),
+    );
+    expect(await client.cancelFuture(running.request_id)).toMatchObject({ cancelled: false });
+    expect(await client.retrieveFuture(running.request_id)).toMatchObject({ type: 'try_again' });
+  });
+
+  it('a commit that lands late is answered in order: the poll waits at its position, never skips it', async () => {
+    const { sampler } = await samplingSession(client);
+    const late = await sample(client, sampler, 1);
+    const next = await sample(client, sampler, 2);
+    const { doc } = api.cloud.clients;
+    const registry = api.cloud.names.tables.registry;
+    const log = sessionLogKey(sampler, 0);
+    // A commit took position 1 and has not written its entry yet; the cancel takes position 2.
+    const latePosition = await takeLogPosition(doc, registry, log, Date.now());
+    expect(latePosition).toBe(1);
+    expect(await client.cancelFuture(next.request_id)).toMatchObject({ cancelled: true });
+    const poll = client.retrieveFutures({ target: { sampling_session_id: sampler }, prev_cursor: 0 });
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    const landed = await transactWrite(
+      [
+        logEntryItem(registry, {
+          logKey: log,
+          position: latePosition,
+          requestId: late.request_id,
+          state: 'finished',
+          tenant: 'acme',
+          now: Date.now(),
+        }),
+      ],
+      'late-commit',
+      doc,
+    );
+    expect(landed.ok).toBe(true);
+    const answer = await poll;
+    expect(answer.completions.map((entry) => entry.request_id)).toEqual([late.request_id, next.request_id]);
+    expect(answer.cursor).toBe(2);
+  });
+
+  it('a position whose commit never lands is voided, and what follows it is answered', async () => {
+    const { sampler } = await samplingSession(client);
+    const after = await sample(client, sampler, 1);
+    const { doc } = api.cloud.clients;
+    const registry = api.cloud.names.tables.registry;
+    const log = sessionLogKey(sampler, 0);
+    const lost = await takeLogPosition(doc, registry, log, Date.now());
+    expect(await client.cancelFuture(after.request_id)).toMatchObject({ cancelled: true });
+    const answer = await client.retrieveFutures({ target: { sampling_session_id: sampler }, prev_cursor: 0 });
+    expect(answer).toMatchObject({ completions: [{ request_id: after.request_id }], cursor: lost + 1 });
+    // The commit that took the voided position now fails its entry's condition (it takes a new one).
+    const tooLate = await transactWrite(
+      [
+        logEntryItem(registry, {
+          logKey: log,
+          position: lost,
+          requestId: 'f'.repeat(32),
+          state: 'finished',
+          tenant: 'acme',
+          now: Date.now(),
+        }),
+      ],
+      'too-late-commit',
+      doc,
+    );
+    expect(tooLate).toMatchObject({ ok: false, conditionFailed: true });
+  });
+
+  it('a commit whose position was voided takes the next one: the sample is logged once, after the void', async () => {
+    const { sampler } = await samplingSession(client);
+    const queued = await sample(client, sampler, 1);
+    const { doc } = api.cloud.clients;
+    const tables = {
+      futures: api.cloud.names.tables.futures,
+      models: api.cloud.names.tables.models,
+      registry: api.cloud.names.tables.registry,
+    };
+    const log = sessionLogKey(sampler, 0);
+    // A poll voided position 1 before this commit took it (its counter still stands at 0).
+    expect(await voidLogPosition(doc, tables.registry, log, 1, Date.now())).toBe(true);
+    await doc.send(
+      new PutCommand({
+        TableName: tables.registry,
+        Item: {
+          pk: registryKey.sampleClaim(queued.request_id),
+          request_id: queued.request_id,
+          claim_token: 'w2',
+          work_item_id: 'w2',
+          lease_until: Date.now() + 60_000,
+          ttl: Math.floor(Date.now() / 1000) + 3600,
+        },
+      }),
+    );
+    const committed = await commitSample(
+      queued.request_id,
+      'w2',
+      'run-w2',
+      { status: 'completed', result: JSON.stringify({ sequences: [] }) },
+      Date.now(),
+      { doc, tables },
+      undefined,
+      { logKey: log, tenant: 'acme' },
+    );
+    expect(committed).toEqual({ committed: true, settledByReread: false });
+    expect(await readLogAfter(doc, tables.registry, log, 0, 10)).toEqual([
+      { position: 1, state: 'void' },
+      { position: 2, state: 'finished', request_id: queued.request_id },
+    ]);
+    expect(await client.retrieveFutures({ target: { sampling_session_id: sampler } })).toMatchObject({
+      completions: [{ request_id: queued.request_id, state: 'finished' }],
+      cursor: 2,
+    });
+  });
+
+  it('another tenant’s session, future or sampler answers as an unknown one (C6)', async () => {
+    const { sampler } = await samplingSession(client);
+    const queued = await sample(client, sampler, 1);
+    const refusals = [
+      () => other.retrieveFutures({ target: { sampling_session_id: sampler }, prev_cursor: 0 }),
+      () => other.joinSamplingSession(sampler),
+      () => other.cancelFuture(queued.request_id),
+    ];
+    for (const refusal of refusals) {
+      const error = await refusal().catch((caught: unknown) => caught);
+      expect(error).toBeInstanceOf(TinkerHttpError);
+      expect((error as TinkerHttpError).status).toBe(404);
+    }
+    const unknown = await other
+      .retrieveFutures({ target: { sampling_session_id: 'sampling-nope' } })
+      .catch((e: unknown) => e);
+    expect((unknown as TinkerHttpError).status).toBe(404);
+    expect(await client.retrieveFuture(queued.request_id)).toMatchObject({ type: 'try_again' });
+  });
+
+  it('a finished session answers its heartbeat 410 and takes no new models; the first reason wins', async () => {
+    const { session_id } = await client.createSession({ sdk_version: '0.32.0' });
+    await client.heartbeat(session_id);
+    await client.finishSession(session_id, { reason: { type: 'success' }, detail: null });
+    await client.finishSession(session_id, { reason: { type: 'errored' }, detail: 'later' });
+    const heartbeat = await client.heartbeat(session_id).catch((error: unknown) => error);
+    expect((heartbeat as TinkerHttpError).status).toBe(410);
+    const created = await client
+      .createModel({ session_id, model_seq_id: 0, base_model: BASE, lora_config: { rank: 4 } })
+      .catch((error: unknown) => error);
+    expect((created as TinkerHttpError).status).toBe(410);
+    const record = await api.cloud.clients.doc.send(
+      new GetCommand({
+        TableName: api.cloud.names.tables.registry,
+        Key: { pk: registryKey.session(session_id) },
+        ConsistentRead: true,
+      }),
+    );
+    expect(record.Item).toMatchObject({ finish_reason: 'success' });
+    expect(record.Item).not.toHaveProperty('finish_detail');
+    // Another tenant's session is unknown to this one.
+    const foreign = await other
+      .finishSession(session_id, { reason: { type: 'interrupted' } })
+      .catch((error: unknown) => error);
+    expect((foreign as TinkerHttpError).status).toBe(404);
+  });
+});
