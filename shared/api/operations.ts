@@ -450,23 +450,7 @@ export async function copyWeights(ctx: OperationContext, body: unknown): Promise
     );
   }
   await requireSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant);
-  const source = await resolveCheckpoint(
-    ctx.clients.doc,
-    ctx.tables.registry,
-    request.source_path,
-    'any',
-    ctx.tenant,
-    'source_path',
-    { now: ctx.now, access: 'read' },
-  );
-  if (source.status !== 'committed') {
-    throw new RetryLaterError(
-      `source_path: checkpoint ${request.source_path} is not saved yet; retry shortly`,
-      {
-        context: { field: 'source_path' },
-      },
-    );
-  }
+  const source = await readableSavedCheckpoint(ctx, request.source_path, 'any', 'source_path');
   // The checkpoint's run: the caller's, or the tenant's that published it (C4).
   const owner = await requireModel(ctx.clients.doc, ctx.tables.models, source.model_id, source.tenant);
   return copyCheckpoint(
@@ -549,23 +533,7 @@ export async function createSamplingSession(ctx: OperationContext, body: unknown
   const samplingSessionId = mintId('sampling', ctx.now);
   let target: Pick<SamplingSessionRecord, 'model_id' | 'base_model' | 'checkpoint_id' | 'model_path'>;
   if (request.model_path) {
-    const checkpoint = await resolveCheckpoint(
-      ctx.clients.doc,
-      ctx.tables.registry,
-      request.model_path,
-      'sampler',
-      ctx.tenant,
-      'model_path',
-      { now: ctx.now, access: 'read' },
-    );
-    if (checkpoint.status !== 'committed') {
-      throw new RetryLaterError(
-        `model_path: checkpoint ${request.model_path} is not saved yet; retry shortly`,
-        {
-          context: { field: 'model_path' },
-        },
-      );
-    }
+    const checkpoint = await readableSavedCheckpoint(ctx, request.model_path, 'sampler', 'model_path');
     // The checkpoint's owner: the caller, or the tenant that published it (C4).
     const owner = await requireSeqCounter(
       ctx.clients.doc,
@@ -704,4 +672,34 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Sam
   if (ctx.sdkFeatures?.sampleSequenceIds === false) return answer;
   // A retry answers the original request, and so the original's ids.
   return { ...answer, sample_sequence_ids: sampleSequenceIds(answer.request_id, request.num_samples) };
+}
+
+/**
+ * A checkpoint this tenant may read (its own or a published one, C4), live, and committed: one
+ * still saving is a retry-later naming `field`.
+ */
+async function readableSavedCheckpoint(
+  ctx: OperationContext,
+  path: string,
+  kind: Parameters<typeof resolveCheckpoint>[3],
+  field: string,
+): Promise<Awaited<ReturnType<typeof resolveCheckpoint>>> {
+  const checkpoint = await resolveCheckpoint(
+    ctx.clients.doc,
+    ctx.tables.registry,
+    path,
+    kind,
+    ctx.tenant,
+    field,
+    {
+      now: ctx.now,
+      access: 'read',
+    },
+  );
+  if (checkpoint.status !== 'committed') {
+    throw new RetryLaterError(`${field}: checkpoint ${path} is not saved yet; retry shortly`, {
+      context: { field },
+    });
+  }
+  return checkpoint;
 }
