@@ -10,7 +10,7 @@ import { ReferenceBackend } from '../../shared/backend/reference/reference-backe
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import type { FutureRow } from '../../shared/domain/records.js';
 import { StepUserError } from '../../shared/errors.js';
-import { type Answer, WorkerHarness } from '../../test/support/worker-harness.js';
+import { type Answer, BASE_MODEL, WorkerHarness } from '../../test/support/worker-harness.js';
 
 /**
  * R1, checked as the end-to-end suite checks it: every request's answer over HTTP equals what the
@@ -22,11 +22,14 @@ import { type Answer, WorkerHarness } from '../../test/support/worker-harness.js
  * one E2 allows (a model's attempts exhausted), else it is a violation of its own.
  */
 
-/** What the oracle reads: the submissions in submit order and the sampling sessions' targets. */
-export type OracleRecord = Pick<WorkerHarness, 'submissions' | 'samplingTargets'>;
+/**
+ * What the oracle reads: the submissions in submit order and the sampling sessions' targets; and the
+ * base model the tenants create their models on (the reference backend's).
+ */
+export type OracleRecord = Pick<WorkerHarness, 'submissions' | 'samplingTargets' | 'baseModel'>;
 
 export function newOracleRecord(): OracleRecord {
-  return { submissions: [], samplingTargets: new Map() };
+  return { submissions: [], samplingTargets: new Map(), baseModel: BASE_MODEL };
 }
 
 /** The harness's oracle, run over a record rather than a harness (it reads nothing else). */

@@ -1,6 +1,7 @@
 import { MAX_CONTEXT, MAX_RANK } from '../backend/reference/model.js';
 import { type BaseModelConfig, config, DEFAULT_BASE_MODEL, type Tunables } from '../config.js';
 import { invalidField } from '../errors.js';
+import type { SdkConfigFlags } from './sdk-versions.js';
 
 export { DEFAULT_BASE_MODEL };
 
@@ -81,57 +82,23 @@ export const LAMBDA_MAX_BINARY_BODY_BYTES = Math.floor(
  * `fwdbwd_max_chunk_bytes_count` serialized protobuf bytes before zstd; that size must pass
  * MAX_BODY_BYTES (which counts decompressed bytes) and, sent uncompressed, still fit Lambda's limit.
  * `proto_compress_fwdbwd`: the SDK sends those bodies zstd-compressed (`Content-Encoding: zstd`).
+ * The per-release flags come from `sdkConfigFlags` (api/sdk-versions.ts).
  */
-export function clientConfig(tunables: Pick<Tunables, 'maxDatums' | 'maxBodyBytes'>, sdkVersion?: string) {
+export function clientConfig(
+  tunables: Pick<Tunables, 'maxDatums' | 'maxBodyBytes'>,
+  flags: SdkConfigFlags['clientConfig'],
+) {
   return {
     use_pyqwest_transport: false,
     parallel_fwdbwd_chunks: false,
     proto_compress_fwdbwd: true,
     fwdbwd_max_chunk_len: tunables.maxDatums,
     fwdbwd_max_chunk_bytes_count: Math.min(tunables.maxBodyBytes, LAMBDA_MAX_BINARY_BODY_BYTES),
-    ...sessionFutureFlags(sdkVersion),
-  } as const;
+    ...flags,
+  };
 }
 
-/** The first SDK release whose sampling client reads the session-futures flags (W9). */
-const SESSION_FUTURES_SINCE: readonly [number, number, number] = [0, 26, 0];
-
-/** `major.minor.patch` of a version string (a pre-release or build suffix ignored); undefined if none. */
-function releaseOf(version: string): [number, number, number] | undefined {
-  const match = /^(\d+)\.(\d+)\.(\d+)/.exec(version);
-  if (match === null) return undefined;
-  return [Number(match[1]), Number(match[2]), Number(match[3])];
+/** `client/dynamic_config`: the refresh interval, and the per-release flags of `sdkConfigFlags`. */
+export function clientDynamicConfig(flags: SdkConfigFlags['dynamicConfig']) {
+  return { refresh_interval_sec: 300, ...flags };
 }
-
-function atLeast(version: readonly number[], since: readonly number[]): boolean {
-  for (let index = 0; index < since.length; index++) {
-    const a = version[index] ?? 0;
-    const b = since[index] ?? 0;
-    if (a !== b) return a > b;
-  }
-  return true;
-}
-
-/**
- * Session futures (W9) and server-allocated clone ids, advertised only to the SDK releases that use
- * them (`client/config` names the release): an older client is never told to change how it polls.
- */
-export function sessionFutureFlags(sdkVersion: string | undefined): {
-  sample_use_retrieve_futures?: true;
-  sample_join_sampling_session?: true;
-} {
-  const release = sdkVersion === undefined ? undefined : releaseOf(sdkVersion);
-  if (release === undefined || !atLeast(release, SESSION_FUTURES_SINCE)) return {};
-  return { sample_use_retrieve_futures: true, sample_join_sampling_session: true };
-}
-
-/**
- * `client/dynamic_config`: sample futures may be cancelled (`cancel_future`: a queued sample is dropped,
- * a running one finishes), up to the SDK's default batch of cancels at once. Releases before the flag
- * existed ignore it.
- */
-export const CLIENT_DYNAMIC_CONFIG = {
-  refresh_interval_sec: 300,
-  sample_cancel_enabled: true,
-  sample_cancel_max_batch_size: 64,
-} as const;

@@ -38,7 +38,7 @@ import { partLimits } from '../wire/request-parts.js';
 import { ProtobufBody } from './bodies.js';
 import {
   clientConfig as buildClientConfig,
-  CLIENT_DYNAMIC_CONFIG,
+  clientDynamicConfig as buildClientDynamicConfig,
   type SupportedModel,
   servedBaseModel,
   supportedModels,
@@ -63,7 +63,7 @@ import {
   parseRequest,
 } from './request-checks.js';
 import * as schemas from './schemas.js';
-import type { SdkFeatures } from './sdk-versions.js';
+import { type SdkFeatures, sdkConfigFlags, sdkFeatures } from './sdk-versions.js';
 
 /**
  * The API's operations, one per endpoint: validate everything first (shape, limits, cross-field
@@ -78,15 +78,22 @@ export interface OperationContext extends IntakeStore {
   readonly sdkFeatures?: SdkFeatures;
 }
 
+/** The release a request is answered as (W7); absent from the context: the newest. */
+function featuresOf(ctx: OperationContext): SdkFeatures {
+  return ctx.sdkFeatures ?? sdkFeatures(undefined);
+}
+
 export function clientConfig(ctx: OperationContext, body: unknown): ReturnType<typeof buildClientConfig> {
-  const request = parseRequest(schemas.clientConfigRequest, body);
-  return buildClientConfig(ctx.tunables, request.sdk_version);
+  const { sdk_version: named } = parseRequest(schemas.clientConfigRequest, body);
+  // The body's sdk_version names the release here; the HTTP client's header stands in without it.
+  const features = named === undefined ? featuresOf(ctx) : sdkFeatures(named);
+  return buildClientConfig(ctx.tunables, sdkConfigFlags(features).clientConfig);
 }
 
 export { getInfo, getSampler, weightsInfo } from './info.js';
 
-export function clientDynamicConfig(): typeof CLIENT_DYNAMIC_CONFIG {
-  return CLIENT_DYNAMIC_CONFIG;
+export function clientDynamicConfig(ctx: OperationContext): ReturnType<typeof buildClientDynamicConfig> {
+  return buildClientDynamicConfig(sdkConfigFlags(featuresOf(ctx)).dynamicConfig);
 }
 
 export function serverCapabilities(): { supported_models: SupportedModel[] } {

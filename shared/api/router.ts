@@ -101,7 +101,7 @@ const POST = ['POST'] as const;
 /** Everything under `/api/v1/`, as the Tinker SDK calls it; `{param}` segments per route-matcher.ts. */
 const ROUTES: Readonly<Record<string, Route>> = {
   'client/config': { methods: POST, run: ops.clientConfig },
-  'client/dynamic_config': { methods: ['GET', 'POST'], run: () => ops.clientDynamicConfig() },
+  'client/dynamic_config': { methods: ['GET', 'POST'], run: (ctx) => ops.clientDynamicConfig(ctx) },
   get_server_capabilities: { methods: ['GET', 'POST'], run: () => ops.serverCapabilities() },
   create_session: { methods: POST, run: ops.createSession, submit: true },
   session_heartbeat: { methods: POST, run: ops.sessionHeartbeat },

@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import type { CLIENT_DYNAMIC_CONFIG, clientConfig, SupportedModel } from '../api/capabilities.js';
+import type { clientConfig, clientDynamicConfig, SupportedModel } from '../api/capabilities.js';
 import type { GetInfoAnswer, GetSamplerAnswer, WeightsInfoAnswer } from '../api/info.js';
 import type { FailedAnswer, TryAgain } from '../api/retrieve.js';
 import type * as schemas from '../api/schemas.js';
@@ -137,7 +137,7 @@ export class TinkerClient {
     return this.call('GET', `samplers/${encodeURIComponent(samplerId)}`);
   }
 
-  dynamicConfig(): Promise<typeof CLIENT_DYNAMIC_CONFIG> {
+  dynamicConfig(): Promise<ReturnType<typeof clientDynamicConfig>> {
     return this.call('POST', 'client/dynamic_config', {});
   }
 

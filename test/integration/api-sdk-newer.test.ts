@@ -168,6 +168,37 @@ afterAll(async () => {
   await api?.stop();
 });
 
+describe('client/config per release (W7)', () => {
+  it('the body names the release, the package header stands in without it', async () => {
+    const flag = async (body: object, headers: Record<string, string> = {}) => {
+      const answer = await client.raw('POST', '/api/v1/client/config', body, headers);
+      expect(answer.status).toBe(200);
+      return (answer.body as { sample_use_retrieve_futures?: boolean }).sample_use_retrieve_futures;
+    };
+    expect(await flag({ sdk_version: '0.25.0' })).toBeUndefined();
+    expect(await flag({ sdk_version: '0.32.0' })).toBe(true);
+    expect(await flag({})).toBeUndefined();
+    expect(await flag({}, { 'x-stainless-package-version': '0.24.1' })).toBeUndefined();
+    expect(await flag({}, { 'x-stainless-package-version': '0.32.0' })).toBe(true);
+    expect(
+      await flag({ sdk_version: '0.25.0' }, { 'x-stainless-package-version': '0.32.0' }),
+    ).toBeUndefined();
+    const dynamic = await client.raw(
+      'POST',
+      '/api/v1/client/dynamic_config',
+      {},
+      {
+        'x-stainless-package-version': '0.24.1',
+      },
+    );
+    expect(dynamic.body).toEqual({
+      refresh_interval_sec: 300,
+      sample_cancel_enabled: true,
+      sample_cancel_max_batch_size: 64,
+    });
+  });
+});
+
 describe('sampling ids (W8)', () => {
   it('asample answers one sequence id per sample, the same on a retry, and stores what produced them', async () => {
     const body = newerSample(1, { topk_sample_logprobs: 3, prompt_alt_tokens_k: 2 });

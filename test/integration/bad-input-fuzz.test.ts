@@ -5,7 +5,12 @@ import { create, toBinary } from '@bufbuild/protobuf';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
-import { registryKey, type SeqCounterRecord } from '../../shared/domain/records.js';
+import {
+  type CheckpointNameRecord,
+  registryKey,
+  type SeqCounterRecord,
+} from '../../shared/domain/records.js';
+import { checkpointObjectKeys } from '../../shared/repositories/checkpoints.js';
 import { DType, ForwardBackwardRequestSchema } from '../../shared/wire/gen/tinker_public_pb.js';
 import { fixtureBytes } from '../support/wire/fixtures.js';
 import {
@@ -43,7 +48,7 @@ const TIME_LIMIT_MS = 45_000;
 let api: ApiHarness;
 let client: TinkerClient;
 let apiKey = '';
-const ids = { session: '', model: '', samplingSession: '', future: '', sample: '' };
+const ids = { session: '', model: '', samplingSession: '', future: '', sample: '', sequence: '' };
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
@@ -62,7 +67,10 @@ const datum = (): Json => ({
  */
 const fresh = (n: number, step = 0) => 2 ** 40 + n * 16 + step;
 
-/** Valid bodies per endpoint (for run `n`), with the members and `type` tags the SDK (<= 0.24.1) sends. */
+/**
+ * Valid bodies per endpoint (for run `n`), with the members and `type` tags the SDK (<= 0.24.1) sends;
+ * `#newer` entries as SDK 0.26+ sends them (W8).
+ */
 const VALID: Record<string, (n: number) => Json> = {
   create_session: () => ({
     tags: ['fuzz'],
@@ -142,6 +150,40 @@ const VALID: Record<string, (n: number) => Json> = {
     topk_prompt_logprobs: 0,
     type: 'sample',
   }),
+  // What SDK 0.26+ adds (W8): the newer sampling outputs, and spans naming a sampled sequence.
+  'asample#newer': (n) => ({
+    sampling_session_id: ids.samplingSession,
+    seq_id: fresh(n, 1),
+    num_samples: 1,
+    prompt: { chunks: [{ type: 'encoded_text', tokens: [1, 2, 3] }] },
+    sampling_params: { max_tokens: 4, temperature: 0.7, top_k: -1, top_p: 1, seed: 5, stop: null },
+    prompt_logprobs: false,
+    topk_prompt_logprobs: 0,
+    topk_sample_logprobs: 2,
+    prompt_alt_tokens_k: 2,
+    record_stability_info: false,
+    target_prompt_logprobs: { data: [2, -1, 3, 4], dtype: 'int64', shape: [2, 2] },
+    type: 'sample',
+  }),
+  'forward_backward#newer': (n) => ({
+    model_id: ids.model,
+    seq_id: fresh(n, 7),
+    forward_backward_input: {
+      data: [
+        {
+          ...(datum() as Record<string, Json>),
+          model_input_spans: [
+            { type: 'prompt_tokens', sequence_id: ids.sequence, offset: 0, length: 2 },
+            { type: 'sampled_tokens', sequence_id: ids.sequence, offset: 0, length: 1 },
+          ],
+          loss_fn_input_spans: [{ type: 'sampled_tokens', sequence_id: ids.sequence, offset: 1, length: 3 }],
+        },
+      ],
+      loss_fn: 'cross_entropy',
+      loss_fn_config: null,
+    },
+    type: 'forward_backward',
+  }),
   retrieve_future: () => ({ request_id: ids.future, allow_metadata_only: false }),
   // What SDK releases after 0.25.0 add (W9, copy_weights).
   retrieve_futures: () => ({
@@ -161,6 +203,8 @@ const VALID: Record<string, (n: number) => Json> = {
   telemetry: () => ({ events: [{ event: 'GENERIC_EVENT', severity: 'INFO' }], platform: 'linux' }),
 };
 const ENDPOINTS = Object.keys(VALID);
+/** The route of a VALID entry (`asample#newer` is asample). */
+const routeOf = (endpoint: string) => endpoint.split('#')[0] as string;
 
 type Path = (string | number)[];
 
@@ -304,6 +348,13 @@ beforeAll(async () => {
       base_model: 'reference/byte-lm',
     })
   ).sampling_session_id;
+  const sampled = await client.raw('POST', '/api/v1/asample', {
+    sampling_session_id: ids.samplingSession,
+    seq_id: 2 ** 50,
+    prompt: { chunks: [{ tokens: [1, 2, 3] }] },
+    sampling_params: { max_tokens: 4 },
+  });
+  ids.sequence = (sampled.body as { sample_sequence_ids: string[] }).sample_sequence_ids[0] as string;
   ids.sample = (
     await client.asample({
       sampling_session_id: ids.samplingSession,
@@ -323,7 +374,8 @@ beforeAll(async () => {
   await api.cloud.clients.s3.send(
     new PutObjectCommand({
       Bucket: api.cloud.names.bucket,
-      Key: record.Item?.blob_key as string,
+      // The record holds no blob_key (no commit ran): the copy reads the key the record names without one.
+      Key: checkpointObjectKeys(record.Item as CheckpointNameRecord)[0] as string,
       Body: Buffer.from('blob'),
     }),
   );
@@ -336,7 +388,7 @@ afterAll(async () => {
 describe('fuzzed SDK bodies', () => {
   it('every unmutated body is accepted (the fuzzer starts from valid requests)', async () => {
     for (const endpoint of ENDPOINTS) {
-      const answer = await client.raw('POST', `/api/v1/${endpoint}`, VALID[endpoint]!(0));
+      const answer = await client.raw('POST', `/api/v1/${routeOf(endpoint)}`, VALID[endpoint]!(0));
       expect(answer.status, endpoint).toBe(200);
     }
   });
@@ -359,7 +411,7 @@ describe('fuzzed SDK bodies', () => {
             const at = damage.at % (text.length + 1);
             text = damage.cut ? text.slice(0, at) : `${text.slice(0, at)}${damage.insert}${text.slice(at)}`;
           }
-          const answer = await client.raw('POST', `/api/v1/${endpoint}`, text);
+          const answer = await client.raw('POST', `/api/v1/${routeOf(endpoint)}`, text);
           statuses.set(answer.status, (statuses.get(answer.status) ?? 0) + 1);
           const after = await api.counts();
           const context = `${endpoint} ${text.slice(0, 300)} -> ${answer.status} ${JSON.stringify(answer.body)}`;
@@ -431,7 +483,7 @@ async function afterAccepted(): Promise<void> {
   pbModel.next = Math.max(pbModel.next, (counter?.last_seq_id ?? 0) + 1);
 }
 
-/** Valid protobuf bodies as the SDK 0.25 sends them (dense and CSR tensors, several loss functions). */
+/** Valid protobuf bodies as the SDK 0.25 sends them (dense and CSR tensors, several loss functions), and 0.26+. */
 const PB_VALID: ((seqId: number) => RequestInit)[] = [
   (seqId) => ({
     modelId: pbModel.id,
@@ -481,7 +533,30 @@ const PB_VALID: ((seqId: number) => RequestInit)[] = [
       pbDatum([5, 6, 7], { logprobs: float32Tensor([-1, -2, -3]), advantages: float32Tensor([1, 0, -1]) }),
     ],
   }),
+  // As SDK 0.26+ sends an RL step (W8): spans naming a sampled sequence, numbers in both configs.
+  (seqId) => ({
+    modelId: pbModel.id,
+    seqId,
+    lossFn: 'ppo',
+    lossFnConfig: { clip_low_threshold: 0.8 },
+    lossFnConfigV2: { clip_low_threshold: { value: { case: 'number', value: 0.8 } } },
+    data: [
+      {
+        ...pbDatum([5, 6, 7], {
+          logprobs: float32Tensor([-1, -2, -3]),
+          advantages: float32Tensor([1, 0, -1]),
+        }),
+        modelInputSpans: [pbSpan('promptTokens', 0, 3)],
+        lossFnInputSpans: [pbSpan('promptTokens', 1, 2), pbSpan('sampledTokens', 0, 1)],
+      },
+    ],
+  }),
 ];
+
+/** A ProvenanceSpan init naming the fuzz's sampled sequence (a 3-token prompt, max_tokens 4). */
+const pbSpan = (arm: 'promptTokens' | 'sampledTokens', offset: number, length: number) => ({
+  span: { case: arm, value: { sequenceId: ids.sequence, offset: BigInt(offset), length: BigInt(length) } },
+});
 
 /** Bytes of one more top-level field: appended to a message, protobuf merges it in (last one wins). */
 const extraField: fc.Arbitrary<Uint8Array> = fc
@@ -495,6 +570,26 @@ const extraField: fc.Arbitrary<Uint8Array> = fc
     fc
       .tuple(fc.constantFrom('clip', 'clip_high_threshold', 'beta', '', '__proto__'), fc.double())
       .map(([name, value]): RequestInit => ({ lossFnConfig: { [name]: value } })),
+    fc
+      .tuple(
+        fc.constantFrom('clip_low_threshold', 'beta', 'mode', '__proto__'),
+        fc.oneof(
+          fc.double().map((value) => ({ case: 'number' as const, value })),
+          fc.string({ maxLength: 8 }).map((value) => ({ case: 'text' as const, value })),
+        ),
+      )
+      .map(([name, value]): RequestInit => ({ lossFnConfigV2: { [name]: { value } } })),
+    fc
+      .tuple(
+        fc.constantFrom('promptTokens' as const, 'sampledTokens' as const),
+        fc.integer({ min: -1, max: 5 }),
+        fc.integer({ min: 0, max: 5 }),
+      )
+      .map(
+        ([arm, offset, length]): RequestInit => ({
+          data: [{ ...pbDatum([5, 6, 7]), modelInputSpans: [pbSpan(arm, offset, length)] }],
+        }),
+      ),
     fc
       .constantFrom(
         pbDatum([1]),

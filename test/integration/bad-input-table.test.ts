@@ -47,7 +47,7 @@ let owner: TinkerClient;
 let ownerKey = '';
 let rivalKey = '';
 let operatorKey = '';
-const ids = { session: '', model: '', samplingSession: '' };
+const ids = { session: '', model: '', samplingSession: '', sampled: '' };
 
 const datum = (tokens: number[] = [1, 2, 3]) => ({
   model_input: { chunks: [{ type: 'encoded_text', tokens }] },
@@ -119,7 +119,9 @@ beforeAll(async () => {
       base_model: 'reference/byte-lm',
     })
   ).sampling_session_id;
-  await owner.asample(sample({ seq_id: 0 }));
+  const sampled = await owner.raw('POST', '/api/v1/asample', sample({ seq_id: 0 }));
+  // The id of its one sequence (a 2-token prompt, max_tokens 4): what the span rows below name.
+  ids.sampled = (sampled.body as { sample_sequence_ids: string[] }).sample_sequence_ids[0] as string;
 });
 
 afterAll(async () => {
@@ -568,6 +570,246 @@ const losses: BadRequest[] = [
     status: 400,
     field: `${rlField}.logprobs.data.1`,
     error: /finite float32/,
+  },
+];
+
+/** A datum of 3 positions (datum()) with provenance spans (W8): both lists optional, each tiling 3. */
+const spanned = (spans: Record<string, unknown>) => ({ ...datum(), ...spans });
+const prompt = (offset: number, length: number, id?: string) => ({
+  type: 'prompt_tokens',
+  sequence_id: id ?? ids.sampled,
+  offset,
+  length,
+});
+const sampled = (offset: number, length: number, id?: string) => ({
+  type: 'sampled_tokens',
+  sequence_id: id ?? ids.sampled,
+  offset,
+  length,
+});
+const spansField = 'forward_backward_input.data.0';
+/** A target_prompt_logprobs for the fixture's 2-token prompt: shape [1, K]. */
+const targets = (tensor: Record<string, unknown>) =>
+  sample({ target_prompt_logprobs: { data: [5, -1], dtype: 'int64', shape: [1, 2], ...tensor } });
+
+/** What SDK releases after 0.25.0 add (W8): the newer sampling outputs, provenance spans, string configs. */
+const newerFields: BadRequest[] = [
+  ...(
+    [
+      ['topk_sample_logprobs', -1],
+      ['topk_sample_logprobs', 1.5],
+      ['topk_sample_logprobs', 1025],
+      ['prompt_alt_tokens_k', '2'],
+      ['prompt_alt_tokens_k', -3],
+      ['record_stability_info', 'yes'],
+      ['target_prompt_logprobs', 'ids'],
+    ] as const
+  ).map(
+    ([field, value]): BadRequest => ({
+      name: `asample ${field} ${JSON.stringify(value)}`,
+      path: 'asample',
+      body: () => sample({ [field]: value }),
+      status: 400,
+      field,
+      error: new RegExp(`^${field}: `),
+    }),
+  ),
+  {
+    name: 'target_prompt_logprobs as float32',
+    path: 'asample',
+    body: () => targets({ data: [0.5, 1], dtype: 'float32' }),
+    status: 400,
+    field: 'target_prompt_logprobs.dtype',
+    error: /must be int64/,
+  },
+  {
+    name: 'target_prompt_logprobs with a row per prompt token (not prompt - 1)',
+    path: 'asample',
+    body: () => targets({ data: [5, 6], shape: [2, 1] }),
+    status: 400,
+    field: 'target_prompt_logprobs.shape',
+    error: /must be \[1, K\] for a prompt of 2 tokens/,
+  },
+  {
+    name: 'target_prompt_logprobs 1-D',
+    path: 'asample',
+    body: () => targets({ shape: [2] }),
+    status: 400,
+    field: 'target_prompt_logprobs.shape',
+    error: /must be \[1, K\]/,
+  },
+  {
+    name: 'target_prompt_logprobs data shorter than its shape',
+    path: 'asample',
+    body: () => targets({ shape: [1, 3] }),
+    status: 400,
+    field: 'target_prompt_logprobs.shape',
+    error: /holds 3 values, data has 2/,
+  },
+  {
+    name: 'target_prompt_logprobs id -2',
+    path: 'asample',
+    body: () => targets({ data: [-2, 5] }),
+    status: 400,
+    field: 'target_prompt_logprobs.data.0',
+    error: /must be a token id or -1/,
+  },
+  {
+    name: 'target_prompt_logprobs id 2^31',
+    path: 'asample',
+    body: () => targets({ data: [5, 2 ** 31] }),
+    status: 400,
+    field: 'target_prompt_logprobs.data.1',
+    error: /must be a token id or -1/,
+  },
+  {
+    name: 'target_prompt_logprobs sparse without column indices',
+    path: 'asample',
+    body: () => targets({ data: [5], sparse_crow_indices: [0, 1] }),
+    status: 400,
+    field: 'target_prompt_logprobs',
+    error: /needs both sparse_crow_indices and sparse_col_indices/,
+  },
+  {
+    name: 'target_prompt_logprobs sparse column past the shape',
+    path: 'asample',
+    body: () => targets({ data: [5], sparse_crow_indices: [0, 1], sparse_col_indices: [2] }),
+    status: 400,
+    field: 'target_prompt_logprobs.sparse_col_indices',
+    error: /sparse_col_indices/,
+  },
+  {
+    name: 'target_prompt_logprobs over 2^20 cells',
+    path: 'asample',
+    body: () =>
+      targets({ data: [], shape: [1, 2 ** 20 + 1], sparse_crow_indices: [0, 0], sparse_col_indices: [] }),
+    status: 413,
+    field: 'target_prompt_logprobs.shape',
+    error: /exceeds the limit of 1048576/,
+  },
+  {
+    name: 'a span of an unknown type',
+    path: 'forward_backward',
+    body: () => fb({}, { data: [spanned({ model_input_spans: [{ ...prompt(0, 3), type: 'generated' }] })] }),
+    status: 400,
+    field: `${spansField}.model_input_spans.0.type`,
+    error: /model_input_spans\.0\.type/,
+  },
+  {
+    name: 'a span of length 0',
+    path: 'forward_backward',
+    body: () => fb({}, { data: [spanned({ loss_fn_input_spans: [prompt(0, 2), sampled(0, 0)] })] }),
+    status: 400,
+    field: `${spansField}.loss_fn_input_spans.1.length`,
+    error: /loss_fn_input_spans\.1\.length/,
+  },
+  {
+    name: 'a span at a negative offset',
+    path: 'forward_backward',
+    body: () => fb({}, { data: [spanned({ model_input_spans: [sampled(-1, 3)] })] }),
+    status: 400,
+    field: `${spansField}.model_input_spans.0.offset`,
+    error: /model_input_spans\.0\.offset/,
+  },
+  {
+    name: 'a span without a sequence_id',
+    path: 'forward_backward',
+    body: () => fb({}, { data: [spanned({ model_input_spans: [{ type: 'sampled_tokens', length: 3 }] })] }),
+    status: 400,
+    field: `${spansField}.model_input_spans.0.sequence_id`,
+    error: /sequence_id/,
+  },
+  {
+    name: 'spans as an object',
+    path: 'forward_backward',
+    body: () => fb({}, { data: [spanned({ model_input_spans: { 0: sampled(0, 3) } })] }),
+    status: 400,
+    field: `${spansField}.model_input_spans`,
+    error: /expected array/,
+  },
+  {
+    name: 'spans that cover 2 of the datum 3 positions',
+    path: 'forward_backward',
+    body: () => fb({}, { data: [spanned({ model_input_spans: [prompt(0, 2)] })] }),
+    status: 400,
+    field: `${spansField}.model_input_spans`,
+    error: /spans cover 2 positions; they must tile the datum's 3/,
+  },
+  {
+    name: 'spans that cover 4 of 3 positions',
+    path: 'forward_backward',
+    body: () => fb({}, { data: [spanned({ loss_fn_input_spans: [prompt(0, 2), sampled(0, 2)] })] }),
+    status: 400,
+    field: `${spansField}.loss_fn_input_spans`,
+    error: /spans cover 4 positions/,
+  },
+  ...(
+    [
+      ['not a sequence id', () => 'abc'],
+      ['a sequence id never issued', () => `${'0'.repeat(32)}:0`],
+      ['an index past num_samples', () => `${ids.sampled.split(':')[0]}:1`],
+    ] as const
+  ).map(
+    ([name, id]): BadRequest => ({
+      name: `a span naming ${name}`,
+      path: 'forward_backward',
+      body: () => fb({}, { data: [spanned({ model_input_spans: [sampled(0, 3, id())] })] }),
+      status: 400,
+      field: `${spansField}.model_input_spans.0.sequence_id`,
+      error: /names no sampled sequence issued to this tenant/,
+    }),
+  ),
+  {
+    name: 'a prompt span past the 2-token prompt',
+    path: 'forward_backward',
+    body: () => fb({}, { data: [spanned({ loss_fn_input_spans: [prompt(0, 3)] })] }),
+    status: 400,
+    field: `${spansField}.loss_fn_input_spans.0.length`,
+    error: /offset 0 \+ length 3 runs past the sequence's 2 prompt tokens/,
+  },
+  {
+    name: 'a sampled span past max_tokens 4',
+    path: 'forward_backward',
+    body: () => fb({}, { data: [spanned({ model_input_spans: [sampled(2, 3)] })] }),
+    status: 400,
+    field: `${spansField}.model_input_spans.0.length`,
+    error: /runs past the sequence's 4 max_tokens/,
+  },
+  {
+    name: 'forward with a span past max_tokens',
+    path: 'forward',
+    body: () => ({
+      model_id: ids.model,
+      seq_id: 10,
+      forward_input: { data: [spanned({ model_input_spans: [sampled(3, 3)] })], loss_fn: 'cross_entropy' },
+    }),
+    status: 400,
+    field: 'forward_input.data.0.model_input_spans.0.length',
+    error: /runs past/,
+  },
+  {
+    name: 'ppo clip_low_threshold as a string',
+    path: 'forward_backward',
+    body: () => rl('ppo', { clip_low_threshold: '0.8' }),
+    status: 400,
+    field: 'forward_backward_input.loss_fn_config.clip_low_threshold',
+    error: /must be a number .*got the string "0\.8"/,
+  },
+  {
+    name: 'loss_fn_config value an object',
+    path: 'forward_backward',
+    body: () => rl('ppo', { clip_low_threshold: { value: 0.8 } }),
+    status: 400,
+    field: 'forward_backward_input.loss_fn_config.clip_low_threshold',
+    error: /clip_low_threshold/,
+  },
+  {
+    name: 'asample seq_id with topk_sample_logprobs now',
+    path: 'asample',
+    body: () => sample({ seq_id: 0, topk_sample_logprobs: 2 }),
+    status: 400,
+    field: 'seq_id',
+    error: /already used with a different payload/,
   },
 ];
 
@@ -1474,6 +1716,13 @@ const csr = (crow: number[], col: number[]): TensorInit => ({
   dtype: DType.DTYPE_FLOAT32,
   shape: [3n, 2n],
 });
+/** A ProvenanceSpan init naming the fixture's sampled sequence (or `id`). */
+const pbSpan = (arm: 'promptTokens' | 'sampledTokens', offset: number, length: number, id?: string) => ({
+  span: {
+    case: arm,
+    value: { sequenceId: id ?? ids.sampled, offset: BigInt(offset), length: BigInt(length) },
+  },
+});
 const tokensOf = (count: number) => Array.from({ length: count }, (_, index) => index % 250);
 /** Over MAX_BODY_BYTES as protobuf (12 bytes a token: int32 in, int64 target). */
 const overTheLimit = () => pb({ data: [pbDatum(tokensOf(3_000))] });
@@ -2073,6 +2322,98 @@ const protobuf: BadRequest[] = [
     field: 'seq_id',
     error: /already used with a different payload/,
   },
+  // SDK 0.26+ (W8): provenance spans (Datum 3, 4) and loss_fn_config_v2 (7).
+  {
+    name: 'a provenance span with neither arm',
+    path: 'forward_backward',
+    body: () => pb({ data: [{ ...pbDatum(), modelInputSpans: [{}] }] }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'data.0.model_input_spans.0',
+    error: /names neither prompt_tokens nor sampled_tokens/,
+  },
+  {
+    name: 'a provenance span at offset -1',
+    path: 'forward_backward',
+    body: () => pb({ data: [{ ...pbDatum(), lossFnInputSpans: [pbSpan('promptTokens', -1, 3)] }] }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'data.0.loss_fn_input_spans.0.prompt_tokens.offset',
+    error: /must be >= 0/,
+  },
+  {
+    name: 'provenance spans that do not tile the datum',
+    path: 'forward_backward',
+    body: () => pb({ data: [{ ...pbDatum(), modelInputSpans: [pbSpan('promptTokens', 0, 2)] }] }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'data.0.model_input_spans',
+    error: /must tile the datum's 3/,
+  },
+  {
+    name: 'a provenance span naming a sequence never issued',
+    path: 'forward_backward',
+    body: () =>
+      pb({
+        data: [{ ...pbDatum(), modelInputSpans: [pbSpan('sampledTokens', 0, 3, `${'f'.repeat(32)}:0`)] }],
+      }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'data.0.model_input_spans.0.sequence_id',
+    error: /names no sampled sequence issued to this tenant/,
+  },
+  {
+    name: 'a sampled provenance span past max_tokens',
+    path: 'forward_backward',
+    body: () => pb({ data: [{ ...pbDatum(), modelInputSpans: [pbSpan('sampledTokens', 2, 3)] }] }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'data.0.model_input_spans.0.length',
+    error: /runs past the sequence's 4 max_tokens/,
+  },
+  {
+    name: 'loss_fn_config_v2 text where ppo needs a number',
+    path: 'forward_backward',
+    body: () =>
+      pb({
+        lossFn: 'ppo',
+        data: [
+          pbDatum([1, 2, 3], { logprobs: float32Tensor([-1, -1, -1]), advantages: float32Tensor([1, 0, 1]) }),
+        ],
+        lossFnConfigV2: { clip_low_threshold: { value: { case: 'text', value: 'low' } } },
+      }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'loss_fn_config.clip_low_threshold',
+    error: /must be a number .*got the string "low"/,
+  },
+  {
+    name: 'loss_fn_config_v2 entry with neither number nor text',
+    path: 'forward_backward',
+    body: () => pb({ lossFnConfigV2: { beta: {} } }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'loss_fn_config_v2.beta',
+    error: /has neither number nor text/,
+  },
+  {
+    name: 'loss_fn_config_v2 NaN',
+    path: 'forward_backward',
+    body: () => pb({ lossFnConfigV2: { beta: { value: { case: 'number', value: Number.NaN } } } }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'loss_fn_config_v2.beta',
+    error: /must be a finite number/,
+  },
+  {
+    name: 'loss_fn_config_v2 key cross_entropy does not take',
+    path: 'forward_backward',
+    body: () => pb({ lossFnConfigV2: { mode: { value: { case: 'text', value: 'strict' } } } }),
+    headers: PROTOBUF,
+    status: 400,
+    field: 'loss_fn_config.mode',
+    error: /not a config key of loss_fn cross_entropy/,
+  },
 ];
 
 /** Keys stand in the table as words; the real ones are only known once the fixture ran. */
@@ -2396,6 +2737,7 @@ describe.each([
   ['wrong types', types],
   ['numbers', numbers],
   ['loss functions', losses],
+  ['SDK 0.26+ fields', newerFields],
   ['unicode and control characters', text],
   ['deep nesting', nesting],
   ['sizes', sizes],

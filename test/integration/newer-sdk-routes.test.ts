@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { OptimStepPayload } from '../../shared/api/payloads.js';
 import { type TinkerClient, TinkerHttpError } from '../../shared/client/tinker-client.js';
 import { type CheckpointNameRecord, type FutureRow, registryKey } from '../../shared/domain/records.js';
+import { checkpointObjectKeys } from '../../shared/repositories/checkpoints.js';
 import { readPayload } from '../support/payloads.js';
 import { type ApiHarness, startApiHarness } from './api-harness.js';
 
@@ -151,7 +152,7 @@ describe('copy_weights', () => {
     await api.cloud.clients.s3.send(
       new PutObjectCommand({
         Bucket: api.cloud.names.bucket,
-        Key: record.blob_key as string,
+        Key: checkpointObjectKeys(record)[0] as string,
         Body: blob,
       }),
     );

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { parseSdkVersion, sdkFeatures } from '../../shared/api/sdk-versions.js';
+import { clientConfig, clientDynamicConfig } from '../../shared/api/capabilities.js';
+import { parseSdkVersion, sdkConfigFlags, sdkFeatures } from '../../shared/api/sdk-versions.js';
 import {
   parseSampleSequenceId,
   sampleSequenceIds,
@@ -25,6 +26,43 @@ describe('SDK versions (W7)', () => {
     expect(sdkFeatures(undefined).resultSequenceIds).toBe(false);
     expect(sdkFeatures('0.25.0').resultSequenceIds).toBe(false);
     expect(sdkFeatures('0.32.0').resultSequenceIds).toBe(true);
+  });
+});
+
+describe('the config answers per release (W7)', () => {
+  const tunables = { maxDatums: 64, maxBodyBytes: 1 << 20 };
+  const flags = (version: string | undefined) => sdkConfigFlags(sdkFeatures(version));
+  const config = (version: string | undefined) => clientConfig(tunables, flags(version).clientConfig);
+
+  it('0.24.1, 0.25.0 and a client naming no release get the client/config they always got', () => {
+    for (const version of ['0.24.1', '0.25.0', '0.25.9', 'not a version', undefined]) {
+      expect(config(version)).toEqual({
+        use_pyqwest_transport: false,
+        parallel_fwdbwd_chunks: false,
+        proto_compress_fwdbwd: true,
+        fwdbwd_max_chunk_len: 64,
+        fwdbwd_max_chunk_bytes_count: 1 << 20,
+      });
+    }
+  });
+
+  it('session futures and clone ids (W9) are advertised to 0.26.0 and later', () => {
+    for (const version of ['0.26.0', '0.32.0.dev3', '1.0.0rc1']) {
+      expect(config(version)).toMatchObject({
+        sample_use_retrieve_futures: true,
+        sample_join_sampling_session: true,
+      });
+    }
+  });
+
+  it('cancellation is advertised to every release', () => {
+    for (const version of ['0.24.1', '0.32.0', undefined]) {
+      expect(clientDynamicConfig(flags(version).dynamicConfig)).toEqual({
+        refresh_interval_sec: 300,
+        sample_cancel_enabled: true,
+        sample_cancel_max_batch_size: 64,
+      });
+    }
   });
 });
 

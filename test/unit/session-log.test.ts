@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import { sessionFutureFlags } from '../../shared/api/capabilities.js';
 import {
   CLONE_SEQ_SPAN,
   cloneOfSeqId,
@@ -56,17 +55,5 @@ describe('log keys', () => {
   it('a seq_id names its clone as the SDK builds it (10^9 * clone + n)', () => {
     expect(cloneOfSeqId(5)).toBe(0);
     expect(cloneOfSeqId(CLONE_SEQ_SPAN * 3 + 7)).toBe(3);
-  });
-});
-
-describe('sessionFutureFlags', () => {
-  it('advertises session futures to 0.26 and later only', () => {
-    expect(sessionFutureFlags(undefined)).toEqual({});
-    expect(sessionFutureFlags('0.24.1')).toEqual({});
-    expect(sessionFutureFlags('0.25.0')).toEqual({});
-    expect(sessionFutureFlags('not a version')).toEqual({});
-    expect(sessionFutureFlags('0.26.0')).toMatchObject({ sample_use_retrieve_futures: true });
-    expect(sessionFutureFlags('0.32.0.dev3')).toMatchObject({ sample_join_sampling_session: true });
-    expect(sessionFutureFlags('1.0.0')).toMatchObject({ sample_use_retrieve_futures: true });
   });
 });

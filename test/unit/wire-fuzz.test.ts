@@ -1,10 +1,14 @@
+import { create, toBinary } from '@bufbuild/protobuf';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import type { Datum } from '../../shared/backend/pass-input.js';
 import { ValidationError } from '../../shared/errors.js';
 import {
   decodeForwardBackwardRequest,
   encodeStoredPass,
+  type ForwardBackwardMessage,
 } from '../../shared/wire/forward-backward-request.js';
+import { ForwardBackwardRequestSchema } from '../../shared/wire/gen/tinker_public_pb.js';
 import { partLimits } from '../../shared/wire/request-parts.js';
 import { decompressZstdBounded, MAX_ZSTD_FRAMES } from '../../shared/wire/zstd.js';
 import { fixtureBytes } from '../support/wire/fixtures.js';
@@ -36,6 +40,32 @@ const REQUESTS = [
   'image-chunk',
 ].map(fixtureBytes);
 const STORED = REQUESTS.slice(0, 5).map((bytes) => encodeStoredPass(decodeForwardBackwardRequest(bytes)));
+
+/** SDK 0.26+ messages (W8): provenance spans on a datum and loss_fn_config_v2 numbers and text. */
+const SEQUENCE = `${'c'.repeat(32)}:1`;
+const NEWER_MESSAGE: ForwardBackwardMessage = {
+  model_id: 'tenant:model',
+  seq_id: 3,
+  forward_only: false,
+  input: {
+    loss_fn: 'importance_sampling',
+    loss_fn_config: { beta: 0.5, mode: 'strict' },
+    data: [
+      {
+        model_input: { chunks: [{ type: 'encoded_text', tokens: new Int32Array([72, 105, 5]) }] },
+        loss_fn_inputs: {
+          target_tokens: { dtype: 'int64', data: new BigInt64Array([105n, 5n, 6n]), shape: [3] },
+        },
+        model_input_spans: [
+          { type: 'prompt_tokens', sequence_id: SEQUENCE, offset: 0, length: 2 },
+          { type: 'sampled_tokens', sequence_id: SEQUENCE, offset: 0, length: 1 },
+        ],
+        loss_fn_input_spans: [{ type: 'sampled_tokens', sequence_id: SEQUENCE, offset: 0, length: 3 }],
+      },
+    ],
+  },
+};
+const NEWER = [encodeStoredPass(NEWER_MESSAGE)];
 const ZSTD = ['cross-entropy-4.zst', 'bomb-streamed.zst', 'bomb-declared.zst'].map(fixtureBytes);
 
 type Mutation =
@@ -107,7 +137,7 @@ describe('decodeForwardBackwardRequest under fuzzing', () => {
   });
 
   it('mutated SDK and stored messages (bit flips, truncation, splices) fail only with ValidationError', () => {
-    const bases = [...REQUESTS, ...STORED];
+    const bases = [...REQUESTS, ...STORED, ...NEWER];
     fc.assert(
       fc.property(fc.nat(), fc.array(mutationArb, { minLength: 1, maxLength: 4 }), (base, mutations) => {
         const bytes = mutate(bases[base % bases.length] as Uint8Array, mutations, bases);
@@ -152,6 +182,102 @@ describe('decompressZstdBounded under fuzzing', () => {
       }),
       { numRuns: 600 },
     );
+  });
+});
+
+/** int64 values a span may carry on the wire: mostly small, and the edges, negatives, beyond 2^53. */
+const int64Arb = fc.oneof(
+  { arbitrary: fc.bigInt({ min: 0n, max: 64n }), weight: 8 },
+  { arbitrary: fc.constantFrom(-1n, 2n ** 53n - 1n, 2n ** 53n, 2n ** 63n - 1n, -(2n ** 63n)), weight: 1 },
+  { arbitrary: fc.bigInt({ min: -(2n ** 63n), max: 2n ** 63n - 1n }), weight: 1 },
+);
+const spanArb = fc.record({
+  arm: fc.oneof(
+    { arbitrary: fc.constantFrom('promptTokens' as const, 'sampledTokens' as const), weight: 12 },
+    { arbitrary: fc.constant(undefined), weight: 1 },
+  ),
+  sequenceId: fc.oneof(
+    { arbitrary: fc.constant(SEQUENCE), weight: 12 },
+    { arbitrary: fc.string({ maxLength: 140 }), weight: 1 },
+    { arbitrary: fc.string({ unit: 'binary', maxLength: 8 }), weight: 1 },
+  ),
+  offset: int64Arb,
+  length: int64Arb,
+});
+/** Config numbers: mostly finite, sometimes NaN or infinite. */
+const numberArb = fc.oneof(
+  { arbitrary: fc.double({ noNaN: true, noDefaultInfinity: true }), weight: 8 },
+  { arbitrary: fc.double(), weight: 1 },
+);
+const configValueArb = fc.oneof(
+  { arbitrary: numberArb.map((value) => ({ value: { case: 'number' as const, value } })), weight: 6 },
+  {
+    arbitrary: fc.string({ maxLength: 20 }).map((value) => ({ value: { case: 'text' as const, value } })),
+    weight: 6,
+  },
+  { arbitrary: fc.constant({}), weight: 1 },
+);
+
+describe('the SDK 0.26+ fields under fuzzing (W8)', () => {
+  it('random provenance spans and loss_fn_config_v2 entries: accepted only in range, else a ValidationError naming them', () => {
+    const tally = { accepted: 0, refused: 0 };
+    fc.assert(
+      fc.property(
+        fc.array(spanArb, { maxLength: 3 }),
+        fc.array(spanArb, { maxLength: 3 }),
+        fc.dictionary(fc.string({ maxLength: 12 }), configValueArb, { maxKeys: 2 }),
+        fc.dictionary(fc.string({ maxLength: 12 }), numberArb, { maxKeys: 2 }),
+        (inputSpans, lossSpans, v2, v1) => {
+          const span = ({ arm, sequenceId, offset, length }: (typeof inputSpans)[number]) =>
+            arm === undefined ? {} : { span: { case: arm, value: { sequenceId, offset, length } } };
+          const bytes = toBinary(
+            ForwardBackwardRequestSchema,
+            create(ForwardBackwardRequestSchema, {
+              modelId: 'm',
+              seqId: 1,
+              lossFn: 'ppo',
+              lossFnConfig: v1,
+              lossFnConfigV2: v2,
+              data: [{ modelInputSpans: inputSpans.map(span), lossFnInputSpans: lossSpans.map(span) }],
+            }),
+          );
+          let decoded: ForwardBackwardMessage;
+          try {
+            decoded = decodeForwardBackwardRequest(bytes);
+          } catch (error) {
+            expect(error).toBeInstanceOf(ValidationError);
+            const { status, context } = error as ValidationError;
+            expect(status).toBe(400);
+            tally.refused += 1;
+            expect(String(context.field)).toMatch(
+              /^(data\.0\.(model_input|loss_fn_input)_spans\.\d|loss_fn_config)/,
+            );
+            return;
+          }
+          tally.accepted += 1;
+          const datum = decoded.input.data[0] as Datum;
+          for (const spans of [datum.model_input_spans ?? [], datum.loss_fn_input_spans ?? []]) {
+            for (const one of spans) {
+              expect(one.sequence_id.length).toBeGreaterThan(0);
+              expect(one.sequence_id.length).toBeLessThanOrEqual(128);
+              expect(Number.isSafeInteger(one.offset) && one.offset >= 0).toBe(true);
+              expect(Number.isSafeInteger(one.length) && one.length >= 1).toBe(true);
+            }
+          }
+          expect((datum.model_input_spans ?? []).length).toBe(inputSpans.length);
+          for (const value of Object.values(decoded.input.loss_fn_config)) {
+            expect(typeof value === 'string' || Number.isFinite(value)).toBe(true);
+          }
+          // What is accepted is stored in the canonical form and reads back the same.
+          expect(decodeForwardBackwardRequest(encodeStoredPass(decoded))).toEqual(decoded);
+        },
+      ),
+      { numRuns: 1500 },
+    );
+    console.info(`newer-field fuzz: ${JSON.stringify(tally)}`);
+    // Not vacuous either way.
+    expect(tally.accepted).toBeGreaterThan(100);
+    expect(tally.refused).toBeGreaterThan(100);
   });
 });
 

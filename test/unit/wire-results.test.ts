@@ -38,14 +38,22 @@ function asSdkOutput(result: StoredForwardBackwardResult) {
   };
 }
 
+/** Top-k rows as read back: float32 logprobs, an empty row null. */
+const asSdkRows = (rows: NonNullable<StoredSampleResult['topk_prompt_logprobs']>) =>
+  rows.map((row) => (row?.length ? row.map(([token, logprob]) => [token, Math.fround(logprob)]) : null));
+
 function asSdkSample(result: StoredSampleResult) {
   const rows = result.topk_prompt_logprobs;
   const k = Math.max(0, ...(rows ?? []).map((row) => row?.length ?? 0));
+  const alt = result.prompt_alt_tokens;
+  const targets = result.target_prompt_logprobs;
   return {
     sequences: result.sequences.map((sequence) => ({
       stop_reason: sequence.stop_reason,
       tokens: [...sequence.tokens],
       logprobs: sequence.logprobs?.length ? sequence.logprobs.map(Math.fround) : null,
+      // SDK 0.26+ (W8): present only when the result has it.
+      ...(sequence.topk_logprobs == null ? {} : { topk_logprobs: asSdkRows(sequence.topk_logprobs) }),
     })),
     prompt_logprobs: result.prompt_logprobs?.length
       ? result.prompt_logprobs.map((value) => (value === null ? null : Math.fround(value)))
@@ -57,6 +65,21 @@ function asSdkSample(result: StoredSampleResult) {
             row?.length ? row.map(([token, logprob]) => [token, Math.fround(logprob)]) : null,
           ),
     prompt_cache_hit_tokens: result.prompt_cache_hit_tokens ?? 0,
+    ...(alt == null
+      ? {}
+      : {
+          prompt_alt_tokens: {
+            tokens: alt.tokens.map((row) => [...row]),
+            logprobs: alt.logprobs.map((row) => row.map(Math.fround)),
+          },
+        }),
+    ...(targets == null
+      ? {}
+      : {
+          target_prompt_logprobs: targets.map((row) =>
+            row.map((value) => (value === null ? null : Math.fround(value))),
+          ),
+        }),
   };
 }
 
@@ -155,15 +178,46 @@ describe('encodeForwardBackwardOutput', () => {
 describe('encodeSampleResponse', () => {
   it('reads back as the SDK would make it (property)', () => {
     const logprob = fc.float({ noNaN: true, noDefaultInfinity: true, min: -1000, max: 0 });
+    const topkRows = fc.array(
+      fc.option(fc.array(fc.tuple(fc.integer({ min: 1, max: 1000 }), logprob), { maxLength: 4 })),
+      { maxLength: 6 },
+    );
+    /** [rows, width] matrices: every row as wide as the first (as the sampler writes them). */
+    const matrix = <T>(cell: fc.Arbitrary<T>) =>
+      fc.tuple(fc.nat(4), fc.integer({ min: 1, max: 3 })).chain(([rows, width]) =>
+        fc.array(fc.array(cell, { minLength: width, maxLength: width }), {
+          minLength: rows,
+          maxLength: rows,
+        }),
+      );
     const sampleArb: fc.Arbitrary<StoredSampleResult> = fc.record({
       sequences: fc.array(
         fc.record({
           stop_reason: fc.constantFrom('stop' as const, 'length' as const),
           tokens: fc.array(fc.integer({ min: 0, max: 2 ** 31 - 1 }), { maxLength: 8 }),
           logprobs: fc.option(fc.array(logprob, { maxLength: 8 })),
+          topk_logprobs: fc.option(topkRows),
         }),
         { maxLength: 3 },
       ),
+      prompt_alt_tokens: fc.option(
+        fc.nat(4).chain((rows) =>
+          fc.record({
+            tokens: fc.array(
+              fc.array(fc.integer({ min: 0, max: 2 ** 31 - 1 }), { minLength: 2, maxLength: 2 }),
+              {
+                minLength: rows,
+                maxLength: rows,
+              },
+            ),
+            logprobs: fc.array(fc.array(logprob, { minLength: 2, maxLength: 2 }), {
+              minLength: rows,
+              maxLength: rows,
+            }),
+          }),
+        ),
+      ),
+      target_prompt_logprobs: fc.option(matrix(fc.option(logprob))),
       prompt_logprobs: fc.option(fc.array(fc.option(logprob), { maxLength: 6 })),
       topk_prompt_logprobs: fc.option(
         fc.array(
