@@ -107,7 +107,7 @@ const resultsDir = join(dirname(fileURLToPath(import.meta.url)), 'results');
 
 export function writeResult(result: BenchResult): string {
   mkdirSync(resultsDir, { recursive: true });
-  // A --quick run never overwrites the full results the README quotes.
+  // A --quick run never overwrites the full results bench/README.md quotes.
   const path = join(resultsDir, `${result.name}${result.quick ? '.quick' : ''}.json`);
   writeFileSync(path, `${JSON.stringify(result, null, 2)}\n`);
   return path;

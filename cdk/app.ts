@@ -16,7 +16,7 @@ import { withoutIndexes } from './staging.js';
  *   `{"name", "tokenizer_id"?, "max_context_length"?}` (BASE_MODELS, shared/config.ts; G6)
  * - `omitIndexes` (default unset): comma-separated index names left out of this deploy, to add a
  *   table's indexes one stack update at a time (cdk/staging.ts)
- * - the limits (README "Limits"): `apiRatePerSecond`, `apiBurst`, `apiReservedConcurrency`,
+ * - the limits (docs/configuration.md#limits): `apiRatePerSecond`, `apiBurst`, `apiReservedConcurrency`,
  *   `workerReservedConcurrency`, and the api's quotas `submitsPerSecond`, `longPollsPerTenant`,
  *   `operatorReadsPerSecond`, and `apiKeyCacheSeconds` and `pollSlotAfterMs` (0 turns either off;
  *   defaults in shared/config.ts)

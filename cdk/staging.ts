@@ -5,7 +5,8 @@ import { mapRecord } from './constructs/records.js';
  * The topology without the named indexes, for staging new indexes on a deployed stack:
  * CloudFormation adds at most one global secondary index per table per stack update, so a release
  * that declares two on one table is deployed once with `-c omitIndexes=<one of them>`, then without
- * it (README "Deploy"). An unknown name is refused, so a typo cannot deploy a stack missing nothing.
+ * it (docs/operations.md#adding-indexes-to-a-deployed-stack). An unknown name is refused, so a typo
+ * cannot deploy a stack missing nothing.
  */
 export function withoutIndexes(topology: Topology, names: readonly string[]): Topology {
   const declared = new Set(

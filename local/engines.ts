@@ -10,7 +10,7 @@ import type { BaseModelConfig } from '../shared/config.js';
  * `torch`, the PyTorch + PEFT engine of engines/torch/, installed by `npm run engine:install` into
  * `.local/engine-venv` (with the tiny local model in `.local/models/tiny-llama`). Any other engine
  * plugs in through `--backend <module>` with a module whose `createBackend()` returns an
- * `EngineBackend` over its own command (README, "Writing an engine").
+ * `EngineBackend` over its own command (docs/architecture.md#writing-another-engine).
  */
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');

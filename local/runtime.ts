@@ -56,8 +56,9 @@ export interface LocalRuntimeOptions {
    * Stream triggers deliver a shard's batches side by side as their `parallelizationFactor` declares
    * (default off: one batch per shard at a time). Here every function shares this process and the
    * machine's cores, so a side-by-side scheduler invocation, which runs a whole look before it finds
-   * the tick lock held, slows the tick it runs beside; the e2e bench measured it slower (README "The
-   * wake-up path"). On AWS each invocation has its own CPU, and only the look's reads are extra.
+   * the tick lock held, slows the tick it runs beside; the e2e bench measured it slower
+   * (docs/architecture.md#the-wake-up-path). On AWS each invocation has its own CPU, and only the
+   * look's reads are extra.
    */
   readonly streamLanes?: boolean;
   /** Told of every invocation once it settles (the e2e bench's per-hop breakdown); nothing is written. */

@@ -13,7 +13,7 @@ import { matchesPattern } from './event-filter.js';
 /**
  * The local runtime noticing its own DynamoDB writes, so its stream triggers read a shard when a
  * record can be there instead of at their next idle poll (Lambda's pollers read about four times a
- * second; README "The wake-up path"). A middleware on every client the handlers get tells
+ * second; docs/architecture.md#the-wake-up-path). A middleware on every client the handlers get tells
  * `TableWrites` which items a write command named once DynamoDB Local has answered it, whether it
  * succeeded or not (a failed condition writes nothing, a timed-out write may have landed: a spare
  * read costs one GetRecords). Writes through other clients (tests' own, another process) are seen

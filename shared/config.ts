@@ -69,7 +69,7 @@ export const DEFAULT_BASE_MODEL = 'reference/byte-lm';
 /** The variable listing the pool's base models (see `Config.baseModels`). */
 export const BASE_MODELS_VAR = 'BASE_MODELS';
 
-/** Tunables with documented defaults (README "Configuration"). */
+/** Tunables with documented defaults (docs/configuration.md#environment-variables). */
 export interface Tunables {
   readonly longPollSeconds: number;
   readonly leaseSeconds: number;
@@ -93,7 +93,7 @@ export interface Tunables {
   /**
    * How long a container keeps a key's successful lookup (API_KEY_CACHE_SECONDS, 0: off), so a
    * request from a warm container skips the registry read. The price is revocation: a revoked key
-   * keeps working on a container that looked it up before, for at most this long (README "Limits").
+   * keeps working on a container that looked it up before, for at most this long (docs/configuration.md#key-lookups).
    */
   readonly apiKeyCacheSeconds: number;
   /**
@@ -124,9 +124,9 @@ const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number
   // need only start within it (S3 checks the expiry when a GET starts, not while it streams).
   archiveUrlSeconds: ['ARCHIVE_URL_SECONDS', 60],
   // 10 s: a warm container looks a busy key up about once per 10 s instead of on every request, and
-  // a revoked key stops working everywhere within 10 s (README "Limits").
+  // a revoked key stops working everywhere within 10 s (docs/configuration.md#key-lookups).
   apiKeyCacheSeconds: ['API_KEY_CACHE_SECONDS', 10],
-  // 1 s: a closed-loop step's poll ends within a few hundred ms (README "Benchmarks", e2e), so
+  // 1 s: a closed-loop step's poll ends within a few hundred ms (bench/README.md#e2e), so
   // nearly every poll ends before it would take a slot; a poll held longer still takes one.
   pollSlotAfterMs: ['POLL_SLOT_AFTER_MS', 1_000],
 };

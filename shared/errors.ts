@@ -78,7 +78,7 @@ export class RetryLaterError extends TinkerError {
 }
 
 /**
- * A per-tenant (or the operators') quota is used up for now (README "Limits"): answered 429 with
+ * A per-tenant (or the operators') quota is used up for now (docs/configuration.md#over-a-quota): answered 429 with
  * Retry-After, which the Tinker SDK honours and otherwise backs off on. Nothing was stored.
  */
 export class QuotaExceededError extends TinkerError {

@@ -1,5 +1,5 @@
 /**
- * A container's memory of the keys it has authenticated (README "Limits", API keys): the key lookup
+ * A container's memory of the keys it has authenticated (docs/configuration.md#key-lookups): the key lookup
  * is one strongly consistent registry read, and without this every request paid it, polls included.
  * Pure: the lookup itself is passed in (`shared/repositories/api-keys.ts` owns the records), and the
  * clock is injectable so the expiry is tested without waiting.

@@ -8,7 +8,7 @@ import { emitMetric, type OpsMetric, opsMetrics } from '../ops/metrics.js';
 import { acquirePollLease, countRequest, releasePollLease } from '../repositories/quotas.js';
 
 /**
- * The API's quotas (README "Limits"), checked after authentication and before anything is stored,
+ * The API's quotas (docs/configuration.md#limits), checked after authentication and before anything is stored,
  * so a refused request stores nothing and an unauthenticated one never counts against anyone:
  * - submits: requests that store something, SUBMITS_PER_SECOND per tenant;
  * - long polls: retrieve_future calls still waiting after POLL_SLOT_AFTER_MS, LONG_POLLS_PER_TENANT

@@ -22,7 +22,7 @@ import { retrieveFutureRequest } from './schemas.js';
  * How often a waiting poll re-reads the row's head. Without a commit signal (AWS, see
  * shared/commit-signal.ts) the re-read is how a commit is noticed: every 100 ms for the first 5 s
  * of the wait, where a short step's commit lands, then doubling up to 1 s, so a full 25 s poll makes
- * about 70 eventually consistent reads of the head (0.5 RCU each; README "The wake-up path"). With a
+ * about 70 eventually consistent reads of the head (0.5 RCU each; docs/architecture.md#the-wake-up-path). With a
  * signal the re-read is only the fallback for commits it cannot see: from 250 ms, doubling to 1 s.
  */
 interface PollSchedule {
@@ -86,7 +86,7 @@ export async function retrieveFuture(
     if (ctx.deadline <= Date.now()) return tryAgain(requestId);
     const sleep = waits.sleep ?? realSleep;
     const wait = newWait();
-    // A poll that ends within POLL_SLOT_AFTER_MS writes nothing (most do: README "Limits").
+    // A poll that ends within POLL_SLOT_AFTER_MS writes nothing (most do: docs/configuration.md#long-polls).
     const slotAt = wait.since + ctx.tunables.pollSlotAfterMs;
     const early = await waitWhilePending(requestId, ctx, {
       until: Math.min(ctx.deadline, slotAt),

@@ -1,6 +1,6 @@
 /**
  * The model-execution interface the worker runtime calls, and the request/answer shapes it shares with the
- * Tinker API (README, "The API"). The backend holds no model state between calls: it takes a state,
+ * Tinker API (docs/api.md#routes). The backend holds no model state between calls: it takes a state,
  * returns a new one, and never mutates its arguments, so the worker can store every state under a fenced
  * key (E3) and a failed step leaves nothing behind (E6).
  *

@@ -1,5 +1,5 @@
 /**
- * Tinker's loss functions as a contract (README, "Loss functions"; docs/design.md#l1): the
+ * Tinker's loss functions as a contract (docs/api.md#loss-functions; docs/design.md#l1): the
  * `loss_fn_inputs` each one needs and the `loss_fn_config` keys it takes, with their defaults and the
  * values allowed. Intake (shared/api/request-checks.ts) and every backend read this one table, so a key
  * accepted at the edge is a key the loss understands, with the same default.

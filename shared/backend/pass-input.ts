@@ -11,10 +11,10 @@ import {
 } from './tensor.js';
 
 /**
- * A forward / forward_backward input as the backend takes it (W4; README, "Design in short"): token ids in
- * Int32Array, loss inputs as dense typed tensors. The protobuf decoder (shared/wire) and the JSON
- * converter below both produce it, so everything after intake is one form whichever wire the client
- * spoke.
+ * A forward / forward_backward input as the backend takes it (W4; docs/architecture.md#the-request-path):
+ * token ids in Int32Array, loss inputs as dense typed tensors. The protobuf decoder (shared/wire) and the
+ * JSON converter below both produce it, so everything after intake is one form whichever wire the
+ * client spoke.
  */
 
 export interface EncodedTextChunk {

@@ -1,10 +1,10 @@
 import { invalidField as invalid } from '../errors.js';
 
 /**
- * Tensors as the worker and the backend hold them: dense, row-major, in typed arrays (W4; README,
- * "Design in short"). Both wires end here: protobuf `Tensor` bytes are viewed or copied into these
- * arrays, and JSON `TensorData` is converted once, at intake. Sparse CSR input is made dense when it
- * is decoded, so nothing after the edge sees it.
+ * Tensors as the worker and the backend hold them: dense, row-major, in typed arrays (W4;
+ * docs/architecture.md#the-request-path). Both wires end here: protobuf `Tensor` bytes are viewed or
+ * copied into these arrays, and JSON `TensorData` is converted once, at intake. Sparse CSR input is
+ * made dense when it is decoded, so nothing after the edge sees it.
  */
 
 export interface Float32Tensor {

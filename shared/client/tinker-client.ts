@@ -232,7 +232,7 @@ export class TinkerClient {
     const deadline = Date.now() + (options.timeoutMs ?? 300_000);
     while (Date.now() < deadline) {
       const answer = await this.raw('POST', '/api/v1/retrieve_future', { request_id: requestId });
-      // 429: this tenant holds its LONG_POLLS_PER_TENANT polls (README "Limits"); the SDK retries it too.
+      // 429: this tenant holds its LONG_POLLS_PER_TENANT polls (docs/configuration.md#long-polls); the SDK retries it too.
       if (answer.status === 408 || answer.status === 429 || answer.status >= 500) {
         await new Promise((resolve) => setTimeout(resolve, RETRY_PAUSE_MS));
         continue;

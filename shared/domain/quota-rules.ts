@@ -1,5 +1,5 @@
 /**
- * The arithmetic of the per-tenant quotas (README "Limits"), pure: fixed one-second windows for
+ * The arithmetic of the per-tenant quotas (docs/configuration.md#limits), pure: fixed one-second windows for
  * request rates, and leases for concurrent long polls. The DynamoDB side is
  * `shared/repositories/quotas.ts`; the API edge's use of both is `shared/api/quotas.ts`.
  */

@@ -1,6 +1,6 @@
 /**
  * The shapes stored in DynamoDB and S3. One file, so the API, scheduler, worker and sweeper agree.
- * See README "Data model" for the walk-through.
+ * See docs/architecture.md#data-model for the walk-through.
  */
 
 import type { PrefixPointer } from './prefix-pointer.js';

@@ -5,7 +5,7 @@ import { registryKey } from '../domain/records.js';
 import { isAwsError } from '../errors.js';
 
 /**
- * The quota records in the registry table, read and written only here (README "Limits"):
+ * The quota records in the registry table, read and written only here (docs/configuration.md#limits):
  * - `rate#<scope>#<subject>#<window start>`: a fixed-window counter `n`, one item per subject per
  *   second, taken with one conditional UpdateItem (`n < limit`) and deleted by TTL;
  * - `polls#<tenant>`: the tenant's open long polls as a map of lease token -> lease end, taken with a

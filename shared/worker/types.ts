@@ -64,7 +64,8 @@ export interface WorkerOptions {
   readonly passWindowMs?: number;
   /**
    * Stands for the process being killed or shut down: every part not yet committing is abandoned at
-   * its next boundary, writes nothing more and releases nothing (its lease expires; see README).
+   * its next boundary, writes nothing more and releases nothing (its lease expires;
+   * docs/operations.md#gpu-workers-and-engines).
    */
   readonly signal?: AbortSignal;
   readonly onEvent?: (event: WorkerEvent) => void | Promise<void>;

@@ -57,7 +57,7 @@ describe('triggers', () => {
   });
 
   it('holds no step back for a batching window: every stream and queue mapping on the step path answers at once', () => {
-    // A window makes every record of an idle system wait its full length (README "The wake-up path").
+    // A window makes every record of an idle system wait its full length (docs/architecture.md#the-wake-up-path).
     const mappings = [...mappingsOf('scheduler'), ...mappingsOf('worker')];
     expect(mappings).toHaveLength(4);
     for (const mapping of mappings) {

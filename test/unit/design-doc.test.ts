@@ -1,15 +1,18 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { anchorsOf } from '../support/markdown.js';
 
 /**
- * Comments and test names cite contract tags (R5, E4, P4a...) and sections of docs/design.md; a
- * newcomer must find each one there. These checks keep the document and the code from drifting apart.
+ * Comments and test names cite contract tags (R5, E4, P4a...), sections of docs/design.md and sections
+ * of the other documents (docs/api.md#routes, bench/README.md#e2e); a newcomer must find each one there.
+ * These checks keep the documents and the code from drifting apart. Links inside the documents are
+ * checked by test/unit/doc-links.test.ts.
  */
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const SOURCE_DIRS = ['shared', 'functions', 'local', 'bench', 'test', 'cdk'];
+const SOURCE_DIRS = ['shared', 'functions', 'local', 'bench', 'test', 'cdk', 'bin'];
 const SOURCE_FILE = /\.(ts|proto|py)$/;
 const THIS_FILE = relative(ROOT, fileURLToPath(import.meta.url));
 
@@ -94,6 +97,33 @@ describe('docs/design.md and the comments that cite it', () => {
       ...[1, 2, 3, 4].map((n) => `l${n}`),
     ];
     expect(expected.filter((anchor) => !ANCHORS.has(anchor))).toEqual([]);
+  });
+
+  it('has every document and section the code links to (docs/*.md#anchor, bench/README.md#anchor)', () => {
+    const cited = /\b((?:docs\/[a-z0-9-]+|bench\/README|engines\/[a-z0-9-]+\/README)\.md)#([a-z0-9_-]+)/g;
+    const anchors = new Map<string, Set<string> | undefined>();
+    const anchorsOfFile = (file: string): Set<string> | undefined => {
+      if (!anchors.has(file)) {
+        const path = join(ROOT, file);
+        anchors.set(file, existsSync(path) ? anchorsOf(readFileSync(path, 'utf8')) : undefined);
+      }
+      return anchors.get(file);
+    };
+    const links = LINES.flatMap((line) =>
+      [...line.text.matchAll(cited)].map((match) => ({ line, file: match[1] ?? '', anchor: match[2] ?? '' })),
+    );
+    expect(links.filter((link) => link.file !== 'docs/design.md')).not.toEqual([]);
+    const missing = links
+      .filter((link) => anchorsOfFile(link.file)?.has(link.anchor) !== true)
+      .map((link) => `${where(link.line)} links ${link.file}#${link.anchor}`);
+    expect(missing).toEqual([]);
+  });
+
+  it('no comment cites a section of the README (the documents under docs/ hold them)', () => {
+    const citing = LINES.filter(
+      (line) => line.comment !== undefined && /\bREADME,? ["“']|\bsee README\b/.test(line.comment),
+    ).map(where);
+    expect(citing).toEqual([]);
   });
 
   it('no comment cites a document kept outside the repository', () => {
