@@ -414,7 +414,8 @@ export const topology: Topology = {
             // Checkpoint names: reserved (put), replaced by an overwrite (put), and the owner's
             // delete, publish, TTL and a legacy archive's key (update, delete) (C2-C5); with them the
             // content's gc entry (put when due, delete when a TTL is cleared) and the public marker.
-            { keyPrefixes: [key.checkpointName], actions: ['get', 'put', 'update', 'delete'] },
+            // batch-get: a listing page's user_metadata, which the listing indexes leave out (C1).
+            { keyPrefixes: [key.checkpointName], actions: ['get', 'batch-get', 'put', 'update', 'delete'] },
             { keyPrefixes: [key.gcEntry, key.publicMarker], actions: ['put', 'delete'] },
             // Also updated: a session's heartbeat, and the seq counter by every training submit.
             { keyPrefixes: [key.session, key.seqCounter], actions: ['get', 'put', 'update'] },

@@ -337,7 +337,12 @@ function checkpointRef(modelId: string, kind: CheckpointKind, name: string): Che
   };
 }
 
-function reservation(ref: CheckpointRef, tenant: string, requestId: string): CheckpointNameRecord {
+function reservation(
+  ref: CheckpointRef,
+  tenant: string,
+  requestId: string,
+  userMetadata: Readonly<Record<string, string>> | undefined,
+): CheckpointNameRecord {
   return {
     pk: ref.pk,
     tenant,
@@ -348,11 +353,22 @@ function reservation(ref: CheckpointRef, tenant: string, requestId: string): Che
     request_id: requestId,
     status: 'pending',
     content_id: checkpointContentId(requestId),
+    // The reservation is put whole, so an overwrite without metadata leaves none (W7).
+    ...(userMetadata === undefined ? {} : { user_metadata: userMetadata }),
   };
+}
+
+/** A save's `user_metadata`, checked for size as session metadata is; absent when not given. */
+function checkpointMetadata(
+  metadata: Readonly<Record<string, string>> | null | undefined,
+): Readonly<Record<string, string>> | undefined {
+  checkMetadataBytes(metadata);
+  return metadata ?? undefined;
 }
 
 export async function saveWeights(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.saveWeightsRequest, body);
+  const userMetadata = checkpointMetadata(request.user_metadata);
   const counter = await requireSeqCounter(ctx.clients.doc, ctx.tables.registry, request.model_id, ctx.tenant);
   const requestId = mintRequestId(ctx.now);
   const ref = checkpointRef(request.model_id, 'weights', request.path);
@@ -361,6 +377,7 @@ export async function saveWeights(ctx: OperationContext, body: unknown): Promise
     seq_id: request.seq_id,
     checkpoint: ref,
     ...(request.ttl_seconds == null ? {} : { ttl_seconds: request.ttl_seconds }),
+    ...(userMetadata === undefined ? {} : { user_metadata: userMetadata }),
   };
   return submitTrainingStep(
     {
@@ -372,7 +389,7 @@ export async function saveWeights(ctx: OperationContext, body: unknown): Promise
       tokens: 0,
       payload: serializePayload(payload),
       counter,
-      reservation: reservation(ref, ctx.tenant, requestId),
+      reservation: reservation(ref, ctx.tenant, requestId, userMetadata),
       overwrite: request.overwrite === true,
       ...(request.ttl_seconds == null ? {} : { ttlSeconds: request.ttl_seconds }),
       now: ctx.now,
@@ -388,6 +405,16 @@ export async function saveWeights(ctx: OperationContext, body: unknown): Promise
  */
 export async function saveWeightsForSampler(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.saveWeightsForSamplerRequest, body);
+  const userMetadata = checkpointMetadata(request.user_metadata);
+  if (userMetadata !== undefined && request.path == null) {
+    // An unnamed save is reached through its sampling session and never listed: nothing would answer it.
+    throw new ValidationError(
+      'user_metadata: kept only on named saves (give path, not sampling_session_seq_id)',
+      {
+        context: { field: 'user_metadata' },
+      },
+    );
+  }
   const counter: SeqCounterRecord = await requireSeqCounter(
     ctx.clients.doc,
     ctx.tables.registry,
@@ -402,6 +429,7 @@ export async function saveWeightsForSampler(ctx: OperationContext, body: unknown
       seq_id: request.seq_id,
       checkpoint: checkpointRef(request.model_id, 'sampler', request.path),
       ...(request.ttl_seconds == null ? {} : { ttl_seconds: request.ttl_seconds }),
+      ...(userMetadata === undefined ? {} : { user_metadata: userMetadata }),
     };
   } else {
     const samplingSessionId = deriveId('sampling', request.model_id, request.seq_id);
@@ -428,7 +456,7 @@ export async function saveWeightsForSampler(ctx: OperationContext, body: unknown
       tokens: 0,
       payload: serializePayload(payload),
       counter,
-      reservation: reservation(payload.checkpoint, ctx.tenant, requestId),
+      reservation: reservation(payload.checkpoint, ctx.tenant, requestId, payload.user_metadata),
       ...(payload.ttl_seconds === undefined ? {} : { ttlSeconds: payload.ttl_seconds }),
       now: ctx.now,
     },

@@ -57,6 +57,8 @@ export interface SaveWeightsPayload {
   readonly checkpoint: CheckpointRef;
   /** The commit sets `expires_at` = its time + this (C5); absent = never expires. */
   readonly ttl_seconds?: number;
+  /** Kept on the name record at intake; here so a retry with other metadata is a different request (R7). */
+  readonly user_metadata?: Readonly<Record<string, string>>;
 }
 
 export interface SaveWeightsForSamplerPayload {
@@ -64,6 +66,8 @@ export interface SaveWeightsForSamplerPayload {
   readonly seq_id: number;
   readonly checkpoint: CheckpointRef;
   readonly ttl_seconds?: number;
+  /** Named saves only; as save_weights'. */
+  readonly user_metadata?: Readonly<Record<string, string>>;
   /**
    * Unnamed saves only (`sampling_session_seq_id`): the sampling session the commit creates
    * (`registryKey.samplingSession(id)`, a `SamplingSessionRecord`); its id is the checkpoint's name.

@@ -135,7 +135,8 @@ export async function listUserCheckpoints(
     ctx.now,
   );
   const { items, cursor } = pageOf(rows, page);
-  return { checkpoints: items.map(checkpointView), cursor };
+  const answered = await listings.withCheckpointMetadata(ctx.clients.doc, ctx.tables.registry, items);
+  return { checkpoints: answered.map(checkpointView), cursor };
 }
 
 /**

@@ -183,6 +183,15 @@ const metadata = z.record(z.string(), z.unknown()).superRefine((value, ctx) => {
   if (problem) ctx.addIssue({ code: 'custom', path: problem.path, message: problem.message });
 });
 
+/**
+ * A checkpoint's `user_metadata` (SDK releases after 0.25.0): the SDK types it `dict[str, str]`, so
+ * values must be strings; keys are checked as session metadata's are.
+ */
+const checkpointMetadata = z.record(z.string(), z.string()).superRefine((value, ctx) => {
+  const problem = metadataProblem(value);
+  if (problem) ctx.addIssue({ code: 'custom', path: problem.path, message: problem.message });
+});
+
 export const tensorData = z.object({
   data: finiteNumbers,
   dtype: z.enum(['int64', 'float32']),
@@ -371,6 +380,8 @@ export const saveWeightsRequest = z.object({
   ttl_seconds: ttlSeconds.nullish(),
   /** Replace a committed checkpoint of this name (its old content is collected, C3). */
   overwrite: z.boolean().nullish(),
+  /** Stored with the name record: an overwrite replaces it as a whole, or clears it when absent. */
+  user_metadata: checkpointMetadata.nullish(),
 });
 
 /**
@@ -405,6 +416,7 @@ export const saveWeightsForSamplerRequest = z
     path: checkpointName.nullish(),
     sampling_session_seq_id: sequenceNumber(0).nullish(),
     ttl_seconds: ttlSeconds.nullish(),
+    user_metadata: checkpointMetadata.nullish(),
   })
   .superRefine((request, ctx) => {
     const named = request.path !== undefined && request.path !== null;

@@ -15,6 +15,8 @@ export interface CheckpointRow {
   readonly expires_at?: number;
   readonly public?: boolean;
   readonly size_bytes?: number;
+  /** From the name record itself (never projected into the listing indexes): see `withCheckpointMetadata`. */
+  readonly user_metadata?: Readonly<Record<string, string>>;
 }
 
 export interface CheckpointView {
@@ -25,6 +27,8 @@ export interface CheckpointView {
   readonly size_bytes: number | null;
   readonly public: boolean;
   readonly expires_at: string | null;
+  /** Only when the save gave it (SDK releases after 0.25.0; older ones ignore extra fields). */
+  readonly user_metadata?: Readonly<Record<string, string>>;
 }
 
 export interface Cursor {
@@ -54,6 +58,7 @@ export function checkpointView(row: CheckpointRow): CheckpointView {
     size_bytes: row.size_bytes ?? null,
     public: row.public === true,
     expires_at: row.expires_at === undefined ? null : isoTime(row.expires_at),
+    ...(row.user_metadata === undefined ? {} : { user_metadata: row.user_metadata }),
   };
 }
 

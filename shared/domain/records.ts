@@ -169,6 +169,11 @@ export interface CheckpointNameRecord {
   readonly weights_version?: number;
   /** S3 key of the checkpoint's tar archive (C2); absent on checkpoints saved before archives. */
   readonly archive_key?: string;
+  /**
+   * The save's `user_metadata` (SDK releases after 0.25.0), written with the reservation: a save
+   * that replaces the name replaces it as a whole, and one without it leaves none (W7).
+   */
+  readonly user_metadata?: Readonly<Record<string, string>>;
 }
 
 /**

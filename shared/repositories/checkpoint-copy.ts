@@ -87,6 +87,7 @@ export async function copyCheckpoint(
     ...listing,
     ...(expiresAt === undefined ? {} : { expires_at: expiresAt }),
     ...(source.size_bytes === undefined ? {} : { size_bytes: source.size_bytes }),
+    ...(source.user_metadata === undefined ? {} : { user_metadata: source.user_metadata }),
   };
   const counter: SeqCounterRecord = {
     pk: registryKey.seqCounter(copy.modelId),

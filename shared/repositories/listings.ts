@@ -90,6 +90,32 @@ function liveRows(items: readonly Item[], now: number): CheckpointRow[] {
   return items.flatMap((item) => liveCheckpointRow(item, now) ?? []);
 }
 
+/**
+ * The rows with each one's `user_metadata`, read by key from the name records (BatchGetItem, 100
+ * rows a call, eventually consistent): the listing indexes leave metadata out (up to 16 KB a
+ * record), so only the rows a page answers are read for it.
+ */
+export async function withCheckpointMetadata(
+  doc: DynamoDBDocumentClient,
+  registry: string,
+  rows: readonly CheckpointRow[],
+): Promise<CheckpointRow[]> {
+  if (rows.length === 0) return [];
+  const pkOf = (row: CheckpointRow) => registryKey.checkpointName(row.model_id, row.kind, row.name);
+  const records = await batchGetByKey(doc, rows.map(pkOf), {
+    table: registry,
+    keyName: 'pk',
+    consistent: false,
+    attributes: ['pk', 'user_metadata'],
+  });
+  return rows.map((row) => {
+    const metadata = records.get(pkOf(row))?.user_metadata;
+    return typeof metadata === 'object' && metadata !== null
+      ? { ...row, user_metadata: metadata as Readonly<Record<string, string>> }
+      : row;
+  });
+}
+
 /** The tenant's live checkpoints, newest first: its whole `ckpt#<tenant>` partition of `by_owner`. */
 export async function listTenantCheckpoints(
   doc: DynamoDBDocumentClient,
@@ -107,7 +133,7 @@ export async function listTenantCheckpoints(
   return liveRows(items, now);
 }
 
-/** The run's live checkpoints, newest first: its `run#<model_id>` partition of `by_parent`. */
+/** The run's live checkpoints, newest first, with their metadata: its `run#<model_id>` partition of `by_parent`. */
 export async function listRunCheckpoints(
   doc: DynamoDBDocumentClient,
   registry: string,
@@ -121,7 +147,7 @@ export async function listRunCheckpoints(
     partition: parentKey.run(modelId),
     newestFirst: true,
   });
-  return liveRows(items, now);
+  return withCheckpointMetadata(doc, registry, liveRows(items, now));
 }
 
 /** Index items a call reads when looking for a run's newest checkpoints: most runs need one call. */
@@ -152,7 +178,9 @@ export async function latestRunCheckpoints(
       return latest.weights !== undefined && latest.sampler !== undefined;
     },
   });
-  return latestOfEachKind(keep(items));
+  const { weights, sampler } = latestOfEachKind(keep(items));
+  const newest = [weights, sampler].filter((row) => row !== undefined);
+  return latestOfEachKind(await withCheckpointMetadata(doc, registry, newest));
 }
 
 /** Whether any live checkpoint of the run is published (C4): what makes another tenant's run readable. */

@@ -473,9 +473,11 @@ describe('IAM', () => {
       'dynamodb:Query table:models.Arn/index/by_tenant',
       'dynamodb:UpdateItem table:futures.Arn',
     ]);
-    // A page of training runs reads their seq counters in a batch, provenance spans the records of the
-    // sequences they name (W8), and nothing else of the registry.
+    // A page of training runs reads their seq counters in a batch, a page of checkpoints their name
+    // records' user_metadata (C1), provenance spans the records of the sequences they name (W8), and
+    // nothing else of the registry.
     expect(dynamo.filter((p) => p.startsWith('dynamodb:BatchGetItem table:registry'))).toEqual([
+      `dynamodb:BatchGetItem table:registry.Arn if ${leadingKeysCondition(['ckpt#'])}`,
       `dynamodb:BatchGetItem table:registry.Arn if ${leadingKeysCondition(['sample#'])}`,
       `dynamodb:BatchGetItem table:registry.Arn if ${leadingKeysCondition(['seq#'])}`,
     ]);

@@ -1257,6 +1257,36 @@ const sizes: BadRequest[] = [
     field: 'user_metadata',
     error: /exceeds the limit of 16384/,
   },
+  // Newer SDKs' checkpoint metadata: kept on the name record, typed dict[str, str] (W7).
+  {
+    name: 'save_weights metadata with a number value',
+    path: 'save_weights',
+    body: () => ({ model_id: ids.model, seq_id: 10, path: 'meta', user_metadata: { step: 3 } }),
+    status: 400,
+    field: 'user_metadata.step',
+    error: /expected string/,
+  },
+  {
+    name: 'save_weights metadata over 16 KiB',
+    path: 'save_weights',
+    body: () => ({
+      model_id: ids.model,
+      seq_id: 10,
+      path: 'meta',
+      user_metadata: { blob: 'x'.repeat(20_000) },
+    }),
+    status: 413,
+    field: 'user_metadata',
+    error: /exceeds the limit of 16384/,
+  },
+  {
+    name: 'unnamed save_weights_for_sampler with metadata',
+    path: 'save_weights_for_sampler',
+    body: () => ({ model_id: ids.model, seq_id: 10, sampling_session_seq_id: 3, user_metadata: { a: 'b' } }),
+    status: 400,
+    field: 'user_metadata',
+    error: /only on named saves/,
+  },
   // Issue 25's repros at this table's limits: counted before the schema runs, or stopped at the
   // first bad element (test/unit/intake-bounds.test.ts counts the issues built).
   {
