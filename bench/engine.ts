@@ -5,7 +5,7 @@ import path from 'node:path';
 import { createInterface, type Interface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
-import type { SQSEvent } from 'aws-lambda';
+import type { Context, SQSEvent } from 'aws-lambda';
 import { createWorkerHandler } from '../functions/worker/handler.js';
 import {
   engineBaseModels,
@@ -34,7 +34,10 @@ import { AwsCallCounter, type CallCount, callsBetween } from './support/aws-call
  *
  * - `forward_backward` / `sample`: tokens per second against the same work as a plain PEFT loop in
  *   one Python process (bench/support/engine_plain_loop.py: `get_peft_model`, log_softmax, AdamW;
- *   `generate` with a KV cache), steps sized to take over a second of compute here.
+ *   `generate` with a KV cache), steps sized at the start of the run so the plain loop's step takes
+ *   at least a second here (`minStepMs`; the machine's load moves it several times over). Sampling
+ *   has a second baseline, `stack_one_slice`: the same stack with the worker sampling in one slice
+ *   instead of 64-token slices, each of which resumes from the tokens so far (P6).
  * - `fixed_cost`: the smallest step (one datum of 16 tokens) the same two ways: what a work item
  *   costs besides its compute, with what it is made of: engine round trips, state bytes
  *   serialized and loaded, the engine's time in serialize/deserialize, and AWS calls.
@@ -54,13 +57,24 @@ const PLAIN_LOOP = path.join(HERE, 'support', 'engine_plain_loop.py');
 const RANK = 8;
 const SEED = 20_261_202;
 const COMPUTE_OPS = ['run_passes', 'forward', 'forward_backward', 'optim_step', 'sample'];
+/**
+ * Torch threads on both sides: one, so the local stack has the machine's other core, and two torch
+ * threads spinning against other jobs on 2 cores do not swing a step's time several times over.
+ */
+const TORCH_THREADS = 1;
 
 interface Shape {
   readonly repeats: number;
-  /** forward_backward: datums x tokens per datum. */
-  readonly batch: readonly [number, number];
-  /** sample: sequences x new tokens, after a prompt of this many tokens. */
-  readonly sample: readonly [number, number, number];
+  /**
+   * The step sizes grow (doubling: datums, sampled tokens) until the plain loop's step takes this
+   * long, measured here before the cases run, so the ratio is about steps of at least this much
+   * compute on whatever the machine's load is.
+   */
+  readonly minStepMs: number;
+  /** forward_backward: datums (the first size tried, the largest) x tokens per datum. */
+  readonly batch: readonly [number, number, number];
+  /** sample: sequences x new tokens (the first size tried, the largest), after a prompt of this many tokens. */
+  readonly sample: readonly [number, number, number, number];
   readonly models: number;
   readonly modelBatch: readonly [number, number];
   readonly stateBatch: readonly [number, number];
@@ -68,16 +82,18 @@ interface Shape {
 
 const FULL: Shape = {
   repeats: 3,
-  batch: [48, 128],
-  sample: [8, 64, 64],
+  minStepMs: 1000,
+  batch: [16, 512, 128],
+  sample: [8, 32, 1024, 64],
   models: 8,
   modelBatch: [2, 128],
   stateBatch: [4, 128],
 };
 const QUICK: Shape = {
   repeats: 1,
-  batch: [16, 128],
-  sample: [4, 32, 32],
+  minStepMs: 250,
+  batch: [8, 128, 128],
+  sample: [4, 16, 256, 32],
   models: 8,
   modelBatch: [1, 64],
   stateBatch: [2, 64],
@@ -180,7 +196,9 @@ class PlainLoop {
   #stderr = '';
 
   constructor(python: string) {
-    this.#child = spawn(python, [PLAIN_LOOP], { stdio: ['pipe', 'pipe', 'pipe'] });
+    this.#child = spawn(python, [PLAIN_LOOP, '--threads', String(TORCH_THREADS)], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     this.#child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
       this.#stderr = (this.#stderr + chunk).slice(-4000);
     });
@@ -216,17 +234,22 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
   }
   const python = torchEnginePython(TORCH_ENGINE_VENV);
   const shape = options.quick ? QUICK : FULL;
+  const command = torchEngineCommand({ baseModel: TINY_MODEL_DIR, device: 'cpu', dtype: 'float32' });
   const engine = new MeteredEngineProcess(
-    torchEngineCommand({ baseModel: TINY_MODEL_DIR, device: 'cpu', dtype: 'float32' }),
+    { ...command, args: [...command.args, '--threads', String(TORCH_THREADS)] },
     { worker: 'bench engine' },
   );
   const resident = new EngineBackend(engine, { name: 'torch' });
   // Keeps no resident handle: every work item loads its state's bytes (state_moved's baseline).
   const reloading = new EngineBackend(engine, { name: 'torch', maxResidentStates: 0 });
   await resident.start();
-  let reload = false;
-  const residentHandler = createWorkerHandler({ backend: resident });
-  const reloadHandler = createWorkerHandler({ backend: reloading, worker: { states: new StateCache(0) } });
+  let mode: 'default' | 'reload' | 'one_slice' = 'default';
+  const handlers = {
+    default: createWorkerHandler({ backend: resident }),
+    reload: createWorkerHandler({ backend: reloading, worker: { states: new StateCache(0) } }),
+    // Samples in one slice (no cut checks between 64-token slices, no prefix replays): sample's second baseline.
+    one_slice: createWorkerHandler({ backend: resident, worker: { sampleSliceTokens: 1 << 20 } }),
+  };
   const calls = new AwsCallCounter();
   const stack = await startLocalStack({
     prefix: `bench-engine-${Date.now().toString(36)}`,
@@ -236,8 +259,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     },
     runtime: {
       handlers: {
-        worker: (event: unknown, context: unknown) =>
-          (reload ? reloadHandler : residentHandler)(event as SQSEvent, context as undefined),
+        worker: (event: unknown, context: unknown) => handlers[mode](event as SQSEvent, context as Context),
       },
       onSdkClient: calls.install,
     },
@@ -333,15 +355,22 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       };
     };
 
-    const [datums, length] = shape.batch;
-    const batchRows = tokenRows(datums, length, 1);
     const tinyRows = tokenRows(1, 16, 2);
-    await plain.send({
-      op: 'setup',
-      model: TINY_MODEL_DIR,
-      rank: RANK,
-      batches: { step: batchRows, tiny: tinyRows },
+    await plain.send({ op: 'setup', model: TINY_MODEL_DIR, rank: RANK, batches: { tiny: tinyRows } });
+    /** The smallest size from `start` (doubling, at most `max`) whose plain step takes minStepMs. */
+    const calibrate = async (start: number, max: number, stepMs: (size: number) => Promise<number>) => {
+      for (let size = start; ; size *= 2) {
+        const ms = Math.min(await stepMs(size), await stepMs(size));
+        if (ms >= shape.minStepMs || size * 2 > max) return { size, plainStepMs: round3(ms) };
+      }
+    };
+    const [firstDatums, maxDatums, length] = shape.batch;
+    const trainSize = await calibrate(firstDatums, maxDatums, async (size) => {
+      await plain.send({ op: 'add_batch', name: `step-${size}`, rows: tokenRows(size, length, 1) });
+      return (await plain.send({ op: 'train_step', batch: `step-${size}` })).compute_ms ?? 0;
     });
+    const datums = trainSize.size;
+    const batchRows = tokenRows(datums, length, 1);
     const trained = await createModel(1);
     // Warm-up, untimed: the first step of a model and of the plain loop.
     await trainStep(trained, tinyRows);
@@ -351,37 +380,65 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     cases.push(
       await runCase({
         name: 'forward_backward',
-        params: { datums, tokens_per_datum: length, rank: RANK, steps: 'forward_backward + optim_step' },
-        repeats: shape.repeats,
+        params: {
+          datums,
+          tokens_per_datum: length,
+          rank: RANK,
+          steps: 'forward_backward + optim_step',
+          plain_step_ms_when_sized: trainSize.plainStepMs,
+        },
+        // The headline ratio: more repeats, since other jobs on the machine swing single steps.
+        repeats: shape.repeats + 2,
         ours: throughStack(datums * length, () => trainStep(trained, batchRows)),
-        baselines: { plain_peft_loop: plainly(datums * length, { op: 'train_step', batch: 'step' }) },
+        baselines: {
+          plain_peft_loop: plainly(datums * length, { op: 'train_step', batch: `step-${datums}` }),
+        },
       }),
     );
 
-    const [samples, newTokens, promptLength] = shape.sample;
+    const [samples, firstTokens, maxTokens, promptLength] = shape.sample;
     const prompt = tokenRows(1, promptLength - 1, 3)[0] as number[];
+    const sampleSize = await calibrate(
+      firstTokens,
+      maxTokens,
+      async (size) =>
+        (await plain.send({ op: 'sample', prompt, num_samples: samples, max_tokens: size, seed: 1 }))
+          .compute_ms ?? 0,
+    );
+    const newTokens = sampleSize.size;
     const { sampling_session_id } = await client.createSamplingSession({
       session_id,
       sampling_session_seq_id: samplingSeq++,
       base_model: TINY_MODEL_DIR,
     });
     let sampleSeq = 0;
+    const sampleOnce = async (worker: typeof mode) => {
+      mode = worker;
+      try {
+        const seq = sampleSeq++;
+        const { request_id } = await client.asample({
+          sampling_session_id,
+          seq_id: seq,
+          num_samples: samples,
+          prompt: { chunks: [{ type: 'encoded_text', tokens: prompt }] },
+          sampling_params: { max_tokens: newTokens, temperature: 1, seed: seq },
+        });
+        await client.waitFor(request_id);
+      } finally {
+        mode = 'default';
+      }
+    };
     cases.push(
       await runCase({
         name: 'sample',
-        params: { num_samples: samples, max_tokens: newTokens, prompt_tokens: promptLength },
+        params: {
+          num_samples: samples,
+          max_tokens: newTokens,
+          prompt_tokens: promptLength,
+          plain_step_ms_when_sized: sampleSize.plainStepMs,
+        },
         repeats: shape.repeats,
-        ours: throughStack(samples * newTokens, async () => {
-          const seq = sampleSeq++;
-          const { request_id } = await client.asample({
-            sampling_session_id,
-            seq_id: seq,
-            num_samples: samples,
-            prompt: { chunks: [{ type: 'encoded_text', tokens: prompt }] },
-            sampling_params: { max_tokens: newTokens, temperature: 1, seed: seq },
-          });
-          await client.waitFor(request_id);
-        }),
+        ours: throughStack(samples * newTokens, () => sampleOnce('default')),
         baselines: {
           plain_peft_loop: plainly(samples * newTokens, {
             op: 'sample',
@@ -390,6 +447,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
             max_tokens: newTokens,
             seed: 1,
           }),
+          stack_one_slice: throughStack(samples * newTokens, () => sampleOnce('one_slice')),
         },
       }),
     );
@@ -433,11 +491,11 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     await trainStep(moved, stateRows);
     const stateStep = (reloaded: boolean) =>
       throughStack(stateDatums * stateLength, async () => {
-        reload = reloaded;
+        mode = reloaded ? 'reload' : 'default';
         try {
           await trainStep(moved, stateRows);
         } finally {
-          reload = false;
+          mode = 'default';
         }
       });
     cases.push(

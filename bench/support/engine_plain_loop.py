@@ -5,6 +5,7 @@ Reads one JSON command per line on standard input and answers one JSON line on s
   {"op": "setup", "model": DIR, "rank": R, "batches": {NAME: [[token, ...], ...]}}   a PEFT model (every
       attention and MLP projection and the unembedding, as the engine's defaults), AdamW over its LoRA
       factors, and named batches of equal-length rows (inputs: a row but its last token; targets: shifted)
+  {"op": "add_batch", "name": NAME, "rows": [[token, ...], ...]}   one more named batch
   {"op": "train_step", "batch": NAME}   forward + backward (cross-entropy summed) + AdamW step
   {"op": "sample", "prompt": [...], "num_samples": S, "max_tokens": T, "seed": N}   the base model,
       `generate` with a KV cache, S sequences of exactly T new tokens (temperature 1, no top-k/top-p)
@@ -63,6 +64,9 @@ class PlainLoop:
 
 
 def main() -> None:
+    # `--threads N`: torch's CPU threads, as the engine's own flag (the bench gives both sides the same).
+    if "--threads" in sys.argv:
+        torch.set_num_threads(int(sys.argv[sys.argv.index("--threads") + 1]))
     loop: PlainLoop | None = None
     for line in sys.stdin:
         command = json.loads(line)
@@ -72,6 +76,9 @@ def main() -> None:
             answer: dict[str, float] = {}
         elif loop is None:
             raise SystemExit("setup first")
+        elif command["op"] == "add_batch":
+            loop.batches[command["name"]] = torch.tensor(command["rows"], dtype=torch.long)
+            answer = {}
         elif command["op"] == "train_step":
             answer = loop.train_step(command["batch"])
         elif command["op"] == "sample":
