@@ -1,9 +1,9 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { EngineBackend } from '../shared/backend/engine/engine-backend.js';
 import { type EngineCommand, EngineProcess } from '../shared/backend/engine/engine-process.js';
 import type { BaseModelConfig } from '../shared/config.js';
+import { LOCAL_DIR } from './env-file.js';
 
 /**
  * The engines `npm start -- --engine <name>` and `npm run worker -- --engine <name>` run (G1): today
@@ -13,14 +13,15 @@ import type { BaseModelConfig } from '../shared/config.js';
  * `EngineBackend` over its own command (docs/architecture.md#writing-another-engine).
  */
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-
 export const ENGINE_NAMES = ['torch'] as const;
 export type EngineName = (typeof ENGINE_NAMES)[number];
 
-/** Where `npm run engine:install` puts the torch engine's environment and the tiny model. */
-export const TORCH_ENGINE_VENV = path.join(ROOT, '.local', 'engine-venv');
-export const TINY_MODEL_DIR = path.join(ROOT, '.local', 'models', 'tiny-llama');
+/**
+ * Where `npm run engine:install` puts the torch engine's environment and the tiny model: under the
+ * checkout's `.local/`, found the same from the sources and from the compiled `dist/` entry points.
+ */
+export const TORCH_ENGINE_VENV = path.join(LOCAL_DIR, 'engine-venv');
+export const TINY_MODEL_DIR = path.join(LOCAL_DIR, 'models', 'tiny-llama');
 
 const INSTALL_HINT = 'install it with `npm run engine:install` (a private venv in .local/engine-venv)';
 

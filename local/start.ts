@@ -1,15 +1,8 @@
 import * as path from 'node:path';
-import { createWorkerHandler } from '../functions/worker/handler.js';
 import type { EngineBackend } from '../shared/backend/engine/engine-backend.js';
-import { BASE_MODELS_VAR } from '../shared/config.js';
 import { logger } from '../shared/logger.js';
-import {
-  type EngineName,
-  engineBaseModels,
-  engineName,
-  resolveBaseModel,
-  startEngineBackend,
-} from './engines.js';
+import { engineStack } from './engine-stack.js';
+import { type EngineName, engineName, resolveBaseModel } from './engines.js';
 import { LOCAL_DIR, removeLocalEnvFile, runningWriter, writeLocalEnvFile } from './env-file.js';
 import { printDevelopmentApiKey, readyHooks } from './on-ready.js';
 import { DEFAULT_API_PORT, DEFAULT_STATUS_PORT, portNotice, portSetting } from './port-choice.js';
@@ -117,12 +110,9 @@ async function main(): Promise<void> {
   if (settings.engine !== undefined) {
     const baseModel = resolveBaseModel(settings.engine.baseModel);
     process.stdout.write(`starting the ${settings.engine.name} engine on ${baseModel}...\n`);
-    const backend = await startEngineBackend(settings.engine.name, { baseModel, worker: 'npm start' });
-    engineBackend = backend;
-    engineOptions = {
-      extraEnv: { [BASE_MODELS_VAR]: JSON.stringify(engineBaseModels(baseModel)) },
-      runtime: { handlers: { worker: createWorkerHandler({ backend }) } },
-    };
+    const started = await engineStack(settings.engine.name, baseModel, 'npm start');
+    engineBackend = started.backend;
+    engineOptions = started.options;
     engineLines = [
       `Worker: the ${settings.engine.name} engine; base model (base_model in requests):`,
       baseModel,

@@ -27,7 +27,6 @@ const SEED = Number(process.env.E2E_SEED ?? 20261202);
 const TOLERANCE = 1e-3;
 
 const torch = engineUnderTest();
-if (torch.skip !== undefined) console.log(torch.skip);
 
 describe.skipIf(torch.command === undefined)(
   'a random workload through the pipeline on the torch engine',

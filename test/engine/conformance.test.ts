@@ -23,7 +23,6 @@ import { engineUserTokens } from './tokens.js';
  */
 
 const target = engineUnderTest();
-if (target.skip !== undefined) console.log(target.skip);
 const suite = target.command === undefined ? describe.skip : describe;
 
 let engine: EngineProcess;

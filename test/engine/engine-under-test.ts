@@ -1,15 +1,16 @@
 import { existsSync } from 'node:fs';
 import { TINY_MODEL_DIR, TORCH_ENGINE_VENV, torchEngineCommand } from '../../local/engines.js';
 import type { EngineCommand } from '../../shared/backend/engine/engine-process.js';
+import { missingPrerequisite } from '../support/prerequisites.js';
 
 /**
  * The engine the engine tests drive: ENGINE_COMMAND (a JSON list, the command and its arguments, for
- * any engine), else the torch engine of `.local/engine-venv` on the tiny model. `skip` says, in one
- * line, why none is available (the tests then skip).
+ * any engine), else the torch engine of `.local/engine-venv` on the tiny model. Without either it
+ * says in one line why the engine tests skip (no `command`), or throws under CI, which installs the
+ * engine (test/support/prerequisites.ts).
  */
 export function engineUnderTest(): {
   readonly command?: EngineCommand;
-  readonly skip?: string;
   readonly baseModel?: string;
 } {
   const raw = process.env.ENGINE_COMMAND;
@@ -22,7 +23,8 @@ export function engineUnderTest(): {
     return { command: { command: command as string, args } };
   }
   if (!existsSync(`${TORCH_ENGINE_VENV}/bin/python`) || !existsSync(`${TINY_MODEL_DIR}/config.json`)) {
-    return { skip: 'the torch engine is not installed (npm run engine:install); engine tests skipped' };
+    missingPrerequisite('the torch engine is not installed (npm run engine:install); engine tests skipped');
+    return {};
   }
   return {
     command: torchEngineCommand({ baseModel: TINY_MODEL_DIR, device: 'cpu', dtype: 'float32' }),

@@ -22,7 +22,6 @@ import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harnes
  */
 
 const torch = engineUnderTest();
-if (torch.skip !== undefined) console.log(torch.skip);
 
 /** Dispatches and runs work items until the planner finds nothing. */
 async function drain(h: WorkerHarness, backend: Backend) {

@@ -2,14 +2,19 @@ import { existsSync, mkdirSync } from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Browser, chromium, type Page } from 'playwright-core';
+import { missingPrerequisite } from './prerequisites.js';
 
 /** Debian's `chromium` package, driven by playwright-core (CI installs it; see `.ci/run`). */
 export const CHROMIUM = '/usr/bin/chromium';
 
-/** Whether the browser tests can run here; says once, on stderr, why they are skipped when not. */
+/**
+ * Whether the browser tests can run here; says once, on stderr, why they are skipped when not (under
+ * CI, which installs Chromium, its absence throws instead: test/support/prerequisites.ts).
+ */
 export function haveChromium(): boolean {
   const present = existsSync(CHROMIUM);
-  if (!present) console.warn(`browser tests skipped: ${CHROMIUM} is missing (apt-get install chromium)`);
+  if (!present)
+    missingPrerequisite(`browser tests skipped: ${CHROMIUM} is missing (apt-get install chromium)`);
   return present;
 }
 

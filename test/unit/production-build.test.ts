@@ -2,6 +2,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { builtinModules } from 'node:module';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PROJECT_ROOT } from '../../local/env-file.js';
 
@@ -108,5 +109,23 @@ describe('production build', () => {
     // Every module loaded; the empty environment is what stops it.
     expect(run.stderr).toContain('Missing required environment variable');
     expect(run.stderr).not.toMatch(/ERR_MODULE_NOT_FOUND|Cannot find/);
+  });
+
+  it('finds the engine environment and the tiny model under the checkout, not under the build folder', () => {
+    const engines = path.join(outDir, 'local/engines.js');
+    const run = spawnSync(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        `const m = await import(${JSON.stringify(pathToFileURL(engines).href)}); console.log(JSON.stringify([m.TORCH_ENGINE_VENV, m.TINY_MODEL_DIR]));`,
+      ],
+      { cwd: outDir, encoding: 'utf8', env: { PATH: process.env.PATH ?? '' } },
+    );
+    expect(run.status, run.stderr).toBe(0);
+    expect(JSON.parse(run.stdout)).toEqual([
+      path.join(PROJECT_ROOT, '.local', 'engine-venv'),
+      path.join(PROJECT_ROOT, '.local', 'models', 'tiny-llama'),
+    ]);
   });
 });

@@ -113,10 +113,13 @@ def _run_group(
                     names, input_ids=input_ids.to(device), attention_mask=mask.to(device) if padded else None
                 ).logits
                 total: torch.Tensor | None = None
+                # One view per row through unbind: its backward stacks the rows' gradients once, where
+                # indexing `logits[r]` would give every row a zero gradient of the whole batch's size.
+                row_logits = logits.unbind(0)
                 for r, (g, d, length) in enumerate(batch):
                     job = jobs[g]
                     datum = job.datums[d]
-                    logprobs = torch.log_softmax(upcast(logits[r, :length]), dim=-1)
+                    logprobs = torch.log_softmax(upcast(row_logits[r][:length]), dim=-1)
                     target_logprobs = logprobs.gather(-1, datum.targets.to(device))
                     terms = datum_terms(job.loss_fn, job.config, datum, target_logprobs)
                     _record(outputs[indices[g]], metrics[indices[g]], d, datum, target_logprobs, terms)
