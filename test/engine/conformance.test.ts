@@ -217,6 +217,50 @@ suite('engine protocol conformance (docs/engine-protocol.md)', () => {
     expect((await backend.sample(base_, request)).sequences).toHaveLength(2);
   });
 
+  it('answers the SDK 0.26+ sampling outputs (W8), resumed top-k rows included (P6)', async () => {
+    const created = await backend.createModel({ base_model: base, lora_config: { rank: 2, seed: 4 } });
+    const sampler = await backend.loadSampler(base, await backend.exportWeights(created, 'sampler'));
+    const prompt = [1, 2, 3, 4];
+    const request: SampleRequest = {
+      num_samples: 2,
+      prompt: { chunks: [{ type: 'encoded_text', tokens: Int32Array.from(prompt) }] },
+      sampling_params: { max_tokens: 6, temperature: 1, seed: 5 },
+      prompt_logprobs: true,
+      topk_sample_logprobs: 3,
+      prompt_alt_tokens_k: 2,
+      // Each prompt position asks for its own next token, and nothing in the second column.
+      target_prompt_logprobs: { shape: [3, 2], data: [2, -1, 3, -1, 4, -1] },
+    };
+    const full = await backend.sample(sampler, request);
+    for (const sequence of full.sequences) {
+      const rows = sequence.topk_logprobs ?? [];
+      expect(rows).toHaveLength(sequence.tokens.length);
+      rows.forEach((row, n) => {
+        expect(row).toHaveLength(3);
+        expect(row[0]?.[1]).toBeGreaterThanOrEqual(sequence.logprobs[n] as number);
+      });
+    }
+    expect(full.target_prompt_logprobs).toEqual(full.prompt_logprobs?.slice(1).map((l) => [l, null]));
+    const alt = full.prompt_alt_tokens;
+    expect(alt?.tokens).toHaveLength(3);
+    expect(alt?.tokens.every((row) => row.length === 2)).toBe(true);
+    expect((await backend.sample(sampler, request)).prompt_alt_tokens).toEqual(alt);
+    // The draws' logprobs are the model's: asked back as target ids, they answer the same values.
+    const asked = await backend.sample(sampler, {
+      ...request,
+      target_prompt_logprobs: { shape: [3, 2], data: alt?.tokens.flat() ?? [] },
+    });
+    expect(asked.target_prompt_logprobs).toEqual(alt?.logprobs);
+    const cut = await backend.sample(sampler, request, { maxNewTokens: 2 });
+    const resumed = await backend.sample(sampler, request, { resume: cut.sequences });
+    expect(resumed.sequences.map((s) => s.topk_logprobs)).toEqual(full.sequences.map((s) => s.topk_logprobs));
+    const bad = await backend
+      .sample(sampler, { ...request, prompt_alt_tokens_k: -1 })
+      .catch((e: unknown) => e);
+    expect(bad).toBeInstanceOf(StepUserError);
+    expect(String((bad as StepUserError).context.field)).toBe('prompt_alt_tokens_k');
+  });
+
   it('forgets released handles', async () => {
     const state = await backend.createModel({ base_model: base, lora_config: { rank: 2 } });
     await engine.call('release', () => ({ handles: [(state as unknown as { handle: string }).handle] }));

@@ -1,5 +1,6 @@
 """Sampling (G4): exact resume of a cut call (P6), logprobs under the model's own distribution,
-the KV cache against full forwards, stops, prompt logprobs."""
+the KV cache against full forwards, stops, prompt logprobs, the SDK 0.26+ outputs (top-k sample
+logprobs, prompt alternative tokens, target prompt logprobs)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from conftest import create, encoded, pass_input, sequence_datum
 
 from tinker_engine.engine import Engine
-from tinker_engine.prng import sample_uniform
+from tinker_engine.prng import alt_uniform, sample_uniform
 from tinker_engine.sampling import SampleParams, choose_token
 
 PROMPT = [72, 101, 108, 108, 111, 32]
@@ -205,3 +206,124 @@ def test_token_choice_follows_the_reference_rule() -> None:
         u = float(rng.random())
         params = SampleParams(np.zeros(1), 1, 1, temperature, top_k, top_p, 0, [], False, 0)
         assert choose_token(logprobs, params, u) == _reference_choice(logprobs.tolist(), temperature, top_k, top_p, u)
+
+
+@pytest.mark.parametrize(
+    ("seed", "position", "draw", "expected"),
+    # uniformAt(TAG_ALT, ...seedWords(seed), position, draw) of shared/backend/reference/prng.ts.
+    [(0, 1, 0, 0.36311581389356595), (12345, 5, 3, 0.4049806735729541), (-1, 1000, 255, 0.24292924976408437)],
+)
+def test_alt_draws_are_the_reference_prngs(seed: int, position: int, draw: int, expected: float) -> None:
+    assert alt_uniform(seed, position, draw) == expected
+
+
+def _full_logprobs(engine: Engine, tokens: list[int]) -> np.ndarray:
+    """[len(tokens), vocab]: the base model's log-softmax after each token, by a plain forward pass."""
+    from conftest import datum
+
+    vocab = engine.base.vocab_size
+    targets = np.tile(np.arange(vocab, dtype=np.int64), (len(tokens), 1))
+    result = engine.dispatch("forward", {"state": create(engine), "input": pass_input([datum(tokens, targets)])})
+    return np.asarray(result["result"]["loss_fn_outputs"][0]["logprobs"])
+
+
+def test_topk_sample_logprobs_rank_the_models_distribution_at_each_step(engine: Engine) -> None:
+    sampler = _sampler(engine, trained=False)
+    run = _sample(engine, sampler, {**_request(num_samples=2, max_tokens=6), "topk_sample_logprobs": 4})
+    for sequence in run["sequences"]:
+        rows = sequence["topk_logprobs"]
+        assert len(rows) == sequence["tokens"].size
+        full = _full_logprobs(engine, PROMPT + sequence["tokens"].tolist())
+        for n, row in enumerate(rows):
+            at = torch.from_numpy(full[len(PROMPT) - 1 + n])
+            expected = torch.topk(at, 4)
+            ids = [pair[0] for pair in row]
+            values = [pair[1] for pair in row]
+            np.testing.assert_allclose(values, expected.values.numpy(), rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(at[ids].numpy(), values, rtol=1e-4, atol=1e-5)
+            assert values == sorted(values, reverse=True)
+            # The sampled token's logprob is read from the same distribution.
+            assert sequence["logprobs"][n] <= values[0] + 1e-6
+
+
+def test_topk_sample_rows_of_a_resumed_call_equal_an_uncut_one(engine: Engine) -> None:
+    sampler = _sampler(engine)
+    request = {**_request(stop=[[101, 108]]), "topk_sample_logprobs": 5}
+    whole = _sample(engine, sampler, request)
+    first = _sample(engine, sampler, request, cut=4)
+    assert not first["finished"]
+    resume = [{"tokens": s["tokens"], "logprobs": s["logprobs"]} for s in first["sequences"]]
+    rest = _sample(engine, sampler, request, resume=resume)
+    assert rest["finished"]
+    for expected, got in zip(whole["sequences"], rest["sequences"], strict=True):
+        np.testing.assert_array_equal(got["tokens"], expected["tokens"])
+        assert got["topk_logprobs"] == expected["topk_logprobs"]
+    # Restored rows are recomputed even when nothing is left to generate.
+    done = [{"tokens": s["tokens"], "logprobs": s["logprobs"]} for s in whole["sequences"]]
+    again = _sample(engine, sampler, request, resume=done, cut=0)
+    assert [s["topk_logprobs"] for s in again["sequences"]] == [s["topk_logprobs"] for s in whole["sequences"]]
+
+
+def test_target_prompt_logprobs_read_the_prompts_distribution_at_the_asked_ids(engine: Engine) -> None:
+    sampler = _sampler(engine, trained=False)
+    rows = len(PROMPT) - 1
+    ids = [[(7 * r + c) % 256 if (r + c) % 3 else -1 for c in range(3)] for r in range(rows)]
+    target = {"shape": [rows, 3], "data": [i for row in ids for i in row]}
+    run = _sample(engine, sampler, {**_request(num_samples=1, max_tokens=1), "target_prompt_logprobs": target})
+    full = _full_logprobs(engine, PROMPT)
+    answered = run["target_prompt_logprobs"]
+    assert len(answered) == rows
+    for r in range(rows):
+        for c in range(3):
+            if ids[r][c] == -1:
+                assert answered[r][c] is None
+            else:
+                assert answered[r][c] == pytest.approx(full[r, ids[r][c]], rel=1e-4, abs=1e-5)
+
+
+def test_prompt_alt_tokens_are_seeded_draws_with_the_models_logprobs(engine: Engine) -> None:
+    sampler = _sampler(engine, trained=False)
+    ask = lambda seed: {**_request(num_samples=1, max_tokens=1, seed=seed), "prompt_alt_tokens_k": 6}  # noqa: E731
+    a = _sample(engine, sampler, ask(3))["prompt_alt_tokens"]
+    b = _sample(engine, sampler, ask(3))["prompt_alt_tokens"]
+    c = _sample(engine, sampler, ask(4))["prompt_alt_tokens"]
+    assert a == b
+    assert a["tokens"] != c["tokens"]
+    assert len(a["tokens"]) == len(PROMPT) - 1 and all(len(row) == 6 for row in a["tokens"])
+    full = _full_logprobs(engine, PROMPT)
+    for r, (tokens, logprobs) in enumerate(zip(a["tokens"], a["logprobs"], strict=True)):
+        np.testing.assert_allclose(logprobs, full[r, tokens], rtol=1e-4, atol=1e-5)
+        # Each draw is the reference's inverse-CDF choice at the request's temperature (0.9), no top-k/top-p.
+        row = torch.from_numpy(full[r]).to(torch.float64)
+        params = SampleParams(
+            prompt=np.asarray(PROMPT), num_samples=1, max_tokens=1, temperature=0.9, top_k=0, top_p=1.0,
+            seed=3, stops=[], prompt_logprobs=False, topk_prompt_logprobs=0,
+        )  # fmt: skip
+        for j, token in enumerate(tokens):
+            u = alt_uniform(3, r + 1, j)
+            assert token == choose_token(row, params, u)
+    greedy = _sample(engine, sampler, {**ask(3), "sampling_params": {"temperature": 0.0, "max_tokens": 1}})
+    for r, tokens in enumerate(greedy["prompt_alt_tokens"]["tokens"]):
+        assert tokens == [int(np.argmax(full[r]))] * 6
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"topk_sample_logprobs": -1}, "topk_sample_logprobs"),
+        ({"topk_sample_logprobs": 1.5}, "topk_sample_logprobs"),
+        ({"prompt_alt_tokens_k": -2}, "prompt_alt_tokens_k"),
+        ({"target_prompt_logprobs": [1, 2]}, "target_prompt_logprobs"),
+        ({"target_prompt_logprobs": {"shape": [3, 1], "data": [1, 2, 3]}}, "target_prompt_logprobs.shape"),
+        ({"target_prompt_logprobs": {"shape": [5, 1], "data": [1, 2]}}, "target_prompt_logprobs.data"),
+        ({"target_prompt_logprobs": {"shape": [5, 1], "data": [1, 2, 3, 4, 256]}}, "target_prompt_logprobs.data[4]"),
+        ({"target_prompt_logprobs": {"shape": [5, 1], "data": [1, -2, 3, 4, 5]}}, "target_prompt_logprobs.data[1]"),
+    ],
+)
+def test_bad_sdk_outputs_requests_are_user_errors(engine: Engine, change: dict[str, Any], field: str) -> None:
+    from tinker_engine.errors import UserError
+
+    sampler = _sampler(engine, trained=False)
+    with pytest.raises(UserError) as raised:
+        _sample(engine, sampler, {**_request(), **change})
+    assert raised.value.field == field

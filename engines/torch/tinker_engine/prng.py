@@ -7,6 +7,7 @@ from __future__ import annotations
 
 MASK32 = 0xFFFF_FFFF
 TAG_SAMPLE = 0x53414D50
+TAG_ALT = 0x414C5430
 
 
 def _mix32(value: int) -> int:
@@ -44,3 +45,9 @@ def sample_uniform(seed: int, sample_index: int, position: int) -> float:
     """The draw for generated position `position` of sample `sample_index` (the reference's key)."""
     low, high = seed_words(seed)
     return uniform_at(TAG_SAMPLE, low, high, sample_index, position)
+
+
+def alt_uniform(seed: int, prompt_position: int, draw: int) -> float:
+    """Draw `draw` of `prompt_alt_tokens_k` at prompt position `prompt_position` (the reference's key)."""
+    low, high = seed_words(seed)
+    return uniform_at(TAG_ALT, low, high, prompt_position, draw)

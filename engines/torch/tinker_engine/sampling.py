@@ -8,6 +8,13 @@ inverse CDF with u = sample_uniform(seed, i, n). Reported logprobs are under the
 distribution (temperature 1), as `forward` gives them. A sequence stops when its generated tokens end
 with a stop sequence (kept in the output; `stop`) or after max_tokens (`length`).
 
+The SDK 0.26+ outputs read the same distributions, as the reference does: `topk_sample_logprobs` ranks
+the model's own distribution at each generated position (ties: lower id first; restored positions are
+recomputed during replay, so a resumed call answers what an uncut one does, P6); `prompt_alt_tokens_k`
+draws k tokens with replacement at prompt position t >= 1 at the request's temperature (no top-k/top-p)
+with u = alt_uniform(seed, t, j), each with its model logprob; `target_prompt_logprobs` reads the asked
+ids' model logprobs at their prompt positions.
+
 Exact resume (P6): the prompt runs once, then all samples step together, one token per step, always
 as one batch of `num_samples` rows at the same position. A resumed call replays each restored prefix
 token by token in that same lockstep, so every row sees the same operations on the same shapes as in an
@@ -27,7 +34,7 @@ from .adapters import Adapter, AdapterPool
 from .errors import InfrastructureError, user_error
 from .inputs import model_input_tokens
 from .models import BaseModel, upcast
-from .prng import sample_uniform
+from .prng import alt_uniform, sample_uniform
 
 MAX_SAMPLES = 256
 IDLE_TOKEN = 0
@@ -45,6 +52,10 @@ class SampleParams:
     stops: list[list[int]]
     prompt_logprobs: bool
     topk_prompt_logprobs: int
+    topk_sample_logprobs: int = 0
+    prompt_alt_tokens_k: int = 0
+    # Dense [prompt length - 1, K] ids, -1 where none is asked; None when not asked.
+    target_prompt_ids: np.ndarray | None = None
 
 
 def _number(value: Any, default: float) -> Any:
@@ -112,7 +123,53 @@ def parse_sample_request(request: Any, base: BaseModel) -> SampleParams:
             f"an integer in [0, {base.vocab_size}]",
             True,
         ),
+        topk_sample_logprobs=_check(
+            _number(request.get("topk_sample_logprobs"), 0),
+            "topk_sample_logprobs",
+            lambda x: 0 <= x <= base.vocab_size,
+            f"an integer in [0, {base.vocab_size}]",
+            True,
+        ),
+        prompt_alt_tokens_k=_check(
+            _number(request.get("prompt_alt_tokens_k"), 0),
+            "prompt_alt_tokens_k",
+            lambda x: x >= 0,
+            "an integer >= 0",
+            True,
+        ),
+        target_prompt_ids=_parse_target_prompt_ids(request.get("target_prompt_logprobs"), prompt.size, base),
     )
+
+
+def _parse_target_prompt_ids(target: Any, prompt_length: int, base: BaseModel) -> np.ndarray | None:
+    """`{shape: [P - 1, K], data: ids}` (row-major, -1: none asked) as a dense int64 array."""
+    field = "target_prompt_logprobs"
+    if target is None:
+        return None
+    if (
+        not isinstance(target, dict)
+        or not isinstance(target.get("shape"), list)
+        or not isinstance(target.get("data"), list)
+    ):
+        raise user_error(field, "must be {shape, data}")
+    shape, data = target["shape"], target["data"]
+
+    def integer(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if len(shape) != 2 or shape[0] != prompt_length - 1 or not integer(shape[1]) or shape[1] < 0:
+        raise user_error(f"{field}.shape", f"must be [{prompt_length - 1}, K] for a prompt of {prompt_length} tokens")
+    rows, columns = prompt_length - 1, int(shape[1])
+    if len(data) != rows * columns:
+        raise user_error(f"{field}.data", f"holds {len(data)} ids for shape [{rows}, {columns}]")
+    for i, value in enumerate(data):
+        if not integer(value):
+            raise user_error(f"{field}.data[{i}]", f"token ids must be integers, got {value}")
+        if value != -1 and not 0 <= value < base.vocab_size:
+            raise user_error(
+                f"{field}.data[{i}]", f"token id {value} is outside the vocabulary [0, {base.vocab_size}) (-1: none)"
+            )
+    return np.asarray(data, dtype=np.int64).reshape(rows, columns)
 
 
 def _parse_stops(stop: Any, base: BaseModel) -> list[list[int]]:
@@ -167,6 +224,51 @@ def choose_token(logprobs: torch.Tensor, params: SampleParams, u: float) -> int:
     total = float(cumulative[count - 1].item())
     choice = min(int((cumulative[:count] <= u * total).sum().item()), count - 1)
     return int(order[choice].item()) if order is not None else choice
+
+
+def _topk_rows(rows: torch.Tensor, k: int) -> list[list[list[Any]]]:
+    """Per row, the k most likely [token, logprob] pairs (ties: lower id first), logprobs as float32."""
+    values, order = torch.sort(rows, dim=-1, descending=True, stable=True)
+    values = values[:, :k].cpu().numpy().astype(np.float32)
+    order = order[:, :k].cpu().numpy()
+    return [[[int(order[r, j]), float(values[r, j])] for j in range(order.shape[1])] for r in range(order.shape[0])]
+
+
+def _prompt_extras(prompt_lp: torch.Tensor, params: SampleParams) -> dict[str, Any]:
+    """`prompt_alt_tokens` and `target_prompt_logprobs`: row t - 1 reads prompt position t >= 1."""
+    extras: dict[str, Any] = {}
+    positions = prompt_lp.shape[0] - 1
+    k = params.prompt_alt_tokens_k
+    if k > 0:
+        alt_tokens: list[list[int]] = []
+        alt_logprobs: list[list[float]] = []
+        for t in range(1, positions + 1):
+            row = prompt_lp[t - 1].to(torch.float64)
+            draws = _alt_draws(row, params.temperature, [alt_uniform(params.seed, t, j) for j in range(k)])
+            picked = row[torch.tensor(draws, dtype=torch.long, device=row.device)].cpu().numpy().astype(np.float32)
+            alt_tokens.append(draws)
+            alt_logprobs.append([float(x) for x in picked])
+        extras["prompt_alt_tokens"] = {"tokens": alt_tokens, "logprobs": alt_logprobs}
+    ids = params.target_prompt_ids
+    if ids is not None:
+        asked = torch.from_numpy(np.maximum(ids, 0)).to(prompt_lp.device)
+        picked = prompt_lp[:-1].gather(-1, asked).cpu().numpy().astype(np.float32)
+        extras["target_prompt_logprobs"] = [
+            [None if ids[r, c] == -1 else float(picked[r, c]) for c in range(ids.shape[1])] for r in range(ids.shape[0])
+        ]
+    return extras
+
+
+def _alt_draws(row: torch.Tensor, temperature: float, uniforms: list[float]) -> list[int]:
+    """choose_token's rule with no top-k/top-p, one CDF for all of a position's draws."""
+    if temperature == 0:
+        return [int(torch.argmax(row).item())] * len(uniforms)
+    cumulative = torch.cumsum(torch.exp((row - row.max()) / temperature), 0)
+    total = float(cumulative[-1].item())
+    targets = torch.tensor([u * total for u in uniforms], dtype=cumulative.dtype, device=cumulative.device)
+    # Elements <= target, as choose_token counts them.
+    counts = torch.searchsorted(cumulative, targets, right=True).clamp(max=row.shape[0] - 1)
+    return [int(c) for c in counts.tolist()]
 
 
 def _ends_with_stop(tokens: list[int], stops: list[list[int]]) -> bool:
@@ -229,6 +331,8 @@ def sample(
             [[int(order[t, j]), float(values[t, j])] for j in range(k)] for t in range(values.shape[0])
         ]
 
+    result.update(_prompt_extras(prompt_lp, params))
+
     n = params.num_samples
     prefixes = [
         _restored(resume[i] if resume is not None and i < len(resume) else None, i, params, base.vocab_size)
@@ -249,17 +353,29 @@ def sample(
     def active(i: int) -> bool:
         return stop_reason[i] is None and generated[i] < budget
 
-    if any(active(i) for i in range(n)):
+    topk = params.topk_sample_logprobs
+    topk_rows: list[list[list[Any]]] = [[] for _ in range(n)]
+
+    def more(step: int) -> bool:
+        # Restored tokens are replayed to continue them, and also to recompute their top-k rows.
+        return any(active(i) or (topk > 0 and step < replay[i]) for i in range(n))
+
+    if more(0):
         cache.batch_repeat_interleave(n)
         rows = prompt_lp[-1].to(torch.float64).unsqueeze(0).expand(n, -1)
         names = [name] * n
         step = 0
         while True:
             fed: list[int] = []
+            ranked = _topk_rows(rows, topk) if topk > 0 else None
             for i in range(n):
                 if step < replay[i]:
+                    if ranked is not None:
+                        topk_rows[i].append(ranked[i])
                     fed.append(tokens[i][step])
                 elif active(i):
+                    if ranked is not None:
+                        topk_rows[i].append(ranked[i])
                     token = choose_token(rows[i], params, sample_uniform(params.seed, i, step))
                     tokens[i].append(token)
                     logprobs[i].append(float(np.float32(rows[i, token].item())))
@@ -269,7 +385,7 @@ def sample(
                 else:
                     fed.append(IDLE_TOKEN)
             step += 1
-            if not any(active(i) for i in range(n)):
+            if not more(step):
                 break
             ids = torch.tensor(fed, dtype=torch.long, device=device).unsqueeze(1)
             out = pool.forward(names, input_ids=ids, past_key_values=cache, use_cache=True)
@@ -281,6 +397,7 @@ def sample(
             "stop_reason": stop_reason[i],
             "tokens": np.asarray(tokens[i], dtype=np.int32),
             "logprobs": np.asarray(logprobs[i], dtype=np.float32),
+            **({"topk_logprobs": topk_rows[i]} if topk > 0 else {}),
         }
         for i in range(n)
     ]

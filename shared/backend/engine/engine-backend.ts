@@ -12,11 +12,13 @@ import type {
   OptimStepResult,
   PassItem,
   PassOutcome,
+  PromptAltTokens,
   SampleOptions,
   SampleRequest,
   SampleRun,
   SamplerModel,
   StepOutcome,
+  TopkRows,
   WeightsKind,
 } from '../backend.js';
 import type { Tensor } from '../tensor.js';
@@ -527,7 +529,12 @@ function sampleRun(raw: Record<string, unknown>): SampleRun {
     throw new EngineProtocolError('engine answered a sample run without finished and sequences');
   }
   const sequences = raw.sequences.map((item: unknown, index): GeneratedSequence => {
-    const sequence = item as { stop_reason?: unknown; tokens?: unknown; logprobs?: unknown };
+    const sequence = item as {
+      stop_reason?: unknown;
+      tokens?: unknown;
+      logprobs?: unknown;
+      topk_logprobs?: unknown;
+    };
     const reason = sequence.stop_reason ?? null;
     if (reason !== null && reason !== 'stop' && reason !== 'length') {
       throw new EngineProtocolError(`engine answered sequences.${index}.stop_reason ${String(reason)}`);
@@ -536,6 +543,7 @@ function sampleRun(raw: Record<string, unknown>): SampleRun {
       stop_reason: reason,
       tokens: numberList(sequence.tokens, `sequences.${index}.tokens`),
       logprobs: numberList(sequence.logprobs, `sequences.${index}.logprobs`),
+      ...(sequence.topk_logprobs == null ? {} : { topk_logprobs: sequence.topk_logprobs as TopkRows }),
     };
   });
   return {
@@ -545,6 +553,10 @@ function sampleRun(raw: Record<string, unknown>): SampleRun {
     ...(raw.topk_prompt_logprobs == null
       ? {}
       : { topk_prompt_logprobs: raw.topk_prompt_logprobs as ([number, number][] | null)[] }),
+    ...(raw.prompt_alt_tokens == null ? {} : { prompt_alt_tokens: raw.prompt_alt_tokens as PromptAltTokens }),
+    ...(raw.target_prompt_logprobs == null
+      ? {}
+      : { target_prompt_logprobs: raw.target_prompt_logprobs as (number | null)[][] }),
   };
 }
 
