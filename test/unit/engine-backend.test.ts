@@ -103,6 +103,24 @@ describe('EngineBackend over the reference engine', () => {
     expect(cut.finished).toBe(false);
     const resumed = await backend.sample(sampler, request, { resume: cut.sequences });
     expect(resumed.sequences.map((s) => s.tokens)).toEqual(run.sequences.map((s) => s.tokens));
+    // The SDK 0.26+ outputs cross too: the target ids as a tensor, the answers as the backend gave them.
+    const newer = {
+      ...request,
+      topk_sample_logprobs: 3,
+      prompt_alt_tokens_k: 2,
+      target_prompt_logprobs: { shape: [1, 2] as [number, number], data: [105, -1] },
+    };
+    const newerRun = await backend.sample(sampler, newer);
+    const newerExpected = await local.sample(
+      await local.loadSampler(BASE, await local.exportWeights(inProcess, 'sampler')),
+      newer,
+    );
+    expect(newerExpected.target_prompt_logprobs).toBeDefined();
+    expect(newerRun.target_prompt_logprobs).toEqual(newerExpected.target_prompt_logprobs);
+    expect(newerRun.prompt_alt_tokens).toEqual(newerExpected.prompt_alt_tokens);
+    expect(newerRun.sequences.map((s) => s.topk_logprobs)).toEqual(
+      newerExpected.sequences.map((s) => s.topk_logprobs),
+    );
 
     // Two models in one fused call; the forward leaves its state's handle valid.
     const other = await backend.createModel({ base_model: BASE, lora_config: { rank: 2, seed: 1 } });

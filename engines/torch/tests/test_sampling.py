@@ -268,7 +268,7 @@ def test_target_prompt_logprobs_read_the_prompts_distribution_at_the_asked_ids(e
     sampler = _sampler(engine, trained=False)
     rows = len(PROMPT) - 1
     ids = [[(7 * r + c) % 256 if (r + c) % 3 else -1 for c in range(3)] for r in range(rows)]
-    target = {"shape": [rows, 3], "data": [i for row in ids for i in row]}
+    target = np.asarray(ids, dtype=np.int32)
     run = _sample(engine, sampler, {**_request(num_samples=1, max_tokens=1), "target_prompt_logprobs": target})
     full = _full_logprobs(engine, PROMPT)
     answered = run["target_prompt_logprobs"]
@@ -314,10 +314,17 @@ def test_prompt_alt_tokens_are_seeded_draws_with_the_models_logprobs(engine: Eng
         ({"topk_sample_logprobs": 1.5}, "topk_sample_logprobs"),
         ({"prompt_alt_tokens_k": -2}, "prompt_alt_tokens_k"),
         ({"target_prompt_logprobs": [1, 2]}, "target_prompt_logprobs"),
-        ({"target_prompt_logprobs": {"shape": [3, 1], "data": [1, 2, 3]}}, "target_prompt_logprobs.shape"),
-        ({"target_prompt_logprobs": {"shape": [5, 1], "data": [1, 2]}}, "target_prompt_logprobs.data"),
-        ({"target_prompt_logprobs": {"shape": [5, 1], "data": [1, 2, 3, 4, 256]}}, "target_prompt_logprobs.data[4]"),
-        ({"target_prompt_logprobs": {"shape": [5, 1], "data": [1, -2, 3, 4, 5]}}, "target_prompt_logprobs.data[1]"),
+        ({"target_prompt_logprobs": np.asarray([1, 2, 3, 4, 5], dtype=np.int32)}, "target_prompt_logprobs"),
+        ({"target_prompt_logprobs": np.asarray([[0.5]] * 5, dtype=np.float32)}, "target_prompt_logprobs"),
+        ({"target_prompt_logprobs": np.asarray([[1], [2], [3]], dtype=np.int32)}, "target_prompt_logprobs.shape"),
+        (
+            {"target_prompt_logprobs": np.asarray([[1], [2], [3], [4], [256]], dtype=np.int32)},
+            "target_prompt_logprobs.data[4]",
+        ),
+        (
+            {"target_prompt_logprobs": np.asarray([[1], [-2], [3], [4], [5]], dtype=np.int32)},
+            "target_prompt_logprobs.data[1]",
+        ),
     ],
 )
 def test_bad_sdk_outputs_requests_are_user_errors(engine: Engine, change: dict[str, Any], field: str) -> None:

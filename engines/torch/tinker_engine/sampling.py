@@ -142,34 +142,23 @@ def parse_sample_request(request: Any, base: BaseModel) -> SampleParams:
 
 
 def _parse_target_prompt_ids(target: Any, prompt_length: int, base: BaseModel) -> np.ndarray | None:
-    """`{shape: [P - 1, K], data: ids}` (row-major, -1: none asked) as a dense int64 array."""
+    """The ids tensor `[P - 1, K]` (-1: none asked) as a dense int64 array."""
     field = "target_prompt_logprobs"
     if target is None:
         return None
-    if (
-        not isinstance(target, dict)
-        or not isinstance(target.get("shape"), list)
-        or not isinstance(target.get("data"), list)
-    ):
-        raise user_error(field, "must be {shape, data}")
-    shape, data = target["shape"], target["data"]
-
-    def integer(value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    if len(shape) != 2 or shape[0] != prompt_length - 1 or not integer(shape[1]) or shape[1] < 0:
+    if not isinstance(target, np.ndarray) or target.ndim != 2 or target.dtype.kind not in "iu":
+        raise user_error(field, "must be a 2-D integer tensor of shape [prompt - 1, K]")
+    if target.shape[0] != prompt_length - 1:
         raise user_error(f"{field}.shape", f"must be [{prompt_length - 1}, K] for a prompt of {prompt_length} tokens")
-    rows, columns = prompt_length - 1, int(shape[1])
-    if len(data) != rows * columns:
-        raise user_error(f"{field}.data", f"holds {len(data)} ids for shape [{rows}, {columns}]")
-    for i, value in enumerate(data):
-        if not integer(value):
-            raise user_error(f"{field}.data[{i}]", f"token ids must be integers, got {value}")
-        if value != -1 and not 0 <= value < base.vocab_size:
-            raise user_error(
-                f"{field}.data[{i}]", f"token id {value} is outside the vocabulary [0, {base.vocab_size}) (-1: none)"
-            )
-    return np.asarray(data, dtype=np.int64).reshape(rows, columns)
+    ids = target.astype(np.int64)
+    flat = ids.reshape(-1)
+    outside = np.flatnonzero((flat != -1) & ((flat < 0) | (flat >= base.vocab_size)))
+    if outside.size > 0:
+        i = int(outside[0])
+        raise user_error(
+            f"{field}.data[{i}]", f"token id {int(flat[i])} is outside the vocabulary [0, {base.vocab_size}) (-1: none)"
+        )
+    return ids
 
 
 def _parse_stops(stop: Any, base: BaseModel) -> list[list[int]]:

@@ -275,6 +275,16 @@ export class EngineBackend implements Backend {
                 tokens: frame.tokens(chunk.tokens),
               })),
             },
+            // Ids, one per cell of [prompt - 1, K]: a tensor like every other (G2).
+            ...(request.target_prompt_logprobs === undefined
+              ? {}
+              : {
+                  target_prompt_logprobs: frame.tensor({
+                    dtype: 'int32',
+                    data: Int32Array.from(request.target_prompt_logprobs.data),
+                    shape: [...request.target_prompt_logprobs.shape],
+                  }),
+                }),
           },
           resume: (options.resume ?? []).map((prefix) =>
             prefix == null

@@ -263,8 +263,24 @@ function passInput(raw: unknown): ForwardBackwardInput {
 }
 
 function sampleRequest(raw: unknown): SampleRequest {
-  const request = raw as SampleRequest & { prompt: unknown };
-  return { ...request, prompt: modelInput(request.prompt) };
+  const request = raw as Omit<SampleRequest, 'prompt' | 'target_prompt_logprobs'> & {
+    prompt: unknown;
+    target_prompt_logprobs?: WireTensor;
+  };
+  const { target_prompt_logprobs: target, ...rest } = request;
+  return {
+    ...rest,
+    prompt: modelInput(request.prompt),
+    // The ids cross as a [prompt - 1, K] tensor; the backend takes them row-major with their shape.
+    ...(target === undefined
+      ? {}
+      : {
+          target_prompt_logprobs: {
+            shape: [target.shape[0] ?? 0, target.shape[1] ?? 0],
+            data: numbersOf(target),
+          },
+        }),
+  };
 }
 
 function encodeResult(out: FrameBuilder, result: ForwardBackwardResult): Record<string, unknown> {
@@ -288,8 +304,13 @@ function encodeRun(out: FrameBuilder, run: SampleRun): Record<string, unknown> {
         data: Float32Array.from(sequence.logprobs),
         shape: [sequence.logprobs.length],
       }),
+      ...(sequence.topk_logprobs === undefined ? {} : { topk_logprobs: sequence.topk_logprobs }),
     })),
     ...(run.prompt_logprobs === undefined ? {} : { prompt_logprobs: run.prompt_logprobs }),
     ...(run.topk_prompt_logprobs === undefined ? {} : { topk_prompt_logprobs: run.topk_prompt_logprobs }),
+    ...(run.prompt_alt_tokens === undefined ? {} : { prompt_alt_tokens: run.prompt_alt_tokens }),
+    ...(run.target_prompt_logprobs === undefined
+      ? {}
+      : { target_prompt_logprobs: run.target_prompt_logprobs }),
   };
 }
