@@ -2,19 +2,11 @@ import { describe, expect, it } from 'vitest';
 import { boundMessage, describeField, describeValue, MESSAGE_MAX_CHARS } from '../../shared/api/describe.js';
 import { parseRequest } from '../../shared/api/request-checks.js';
 import * as schemas from '../../shared/api/schemas.js';
-import { ValidationError } from '../../shared/errors.js';
+import { validationErrorOf } from '../support/validation.js';
 
 /** Regression tests for error messages built from attacker-controlled input (hardening finding 4). */
 
-function refusal(run: () => unknown): ValidationError {
-  try {
-    run();
-  } catch (error) {
-    expect(error).toBeInstanceOf(ValidationError);
-    return error as ValidationError;
-  }
-  throw new Error('expected a ValidationError');
-}
+const refusal = validationErrorOf;
 
 const pass = (tokens: unknown, lossInputs: Record<string, unknown> = {}) => ({
   model_id: 'm',

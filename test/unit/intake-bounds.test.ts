@@ -4,10 +4,11 @@ import { archiveUrlLifetime } from '../../shared/api/checkpoint-lifecycle.js';
 import { checkForwardInput, checkJsonPassParts, parseRequest } from '../../shared/api/request-checks.js';
 import * as schemas from '../../shared/api/schemas.js';
 import { passInputFromJson } from '../../shared/backend/pass-input.js';
-import { ValidationError } from '../../shared/errors.js';
+import type { ValidationError } from '../../shared/errors.js';
 import { decodeForwardBackwardRequest } from '../../shared/wire/forward-backward-request.js';
 import { CHUNKS_PER_DATUM, partLimits } from '../../shared/wire/request-parts.js';
 import { decompressZstdBounded, MAX_ZSTD_FRAMES } from '../../shared/wire/zstd.js';
+import { validationErrorOf } from '../support/validation.js';
 import { fixtureBytes } from '../support/wire/fixtures.js';
 import {
   EMPTY_ZSTD_FRAME,
@@ -29,15 +30,7 @@ import { float32Tensor, int64Tensor, pbDatum, pbForwardBackward } from '../suppo
 const MAX_DATUMS = 1024;
 const LIMITS = { maxBodyBytes: 5 * 1024 * 1024, maxDatums: MAX_DATUMS, maxTokensPerRequest: 1_048_576 };
 
-function rejection(run: () => unknown): ValidationError {
-  try {
-    run();
-  } catch (error) {
-    expect(error).toBeInstanceOf(ValidationError);
-    return error as ValidationError;
-  }
-  throw new Error('expected a ValidationError');
-}
+const rejection = validationErrorOf;
 
 function field(error: ValidationError): unknown {
   return error.context.field;

@@ -1,7 +1,7 @@
 import { fromBinary } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import type { Datum } from '../../shared/backend/pass-input.js';
-import { ValidationError } from '../../shared/errors.js';
+import type { ValidationError } from '../../shared/errors.js';
 import {
   decodeForwardBackwardRequest,
   encodeStoredPass,
@@ -9,6 +9,7 @@ import {
 } from '../../shared/wire/forward-backward-request.js';
 import { DType, SampleResponseSchema, StopReason } from '../../shared/wire/gen/tinker_public_pb.js';
 import { encodeSampleResponse, type StoredSampleResult } from '../../shared/wire/results.js';
+import { validationErrorOf } from '../support/validation.js';
 import { decodeSampleResponse } from '../support/wire/decode-results.js';
 
 /**
@@ -113,13 +114,7 @@ const SPANS_TYPED: Pick<Datum, 'model_input_spans' | 'loss_fn_input_spans'> = {
 };
 
 function rejection(bytes: Uint8Array): ValidationError {
-  try {
-    decodeForwardBackwardRequest(bytes);
-  } catch (error) {
-    expect(error).toBeInstanceOf(ValidationError);
-    return error as ValidationError;
-  }
-  throw new Error('expected a ValidationError');
+  return validationErrorOf(() => decodeForwardBackwardRequest(bytes));
 }
 
 describe('Datum.model_input_spans (3) and loss_fn_input_spans (4), laid out by hand', () => {

@@ -3,13 +3,14 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { Datum, ForwardBackwardInput } from '../../shared/backend/pass-input.js';
 import type { Tensor } from '../../shared/backend/tensor.js';
-import { ValidationError } from '../../shared/errors.js';
+import type { ValidationError } from '../../shared/errors.js';
 import {
   decodeForwardBackwardRequest,
   encodeStoredPass,
   type ForwardBackwardMessage,
 } from '../../shared/wire/forward-backward-request.js';
 import { DType, ForwardBackwardRequestSchema } from '../../shared/wire/gen/tinker_public_pb.js';
+import { validationErrorOf } from '../support/validation.js';
 import { fixtureBytes, fixtureJson, type PlainRequest, plainRequest } from '../support/wire/fixtures.js';
 
 type RequestInit = MessageInitShape<typeof ForwardBackwardRequestSchema>;
@@ -47,13 +48,7 @@ function withTensor(tensor: TensorInit, chunks?: NonNullable<RequestInit['data']
 }
 
 function rejection(bytes: Uint8Array): ValidationError {
-  try {
-    decodeForwardBackwardRequest(bytes);
-  } catch (error) {
-    expect(error).toBeInstanceOf(ValidationError);
-    return error as ValidationError;
-  }
-  throw new Error('expected a ValidationError');
+  return validationErrorOf(() => decodeForwardBackwardRequest(bytes));
 }
 
 function expectRejected(bytes: Uint8Array, status: number, field: string, message?: RegExp): void {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { ValidationError } from '../../shared/errors.js';
 import { decodeForwardBackwardRequest } from '../../shared/wire/forward-backward-request.js';
 import { decompressZstdBounded, MAX_ZSTD_WINDOW_BYTES } from '../../shared/wire/zstd.js';
+import { validationErrorOf } from '../support/validation.js';
 import { fixtureBytes } from '../support/wire/fixtures.js';
 
 const MAGIC = [0x28, 0xb5, 0x2f, 0xfd];
@@ -52,15 +52,7 @@ function concat(...parts: Uint8Array[]): Uint8Array {
   return new Uint8Array(parts.flatMap((part) => [...part]));
 }
 
-function rejection(run: () => unknown): ValidationError {
-  try {
-    run();
-  } catch (error) {
-    expect(error).toBeInstanceOf(ValidationError);
-    return error as ValidationError;
-  }
-  throw new Error('expected a ValidationError');
-}
+const rejection = validationErrorOf;
 
 const BLOCK = 128 * 1024;
 
