@@ -23,6 +23,29 @@ export async function requireSeqCounter(
   return record;
 }
 
+/** A new run's counter at `seq`, before any client seq_id of its own. */
+export function newSeqCounter(
+  run: {
+    readonly modelId: string;
+    readonly tenant: string;
+    readonly sessionId: string;
+    readonly baseModel: string;
+    readonly now: number;
+  },
+  seq: number,
+): SeqCounterRecord {
+  return {
+    pk: registryKey.seqCounter(run.modelId),
+    model_id: run.modelId,
+    tenant: run.tenant,
+    session_id: run.sessionId,
+    base_model: run.baseModel,
+    seq,
+    last_seq_id: 0,
+    updated_at: run.now,
+  };
+}
+
 interface CounterStep {
   readonly modelId: string;
   readonly tenant: string;
