@@ -198,6 +198,21 @@ export function futureCutItem(
   };
 }
 
+/** `members` of the rows of `requestIds` that exist, by request id, read strongly (BatchGetItem). */
+export function readFutureMembers(
+  doc: DynamoDBDocumentClient,
+  futuresTable: string,
+  requestIds: Iterable<string>,
+  members: readonly string[],
+): Promise<Map<string, Record<string, unknown>>> {
+  return batchGetByKey(doc, requestIds, {
+    table: futuresTable,
+    keyName: 'request_id',
+    consistent: true,
+    attributes: members,
+  });
+}
+
 /** What a dispatched sample needs from its row: the index projects no tenant. */
 export interface SampleRowFacts {
   readonly tenant: string;
@@ -214,12 +229,7 @@ export async function readSampleRows(
   futuresTable: string,
   requestIds: Iterable<string>,
 ): Promise<Map<string, SampleRowFacts>> {
-  const items = await batchGetByKey(doc, requestIds, {
-    table: futuresTable,
-    keyName: 'request_id',
-    consistent: true,
-    attributes: ['request_id', 'tenant', 'status'],
-  });
+  const items = await readFutureMembers(doc, futuresTable, requestIds, ['request_id', 'tenant', 'status']);
   const facts = new Map<string, SampleRowFacts>();
   for (const [id, item] of items) {
     if (typeof item.tenant === 'string' && typeof item.status === 'string') {
