@@ -198,6 +198,27 @@ function pastGrace<T>(
 }
 
 /**
+ * The keys of `candidates` that `unreferenced` judges so from their request's future row: its
+ * `members`, read strongly; undefined when the row does not exist.
+ */
+async function keysJudgedByFuture<C extends { readonly key: string; readonly requestId: string }>(
+  target: BlobGcTarget,
+  candidates: readonly C[],
+  members: readonly string[],
+  unreferenced: (candidate: C, row: Readonly<Record<string, unknown>> | undefined) => boolean,
+): Promise<string[]> {
+  if (candidates.length === 0) return [];
+  const requestIds = candidates.map((candidate) => candidate.requestId);
+  const rows = await readFutureMembers(target.doc, target.futuresTable, requestIds, [
+    'request_id',
+    ...members,
+  ]);
+  return candidates
+    .filter((candidate) => unreferenced(candidate, rows.get(candidate.requestId)))
+    .map((candidate) => candidate.key);
+}
+
+/**
  * State objects past their grace that the model row (read strongly, after the listing) does not
  * name: not the committed `state_ref`, and not of the epoch of the work item in flight, whose commit
  * may still land (any of its runs). A losing run of a committed epoch is unreferenced like any other.
@@ -246,20 +267,10 @@ async function orphanRequestBlobs(
   policy: BlobGcPolicy,
 ): Promise<string[]> {
   const candidates = pastGrace(page, policy.orphanGraceMs, now, requestBlobKeyParts);
-  if (candidates.length === 0) return [];
-  const rows = await readFutureMembers(
-    target.doc,
-    target.futuresTable,
-    candidates.map((candidate) => candidate.requestId),
-    ['request_id', 'status', 'result_key'],
-  );
-  return candidates
-    .filter(({ key, requestId, ofRun }) => {
-      const row = rows.get(requestId);
-      if (row === undefined) return true;
-      return ofRun && row.status !== 'pending' && row.result_key !== key;
-    })
-    .map((candidate) => candidate.key);
+  return keysJudgedByFuture(target, candidates, ['status', 'result_key'], ({ key, ofRun }, row) => {
+    if (row === undefined) return true;
+    return ofRun && row.status !== 'pending' && row.result_key !== key;
+  });
 }
 
 /**
@@ -298,23 +309,12 @@ async function unsavedCheckpointObjects(
   policy: BlobGcPolicy,
 ): Promise<string[]> {
   const candidates = pastGrace(page, policy.checkpointGraceMs, now, checkpointKeyParts);
-  if (candidates.length === 0) return [];
-  const rows = await readFutureMembers(
-    target.doc,
-    target.futuresTable,
-    candidates.map((candidate) => candidate.requestId),
-    ['request_id', 'status', 'model_id', 'request_type', 'run'],
-  );
-  return candidates
-    .filter(({ modelId, requestId, run }) => {
-      const row = rows.get(requestId);
-      if (row === undefined || row.model_id !== modelId || !SAVE_REQUEST_TYPES.has(row.request_type)) {
-        return false;
-      }
-      if (row.status === 'failed') return true;
-      return (
-        row.status === 'completed' && run !== undefined && typeof row.run === 'string' && row.run !== run
-      );
-    })
-    .map((candidate) => candidate.key);
+  const members = ['status', 'model_id', 'request_type', 'run'];
+  return keysJudgedByFuture(target, candidates, members, ({ modelId, run }, row) => {
+    if (row === undefined || row.model_id !== modelId || !SAVE_REQUEST_TYPES.has(row.request_type)) {
+      return false;
+    }
+    if (row.status === 'failed') return true;
+    return row.status === 'completed' && run !== undefined && typeof row.run === 'string' && row.run !== run;
+  });
 }
