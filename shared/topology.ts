@@ -278,6 +278,21 @@ const SCHEDULER_REGISTRY: readonly TableGrant[] = [
   { keyPrefixes: [key.drain], actions: ['get'] },
 ];
 
+/** An index keyed by two string attributes that carries `projected` beside its keys. */
+function stringKeyedIndex(
+  name: string,
+  partition: string,
+  sort: string,
+  projected: readonly string[],
+): IndexDecl {
+  return {
+    name,
+    partitionKey: { name: partition, type: 'S' },
+    sortKey: { name: sort, type: 'S' },
+    projection: { type: 'INCLUDE', nonKeyAttributes: projected },
+  };
+}
+
 export const topology: Topology = {
   settings: {
     POOL,
@@ -291,18 +306,8 @@ export const topology: Topology = {
       timeToLiveAttribute: 'ttl',
       stream: 'NEW_IMAGE',
       indexes: [
-        {
-          name: LIVE_INDEX,
-          partitionKey: { name: 'live', type: 'S' },
-          sortKey: { name: 'request_id', type: 'S' },
-          projection: { type: 'INCLUDE', nonKeyAttributes: LIVE_PROJECTION },
-        },
-        {
-          name: LIVE_BY_MODEL_INDEX,
-          partitionKey: { name: 'model_id', type: 'S' },
-          sortKey: { name: 'live', type: 'S' },
-          projection: { type: 'INCLUDE', nonKeyAttributes: LIVE_BY_MODEL_PROJECTION },
-        },
+        stringKeyedIndex(LIVE_INDEX, 'live', 'request_id', LIVE_PROJECTION),
+        stringKeyedIndex(LIVE_BY_MODEL_INDEX, 'model_id', 'live', LIVE_BY_MODEL_PROJECTION),
       ],
     },
     models: {
@@ -331,18 +336,8 @@ export const topology: Topology = {
       // Keys only, for the scheduler's one trigger on it: an operator lifting the pool's drain.
       stream: 'KEYS_ONLY',
       indexes: [
-        {
-          name: BY_OWNER_INDEX,
-          partitionKey: { name: 'owner_key', type: 'S' },
-          sortKey: { name: 'list_sort', type: 'S' },
-          projection: { type: 'INCLUDE', nonKeyAttributes: LISTING_PROJECTION },
-        },
-        {
-          name: BY_PARENT_INDEX,
-          partitionKey: { name: 'parent_key', type: 'S' },
-          sortKey: { name: 'list_sort', type: 'S' },
-          projection: { type: 'INCLUDE', nonKeyAttributes: LISTING_PROJECTION },
-        },
+        stringKeyedIndex(BY_OWNER_INDEX, 'owner_key', 'list_sort', LISTING_PROJECTION),
+        stringKeyedIndex(BY_PARENT_INDEX, 'parent_key', 'list_sort', LISTING_PROJECTION),
       ],
     },
     prefixes: {

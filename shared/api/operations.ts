@@ -500,15 +500,7 @@ export async function copyWeights(ctx: OperationContext, body: unknown): Promise
 export async function loadWeights(ctx: OperationContext, body: unknown): Promise<FutureAnswer> {
   const request = parseRequest(schemas.loadWeightsRequest, body);
   const counter = await requireSeqCounter(ctx.clients.doc, ctx.tables.registry, request.model_id, ctx.tenant);
-  const checkpoint = await resolveCheckpoint(
-    ctx.clients.doc,
-    ctx.tables.registry,
-    request.path,
-    'weights',
-    ctx.tenant,
-    'path',
-    { now: ctx.now, access: 'read' },
-  );
+  const checkpoint = await readableCheckpoint(ctx, request.path, 'weights', 'path');
   const payload: LoadWeightsPayload = {
     request_type: 'load_weights',
     seq_id: request.seq_id,
@@ -630,15 +622,7 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Sam
   // A session on a checkpoint deleted, expired or unpublished since it was made names nothing (C3-C5).
   let weightsVersion: number | undefined;
   if (session.checkpoint_id !== undefined && session.model_path !== undefined) {
-    const checkpoint = await resolveCheckpoint(
-      ctx.clients.doc,
-      ctx.tables.registry,
-      session.model_path,
-      'sampler',
-      ctx.tenant,
-      'sampling_session_id',
-      { now: ctx.now, access: 'read' },
-    );
+    const checkpoint = await readableCheckpoint(ctx, session.model_path, 'sampler', 'sampling_session_id');
     if (checkpoint.content_id !== session.checkpoint_id) {
       throw checkpointNotFound(session.model_path, 'sampling_session_id');
     }
@@ -702,28 +686,27 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Sam
   return { ...answer, sample_sequence_ids: sampleSequenceIds(answer.request_id, request.num_samples) };
 }
 
-/**
- * A checkpoint this tenant may read (its own or a published one, C4), live, and committed: one
- * still saving is a retry-later naming `field`.
- */
+/** A live checkpoint this tenant may read (its own or a published one, C4), saved or still saving. */
+function readableCheckpoint(
+  ctx: OperationContext,
+  path: string,
+  kind: Parameters<typeof resolveCheckpoint>[3],
+  field: string,
+): ReturnType<typeof resolveCheckpoint> {
+  return resolveCheckpoint(ctx.clients.doc, ctx.tables.registry, path, kind, ctx.tenant, field, {
+    now: ctx.now,
+    access: 'read',
+  });
+}
+
+/** `readableCheckpoint`, committed: one still saving is a retry-later naming `field`. */
 async function readableSavedCheckpoint(
   ctx: OperationContext,
   path: string,
   kind: Parameters<typeof resolveCheckpoint>[3],
   field: string,
 ): Promise<Awaited<ReturnType<typeof resolveCheckpoint>>> {
-  const checkpoint = await resolveCheckpoint(
-    ctx.clients.doc,
-    ctx.tables.registry,
-    path,
-    kind,
-    ctx.tenant,
-    field,
-    {
-      now: ctx.now,
-      access: 'read',
-    },
-  );
+  const checkpoint = await readableCheckpoint(ctx, path, kind, field);
   if (checkpoint.status !== 'committed') {
     throw new RetryLaterError(`${field}: checkpoint ${path} is not saved yet; retry shortly`, {
       context: { field },

@@ -30,22 +30,41 @@ function refused(metric: OpsMetric, message: string, retryAfterMs: number, subje
   throw new QuotaExceededError(message, retryAfterMs);
 }
 
+/** A per-second quota: the metric of its refusals, and what its 429 says, given the limit. */
+interface RateQuota {
+  readonly metric: OpsMetric;
+  readonly refusal: (limit: number) => string;
+}
+
+const RATE_QUOTAS = {
+  submit: {
+    metric: opsMetrics.throttledSubmits,
+    refusal: (limit) =>
+      `too many requests: this tenant may submit ${limit} per second (SUBMITS_PER_SECOND); retry after the Retry-After header's seconds`,
+  },
+  'operator-read': {
+    metric: opsMetrics.throttledOperatorReads,
+    refusal: (limit) =>
+      `too many status reads: operators may read the queue status ${limit} times per second together (OPERATOR_READS_PER_SECOND)`,
+  },
+} as const satisfies Readonly<Record<string, RateQuota>>;
+
+/** Counts one request against `subject`'s budget of the `scope` quota, or refuses it with 429. */
 async function countOrRefuse(
   doc: DynamoDBDocumentClient,
   table: string,
-  input: { readonly scope: string; readonly subject: string; readonly limit: number; readonly now: number },
-  metric: OpsMetric,
-  message: string,
+  scope: keyof typeof RATE_QUOTAS,
+  input: { readonly subject: string; readonly limit: number; readonly now: number },
 ): Promise<void> {
-  const memo = `${input.scope}#${input.subject}`;
-  const retryIn = (end: number) => Math.max(1, end - input.now);
-  if (fullWindows.isFull(memo, input.now)) {
-    refused(metric, message, retryIn(windowAt(input.now).end), input.subject);
-  }
-  const count = await countRequest(doc, table, input);
+  const { metric, refusal } = RATE_QUOTAS[scope];
+  const memo = `${scope}#${input.subject}`;
+  const refuse = (windowEnd: number) =>
+    refused(metric, refusal(input.limit), Math.max(1, windowEnd - input.now), input.subject);
+  if (fullWindows.isFull(memo, input.now)) refuse(windowAt(input.now).end);
+  const count = await countRequest(doc, table, { scope, ...input });
   if (count.allowed) return;
   fullWindows.markFull(memo, count.windowEnd, input.now);
-  refused(metric, message, retryIn(count.windowEnd), input.subject);
+  refuse(count.windowEnd);
 }
 
 export function checkSubmitQuota(
@@ -55,14 +74,7 @@ export function checkSubmitQuota(
   tunables: Pick<Tunables, 'submitsPerSecond'>,
   now: number,
 ): Promise<void> {
-  const limit = tunables.submitsPerSecond;
-  return countOrRefuse(
-    doc,
-    table,
-    { scope: 'submit', subject: tenant, limit, now },
-    opsMetrics.throttledSubmits,
-    `too many requests: this tenant may submit ${limit} per second (SUBMITS_PER_SECOND); retry after the Retry-After header's seconds`,
-  );
+  return countOrRefuse(doc, table, 'submit', { subject: tenant, limit: tunables.submitsPerSecond, now });
 }
 
 export function checkOperatorReadQuota(
@@ -71,15 +83,9 @@ export function checkOperatorReadQuota(
   tunables: Pick<Tunables, 'operatorReadsPerSecond'>,
   now: number,
 ): Promise<void> {
-  const limit = tunables.operatorReadsPerSecond;
   // One budget for every operator: the data read spans every shard of the live index.
-  return countOrRefuse(
-    doc,
-    table,
-    { scope: 'operator-read', subject: 'all', limit, now },
-    opsMetrics.throttledOperatorReads,
-    `too many status reads: operators may read the queue status ${limit} times per second together (OPERATOR_READS_PER_SECOND)`,
-  );
+  const limit = tunables.operatorReadsPerSecond;
+  return countOrRefuse(doc, table, 'operator-read', { subject: 'all', limit, now });
 }
 
 /**

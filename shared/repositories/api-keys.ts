@@ -44,52 +44,51 @@ function registryKeyOf(kind: KeyKind, key: string): string {
   return kind === 'tenant' ? registryKey.apiKey(hash) : registryKey.operatorKey(hash);
 }
 
-async function putNewKey(
-  doc: DynamoDBDocumentClient,
-  table: string,
-  record: { readonly pk: string },
-): Promise<void> {
-  await doc.send(
-    new PutCommand({
-      TableName: table,
-      Item: record,
-      ConditionExpression: 'attribute_not_exists(pk)',
-    }),
-  );
-}
+/** How each kind of key's holder is named: the pattern, and how a 400 describes it. */
+const HOLDER_NAME: Readonly<Record<KeyKind, { readonly pattern: RegExp; readonly allowed: string }>> = {
+  tenant: { pattern: TENANT_PATTERN, allowed: 'letters, digits, _ . -' },
+  operator: { pattern: OPERATOR_PATTERN, allowed: 'letters, digits, _ . @ + -' },
+};
 
-/** Creates a key for `tenant` and returns it; the key itself is not stored anywhere. */
-export async function createApiKey(
+/**
+ * Creates a key of `kind` held by `holder` (its record's `tenant` or `operator`) and returns it;
+ * only its hash is stored.
+ */
+async function createKey(
   doc: DynamoDBDocumentClient,
   table: string,
-  tenant: string,
+  kind: KeyKind,
+  holder: string,
 ): Promise<string> {
-  if (!TENANT_PATTERN.test(tenant)) {
-    throw new ValidationError(`tenant must be 1-64 letters, digits, _ . -; got "${tenant}"`, {
-      context: { field: 'tenant' },
+  const { pattern, allowed } = HOLDER_NAME[kind];
+  if (!pattern.test(holder)) {
+    throw new ValidationError(`${kind} must be 1-64 ${allowed}; got "${holder}"`, {
+      context: { field: kind },
     });
   }
-  const key = generateKey('tenant');
-  const record: ApiKeyRecord = { pk: registryKeyOf('tenant', key), tenant, created_at: Date.now() };
-  await putNewKey(doc, table, record);
+  const key = generateKey(kind);
+  const record: ApiKeyRecord | OperatorKeyRecord =
+    kind === 'tenant'
+      ? { pk: registryKeyOf(kind, key), tenant: holder, created_at: Date.now() }
+      : { pk: registryKeyOf(kind, key), operator: holder, created_at: Date.now() };
+  await doc.send(
+    new PutCommand({ TableName: table, Item: record, ConditionExpression: 'attribute_not_exists(pk)' }),
+  );
   return key;
 }
 
+/** Creates a key for `tenant` and returns it; the key itself is not stored anywhere. */
+export function createApiKey(doc: DynamoDBDocumentClient, table: string, tenant: string): Promise<string> {
+  return createKey(doc, table, 'tenant', tenant);
+}
+
 /** Creates an operator key held by `operator` and returns it; only its hash is stored. */
-export async function createOperatorKey(
+export function createOperatorKey(
   doc: DynamoDBDocumentClient,
   table: string,
   operator: string,
 ): Promise<string> {
-  if (!OPERATOR_PATTERN.test(operator)) {
-    throw new ValidationError(`operator must be 1-64 letters, digits, _ . @ + -; got "${operator}"`, {
-      context: { field: 'operator' },
-    });
-  }
-  const key = generateKey('operator');
-  const record: OperatorKeyRecord = { pk: registryKeyOf('operator', key), operator, created_at: Date.now() };
-  await putNewKey(doc, table, record);
-  return key;
+  return createKey(doc, table, 'operator', operator);
 }
 
 /**

@@ -3,13 +3,7 @@ import { backoffDelay, realSleep } from '../aws/backoff.js';
 import { type TransactItem, transactWrite } from '../aws/transact.js';
 import { expiryOf } from '../domain/checkpoint-life.js';
 import { checkpointListingKeys } from '../domain/listing-keys.js';
-import {
-  type CheckpointNameRecord,
-  type LoraConfig,
-  type ModelRow,
-  registryKey,
-  type SeqCounterRecord,
-} from '../domain/records.js';
+import { type CheckpointNameRecord, registryKey, type SeqCounterRecord } from '../domain/records.js';
 import { InfrastructureError } from '../errors.js';
 import { sha256Hex } from '../ids.js';
 import { checkpointContentId, storageKeys } from '../storage-keys.js';
@@ -17,7 +11,8 @@ import { gcEntry, gcEntryPutItem } from './checkpoint-gc.js';
 import { checkpointObjectKeys, issuedPath, readCheckpointName } from './checkpoints.js';
 import type { IntakeStore } from './intake.js';
 import { putOnce } from './intake.js';
-import { modelCreateItem } from './models.js';
+import { modelCreateItem, type NewRun, newModelRow } from './models.js';
+import { newSeqCounter } from './seq-counters.js';
 
 /**
  * copy_weights: a committed checkpoint the tenant may read, copied under a new training run of its
@@ -29,16 +24,10 @@ import { modelCreateItem } from './models.js';
  * the transaction finds the copy and answers it.
  */
 
-export interface CheckpointCopy {
+/** The copy's new run (`baseModel` and `loraConfig` are the source run's: what the copy samples and loads as). */
+export interface CheckpointCopy extends NewRun {
   readonly source: CheckpointNameRecord;
-  readonly tenant: string;
-  readonly sessionId: string;
-  readonly modelId: string;
-  /** The source run's base model and LoRA shape: what the copy samples and loads as. */
-  readonly baseModel: string;
-  readonly loraConfig: LoraConfig;
   readonly ttlSeconds?: number;
-  readonly now: number;
 }
 
 const MAX_ATTEMPTS = 10;
@@ -89,30 +78,8 @@ export async function copyCheckpoint(
     ...(source.size_bytes === undefined ? {} : { size_bytes: source.size_bytes }),
     ...(source.user_metadata === undefined ? {} : { user_metadata: source.user_metadata }),
   };
-  const counter: SeqCounterRecord = {
-    pk: registryKey.seqCounter(copy.modelId),
-    model_id: copy.modelId,
-    tenant: copy.tenant,
-    session_id: copy.sessionId,
-    base_model: copy.baseModel,
-    seq: 0,
-    last_seq_id: 0,
-    unloaded: true,
-    updated_at: copy.now,
-  };
-  const model: ModelRow = {
-    model_id: copy.modelId,
-    tenant: copy.tenant,
-    session_id: copy.sessionId,
-    base_model: copy.baseModel,
-    lora_config: copy.loraConfig,
-    status: 'unloaded',
-    epoch: 0,
-    planned_through: 0,
-    applied_through: 0,
-    attempts: 0,
-    created_at: copy.now,
-  };
+  const counter: SeqCounterRecord = { ...newSeqCounter(copy, 0), unloaded: true };
+  const model = newModelRow(copy, 'unloaded');
   const items: TransactItem[] = [
     putOnce(table, record),
     putOnce(table, counter),

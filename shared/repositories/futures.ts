@@ -56,6 +56,7 @@ export function pendingFutureRow(input: PendingFutureInput): FutureRow {
 
 /** The members of a row that say whose it is and where it stands, without its result. */
 export type FutureHead = Pick<FutureRow, 'request_id' | 'tenant' | 'status' | 'request_type'>;
+const HEAD_MEMBERS = ['request_id', 'tenant', 'status', 'request_type'];
 
 /**
  * A row's head only (no result, error or payload members): the answer is small and equally so for
@@ -67,16 +68,12 @@ export async function readFutureHead(
   requestId: string,
   consistent = false,
 ): Promise<FutureHead | undefined> {
-  return getItem<FutureHead>(doc, table, { request_id: requestId }, consistent, [
-    'request_id',
-    'tenant',
-    'status',
-    'request_type',
-  ]);
+  return getItem<FutureHead>(doc, table, { request_id: requestId }, consistent, HEAD_MEMBERS);
 }
 
 /** The members a terminal row's answer needs: its head, and its result (inline or its key) or error. */
 export type FutureOutcome = FutureHead & Pick<FutureRow, 'result' | 'result_key' | 'error'>;
+const OUTCOME_MEMBERS = [...HEAD_MEMBERS, 'result', 'result_key', 'error'];
 
 /**
  * A row's head and outcome. While the row is pending it holds neither result nor error, so this costs
@@ -89,15 +86,7 @@ export async function readFutureOutcome(
   requestId: string,
   consistent = false,
 ): Promise<FutureOutcome | undefined> {
-  return getItem<FutureOutcome>(doc, table, { request_id: requestId }, consistent, [
-    'request_id',
-    'tenant',
-    'status',
-    'request_type',
-    'result',
-    'result_key',
-    'error',
-  ]);
+  return getItem<FutureOutcome>(doc, table, { request_id: requestId }, consistent, OUTCOME_MEMBERS);
 }
 
 export async function readFuture(
@@ -209,6 +198,21 @@ export function futureCutItem(
   };
 }
 
+/** `members` of the rows of `requestIds` that exist, by request id, read strongly (BatchGetItem). */
+export function readFutureMembers(
+  doc: DynamoDBDocumentClient,
+  futuresTable: string,
+  requestIds: Iterable<string>,
+  members: readonly string[],
+): Promise<Map<string, Record<string, unknown>>> {
+  return batchGetByKey(doc, requestIds, {
+    table: futuresTable,
+    keyName: 'request_id',
+    consistent: true,
+    attributes: members,
+  });
+}
+
 /** What a dispatched sample needs from its row: the index projects no tenant. */
 export interface SampleRowFacts {
   readonly tenant: string;
@@ -225,12 +229,7 @@ export async function readSampleRows(
   futuresTable: string,
   requestIds: Iterable<string>,
 ): Promise<Map<string, SampleRowFacts>> {
-  const items = await batchGetByKey(doc, requestIds, {
-    table: futuresTable,
-    keyName: 'request_id',
-    consistent: true,
-    attributes: ['request_id', 'tenant', 'status'],
-  });
+  const items = await readFutureMembers(doc, futuresTable, requestIds, ['request_id', 'tenant', 'status']);
   const facts = new Map<string, SampleRowFacts>();
   for (const [id, item] of items) {
     if (typeof item.tenant === 'string' && typeof item.status === 'string') {

@@ -85,6 +85,13 @@ export async function runIntake<T>(
   }
 }
 
+/** An idempotency record's key, and how a 4xx names it: `describe`, and the request's `field` (R7). */
+export interface IdempotencyKey {
+  readonly pk: string;
+  readonly describe: string;
+  readonly field: string;
+}
+
 /**
  * The idempotency record a retry names, checked against the retry: another tenant's record is a 404,
  * a different payload digest a non-retryable 400 (R7). Undefined when there is none.
@@ -92,17 +99,16 @@ export async function runIntake<T>(
 export async function findOriginal<R extends { readonly tenant: string; readonly payload_digest: string }>(
   doc: DynamoDBDocumentClient,
   table: string,
-  pk: string,
-  tenant: string,
-  digest: string,
-  describeKey: string,
-  field: string,
+  key: IdempotencyKey,
+  retry: { readonly tenant: string; readonly digest: string },
 ): Promise<R | undefined> {
-  const record = await readRegistryItem<R>(doc, table, pk);
+  const { describe, field } = key;
+  const record = await readRegistryItem<R>(doc, table, key.pk);
   if (record === undefined) return undefined;
-  if (record.tenant !== tenant) throw new NotFoundError(`${describeKey} not found`, { context: { field } });
-  if (record.payload_digest !== digest) {
-    throw new IdempotencyConflictError(`${describeKey} was already used with a different payload`, {
+  if (record.tenant !== retry.tenant)
+    throw new NotFoundError(`${describe} not found`, { context: { field } });
+  if (record.payload_digest !== retry.digest) {
+    throw new IdempotencyConflictError(`${describe} was already used with a different payload`, {
       context: { field },
     });
   }
@@ -156,22 +162,26 @@ export function newFutureItems(tables: Tables<'futures' | 'registry'>, future: N
   ];
 }
 
+/** A submit's request: what its intake writes and what a retry of it is checked against. */
+export interface SubmitRequest {
+  readonly requestId: string;
+  readonly tenant: string;
+  readonly payload: SerializedPayload;
+}
+
+/** `runIntake` of a submit: the payload written is the request's. */
+export function runSubmit<T>(request: SubmitRequest, store: IntakeStore, plan: Planner<T>): Promise<T> {
+  return runIntake({ requestId: request.requestId, payload: request.payload, plan }, store);
+}
+
 /** `findOriginal` for a submit's idempotency record, checked against this retry's tenant and payload. */
 export function findOriginalFuture(
-  doc: DynamoDBDocumentClient,
-  table: string,
-  idempotencyKey: string,
-  retry: { readonly tenant: string; readonly payload: SerializedPayload },
-  describeKey: string,
-  field: string,
+  store: Pick<IntakeStore, 'clients' | 'tables'>,
+  key: IdempotencyKey,
+  retry: Pick<SubmitRequest, 'tenant' | 'payload'>,
 ): Promise<IdempotencyRecord | undefined> {
-  return findOriginal<IdempotencyRecord>(
-    doc,
-    table,
-    idempotencyKey,
-    retry.tenant,
-    retry.payload.digest,
-    describeKey,
-    field,
-  );
+  return findOriginal<IdempotencyRecord>(store.clients.doc, store.tables.registry, key, {
+    tenant: retry.tenant,
+    digest: retry.payload.digest,
+  });
 }

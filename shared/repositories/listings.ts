@@ -23,37 +23,50 @@ import type { Tables } from './tables.js';
 
 type Item = Record<string, unknown>;
 
-interface IndexQuery {
-  readonly table: string;
+/** One partition of an index a listing reads: the index, its partition key's name and the key. */
+interface IndexPartition {
   readonly index: string;
-  readonly partitionName: string;
-  readonly partition: string;
-  readonly newestFirst: boolean;
+  readonly keyName: string;
+  readonly key: string;
+}
+
+const byOwner = (key: string): IndexPartition => ({ index: BY_OWNER_INDEX, keyName: 'owner_key', key });
+const byParent = (key: string): IndexPartition => ({ index: BY_PARENT_INDEX, keyName: 'parent_key', key });
+const byTenant = (key: string): IndexPartition => ({ index: BY_TENANT_INDEX, keyName: 'tenant', key });
+
+interface QueryOptions {
+  /** Sort order: newest first unless asked otherwise. */
+  readonly oldestFirst?: boolean;
   /** Items a call may read; the query goes on until `enough` says so or the partition ends. */
   readonly pageSize?: number;
   readonly enough?: (items: readonly Item[]) => boolean;
 }
 
 /** Every item of one index partition in sort order, page by page (1 MB or `pageSize` each). */
-async function queryPartition(doc: DynamoDBDocumentClient, query: IndexQuery): Promise<Item[]> {
+async function queryPartition(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  partition: IndexPartition,
+  options: QueryOptions = {},
+): Promise<Item[]> {
   const items: Item[] = [];
   let start: Item | undefined;
   do {
     const page = await doc.send(
       new QueryCommand({
-        TableName: query.table,
-        IndexName: query.index,
+        TableName: table,
+        IndexName: partition.index,
         KeyConditionExpression: '#p = :p',
-        ExpressionAttributeNames: { '#p': query.partitionName },
-        ExpressionAttributeValues: { ':p': query.partition },
-        ScanIndexForward: !query.newestFirst,
+        ExpressionAttributeNames: { '#p': partition.keyName },
+        ExpressionAttributeValues: { ':p': partition.key },
+        ScanIndexForward: options.oldestFirst === true,
         ExclusiveStartKey: start,
-        ...(query.pageSize === undefined ? {} : { Limit: query.pageSize }),
+        ...(options.pageSize === undefined ? {} : { Limit: options.pageSize }),
       }),
     );
     items.push(...(page.Items ?? []));
     start = page.LastEvaluatedKey;
-  } while (start !== undefined && !(query.enough?.(items) ?? false));
+  } while (start !== undefined && !(options.enough?.(items) ?? false));
   return items;
 }
 
@@ -123,13 +136,7 @@ export async function listTenantCheckpoints(
   tenant: string,
   now: number,
 ): Promise<CheckpointRow[]> {
-  const items = await queryPartition(doc, {
-    table: registry,
-    index: BY_OWNER_INDEX,
-    partitionName: 'owner_key',
-    partition: ownerKey.checkpoints(tenant),
-    newestFirst: true,
-  });
+  const items = await queryPartition(doc, registry, byOwner(ownerKey.checkpoints(tenant)));
   return liveRows(items, now);
 }
 
@@ -140,13 +147,7 @@ export async function listRunCheckpoints(
   modelId: string,
   now: number,
 ): Promise<CheckpointRow[]> {
-  const items = await queryPartition(doc, {
-    table: registry,
-    index: BY_PARENT_INDEX,
-    partitionName: 'parent_key',
-    partition: parentKey.run(modelId),
-    newestFirst: true,
-  });
+  const items = await queryPartition(doc, registry, byParent(parentKey.run(modelId)));
   return withCheckpointMetadata(doc, registry, liveRows(items, now));
 }
 
@@ -166,12 +167,7 @@ export async function latestRunCheckpoints(
 ): Promise<LatestCheckpoints> {
   const keep = (items: readonly Item[]) =>
     liveRows(items, now).filter((row) => !publicOnly || row.public === true);
-  const items = await queryPartition(doc, {
-    table: registry,
-    index: BY_PARENT_INDEX,
-    partitionName: 'parent_key',
-    partition: parentKey.run(modelId),
-    newestFirst: true,
+  const items = await queryPartition(doc, registry, byParent(parentKey.run(modelId)), {
     pageSize: LATEST_PAGE,
     enough: (read) => {
       const latest = latestOfEachKind(keep(read));
@@ -190,12 +186,7 @@ export async function runHasPublishedCheckpoint(
   modelId: string,
   now: number,
 ): Promise<boolean> {
-  const items = await queryPartition(doc, {
-    table: registry,
-    index: BY_PARENT_INDEX,
-    partitionName: 'parent_key',
-    partition: parentKey.run(modelId),
-    newestFirst: true,
+  const items = await queryPartition(doc, registry, byParent(parentKey.run(modelId)), {
     enough: (read) => liveRows(read, now).some((row) => row.public === true),
   });
   return liveRows(items, now).some((row) => row.public === true);
@@ -228,13 +219,7 @@ export async function listTenantRunIds(
   models: string,
   tenant: string,
 ): Promise<string[]> {
-  const items = await queryPartition(doc, {
-    table: models,
-    index: BY_TENANT_INDEX,
-    partitionName: 'tenant',
-    partition: tenant,
-    newestFirst: true,
-  });
+  const items = await queryPartition(doc, models, byTenant(tenant));
   return items.flatMap((item) => (typeof item.model_id === 'string' ? [item.model_id] : []));
 }
 
@@ -243,13 +228,7 @@ export async function listTenantRunIds(
  * lifecycle, C4), newest publication first, each once.
  */
 export async function listPublishedRunIds(doc: DynamoDBDocumentClient, registry: string): Promise<string[]> {
-  const items = await queryPartition(doc, {
-    table: registry,
-    index: BY_OWNER_INDEX,
-    partitionName: 'owner_key',
-    partition: ownerKey.published,
-    newestFirst: true,
-  });
+  const items = await queryPartition(doc, registry, byOwner(ownerKey.published));
   const ids = items.flatMap((item) => (typeof item.model_id === 'string' ? [item.model_id] : []));
   return [...new Set(ids)];
 }
@@ -325,13 +304,7 @@ export async function listTenantSessionIds(
   registry: string,
   tenant: string,
 ): Promise<string[]> {
-  const items = await queryPartition(doc, {
-    table: registry,
-    index: BY_OWNER_INDEX,
-    partitionName: 'owner_key',
-    partition: ownerKey.sessions(tenant),
-    newestFirst: true,
-  });
+  const items = await queryPartition(doc, registry, byOwner(ownerKey.sessions(tenant)));
   return items.flatMap((item) => (typeof item.session_id === 'string' ? [item.session_id] : []));
 }
 
@@ -341,12 +314,8 @@ export async function sessionMembers(
   registry: string,
   sessionId: string,
 ): Promise<{ training_run_ids: string[]; sampler_ids: string[] }> {
-  const items = await queryPartition(doc, {
-    table: registry,
-    index: BY_PARENT_INDEX,
-    partitionName: 'parent_key',
-    partition: parentKey.session(sessionId),
-    newestFirst: false,
+  const items = await queryPartition(doc, registry, byParent(parentKey.session(sessionId)), {
+    oldestFirst: true,
   });
   const training_run_ids: string[] = [];
   const sampler_ids: string[] = [];

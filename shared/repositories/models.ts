@@ -3,7 +3,7 @@ import { batchGetByKey } from '../aws/batch-get.js';
 import { writeIfCondition } from '../aws/conditional.js';
 import { getItem } from '../aws/get-item.js';
 import type { TransactItem } from '../aws/transact.js';
-import type { ModelRow } from '../domain/records.js';
+import type { LoraConfig, ModelRow } from '../domain/records.js';
 import type { ModelClaim, ModelRelease, ModelReplan } from '../scheduling/claim.js';
 import { modelNotFound } from './seq-counters.js';
 
@@ -17,6 +17,33 @@ import { modelNotFound } from './seq-counters.js';
 /** The row's key. */
 export function modelKey(modelId: string): { readonly model_id: string } {
   return { model_id: modelId };
+}
+
+/** What makes a new training run: create_model, or copy_weights (its run holds the copy). */
+export interface NewRun {
+  readonly modelId: string;
+  readonly tenant: string;
+  readonly sessionId: string;
+  readonly baseModel: string;
+  readonly loraConfig: LoraConfig;
+  readonly now: number;
+}
+
+/** A new run's row: epoch 0, nothing planned, applied or attempted yet. */
+export function newModelRow(run: NewRun, status: ModelRow['status']): ModelRow {
+  return {
+    model_id: run.modelId,
+    tenant: run.tenant,
+    session_id: run.sessionId,
+    base_model: run.baseModel,
+    lora_config: run.loraConfig,
+    status,
+    epoch: 0,
+    planned_through: 0,
+    applied_through: 0,
+    attempts: 0,
+    created_at: run.now,
+  };
 }
 
 /** create_model's row, put in the intake's transaction only if the model does not exist yet. */

@@ -8,10 +8,12 @@ import type { SerializedPayload } from '../payload-store.js';
 import {
   findOriginal,
   findOriginalFuture,
+  type IdempotencyKey,
   type IntakeStore,
   newFutureItems,
   putOnce,
   runIntake,
+  runSubmit,
 } from './intake.js';
 import { sampleSequencesItem } from './sample-sequences.js';
 import { samplingSessionCreateItem } from './sampling-sessions.js';
@@ -37,45 +39,33 @@ export interface SampleIntake {
  */
 export async function submitSample(input: SampleIntake, store: IntakeStore): Promise<FutureAnswer> {
   const session = input.samplingSession;
-  const idemPk = registryKey.sampleIdem(session.sampling_session_id, input.seqId);
-  return runIntake<FutureAnswer>(
-    {
-      requestId: input.requestId,
-      payload: input.payload,
-      plan: async (contended) => {
-        if (contended) {
-          const original = await findOriginalFuture(
-            store.clients.doc,
-            store.tables.registry,
-            idemPk,
-            input,
-            `seq_id ${input.seqId} of sampling session ${session.sampling_session_id}`,
-            'seq_id',
-          );
-          if (original) return { answer: { request_id: original.request_id } };
-        }
-        return {
-          answer: { request_id: input.requestId },
-          items: [
-            sampleSequencesItem(store.tables.registry, input.sequences),
-            ...newFutureItems(store.tables, {
-              idempotencyKey: idemPk,
-              requestId: input.requestId,
-              tenant: input.tenant,
-              modelId: session.model_id,
-              requestType: 'sample',
-              ...(session.checkpoint_id === undefined ? {} : { checkpointId: session.checkpoint_id }),
-              tokens: input.tokens,
-              payload: input.payload,
-              ...(input.sessionLog === undefined ? {} : { sessionLog: input.sessionLog }),
-              now: input.now,
-            }),
-          ],
-        };
-      },
-    },
-    store,
-  );
+  const idempotency: IdempotencyKey = {
+    pk: registryKey.sampleIdem(session.sampling_session_id, input.seqId),
+    describe: `seq_id ${input.seqId} of sampling session ${session.sampling_session_id}`,
+    field: 'seq_id',
+  };
+  return runSubmit<FutureAnswer>(input, store, async (contended) => {
+    const original = contended ? await findOriginalFuture(store, idempotency, input) : undefined;
+    if (original) return { answer: { request_id: original.request_id } };
+    return {
+      answer: { request_id: input.requestId },
+      items: [
+        sampleSequencesItem(store.tables.registry, input.sequences),
+        ...newFutureItems(store.tables, {
+          idempotencyKey: idempotency.pk,
+          requestId: input.requestId,
+          tenant: input.tenant,
+          modelId: session.model_id,
+          requestType: 'sample',
+          ...(session.checkpoint_id === undefined ? {} : { checkpointId: session.checkpoint_id }),
+          tokens: input.tokens,
+          payload: input.payload,
+          ...(input.sessionLog === undefined ? {} : { sessionLog: input.sessionLog }),
+          now: input.now,
+        }),
+      ],
+    };
+  });
 }
 
 export interface SamplingSessionIntake {
@@ -92,25 +82,27 @@ export async function createSamplingSession(
   store: IntakeStore,
 ): Promise<{ readonly sampling_session_id: string }> {
   const { record } = input;
-  const idemPk = registryKey.samplingSessionIdem(record.session_id, input.samplingSessionSeqId);
+  const idempotency: IdempotencyKey = {
+    pk: registryKey.samplingSessionIdem(record.session_id, input.samplingSessionSeqId),
+    describe: `sampling_session_seq_id ${input.samplingSessionSeqId} of session ${record.session_id}`,
+    field: 'sampling_session_seq_id',
+  };
   return runIntake(
     {
       requestId: input.attemptId,
       plan: async (contended) => {
-        if (contended) {
-          const original = await findOriginal<SamplingSessionIdemRecord>(
-            store.clients.doc,
-            store.tables.registry,
-            idemPk,
-            record.tenant,
-            input.digest,
-            `sampling_session_seq_id ${input.samplingSessionSeqId} of session ${record.session_id}`,
-            'sampling_session_seq_id',
-          );
-          if (original) return { answer: { sampling_session_id: original.sampling_session_id } };
-        }
+        const retry = { tenant: record.tenant, digest: input.digest };
+        const original = contended
+          ? await findOriginal<SamplingSessionIdemRecord>(
+              store.clients.doc,
+              store.tables.registry,
+              idempotency,
+              retry,
+            )
+          : undefined;
+        if (original) return { answer: { sampling_session_id: original.sampling_session_id } };
         const idem: SamplingSessionIdemRecord = {
-          pk: idemPk,
+          pk: idempotency.pk,
           tenant: record.tenant,
           sampling_session_id: record.sampling_session_id,
           payload_digest: input.digest,

@@ -2,27 +2,19 @@ import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { TransactItem } from '../aws/transact.js';
 import { registryKey, type SamplingSessionRecord } from '../domain/records.js';
 import { NotFoundError } from '../errors.js';
-import { readRegistryItem } from './registry.js';
+import { requireOwnItem } from './registry.js';
 
 /** The tenant's sampling session, or 404 naming `field` (unknown and other tenants' look the same). */
-export async function requireSamplingSession(
+export function requireSamplingSession(
   doc: DynamoDBDocumentClient,
   table: string,
   samplingSessionId: string,
   tenant: string,
   field = 'sampling_session_id',
 ): Promise<SamplingSessionRecord> {
-  const record = await readRegistryItem<SamplingSessionRecord>(
-    doc,
-    table,
-    registryKey.samplingSession(samplingSessionId),
-  );
-  if (record === undefined || record.tenant !== tenant) {
-    throw new NotFoundError(`sampling session ${samplingSessionId} not found`, {
-      context: { field },
-    });
-  }
-  return record;
+  const notFound = () =>
+    new NotFoundError(`sampling session ${samplingSessionId} not found`, { context: { field } });
+  return requireOwnItem(doc, table, registryKey.samplingSession(samplingSessionId), tenant, notFound);
 }
 
 /** An unnamed sampler save's session, created by its commit (a transaction item), never overwritten. */

@@ -2,7 +2,7 @@ import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { TransactItem } from '../aws/transact.js';
 import { registryKey, type SeqCounterRecord } from '../domain/records.js';
 import { NotFoundError } from '../errors.js';
-import { readRegistryItem } from './registry.js';
+import { requireOwnItem } from './registry.js';
 
 export function modelNotFound(modelId: string, why = 'not found'): NotFoundError {
   return new NotFoundError(`model ${modelId} ${why}`, { context: { field: 'model_id' } });
@@ -12,15 +12,36 @@ export function modelNotFound(modelId: string, why = 'not found'): NotFoundError
  * The model's seq counter item, read strongly: what intake knows about a model (tenant, base model,
  * last seq, last client seq_id, unloaded). 404 when unknown or another tenant's.
  */
-export async function requireSeqCounter(
+export function requireSeqCounter(
   doc: DynamoDBDocumentClient,
   table: string,
   modelId: string,
   tenant: string,
 ): Promise<SeqCounterRecord> {
-  const record = await readRegistryItem<SeqCounterRecord>(doc, table, registryKey.seqCounter(modelId));
-  if (record === undefined || record.tenant !== tenant) throw modelNotFound(modelId);
-  return record;
+  return requireOwnItem(doc, table, registryKey.seqCounter(modelId), tenant, () => modelNotFound(modelId));
+}
+
+/** A new run's counter at `seq`, before any client seq_id of its own. */
+export function newSeqCounter(
+  run: {
+    readonly modelId: string;
+    readonly tenant: string;
+    readonly sessionId: string;
+    readonly baseModel: string;
+    readonly now: number;
+  },
+  seq: number,
+): SeqCounterRecord {
+  return {
+    pk: registryKey.seqCounter(run.modelId),
+    model_id: run.modelId,
+    tenant: run.tenant,
+    session_id: run.sessionId,
+    base_model: run.baseModel,
+    seq,
+    last_seq_id: 0,
+    updated_at: run.now,
+  };
 }
 
 interface CounterStep {

@@ -1,7 +1,8 @@
 import { type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { writeIfCondition } from '../aws/conditional.js';
 import { registryKey, type SessionRecord } from '../domain/records.js';
-import { GoneError, isAwsError, NotFoundError } from '../errors.js';
-import { readRegistryItem } from './registry.js';
+import { GoneError, NotFoundError } from '../errors.js';
+import { requireOwnItem } from './registry.js';
 
 export async function putSession(
   doc: DynamoDBDocumentClient,
@@ -26,15 +27,13 @@ function sessionEnded(sessionId: string): GoneError {
 }
 
 /** The tenant's session, or 404 (unknown and other tenants' sessions look the same). */
-async function readOwnSession(
+function readOwnSession(
   doc: DynamoDBDocumentClient,
   table: string,
   sessionId: string,
   tenant: string,
 ): Promise<SessionRecord> {
-  const record = await readRegistryItem<SessionRecord>(doc, table, registryKey.session(sessionId));
-  if (record === undefined || record.tenant !== tenant) throw sessionNotFound(sessionId);
-  return record;
+  return requireOwnItem(doc, table, registryKey.session(sessionId), tenant, () => sessionNotFound(sessionId));
 }
 
 /** The tenant's session while it has not finished: 404 when unknown or another's, 410 once finished. */
@@ -56,6 +55,32 @@ export interface SessionFinish {
 }
 
 /**
+ * Updates the tenant's session while it has not finished; false when the condition failed: the
+ * session is unknown, another tenant's, or finished.
+ */
+function updateOpenSession(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  sessionId: string,
+  tenant: string,
+  updateExpression: string,
+  values: Readonly<Record<string, unknown>>,
+): Promise<boolean> {
+  return writeIfCondition(() =>
+    doc.send(
+      new UpdateCommand({
+        TableName: table,
+        Key: { pk: registryKey.session(sessionId) },
+        UpdateExpression: updateExpression,
+        ConditionExpression:
+          'attribute_exists(pk) AND tenant = :tenant AND attribute_not_exists(finished_at)',
+        ExpressionAttributeValues: { ...values, ':tenant': tenant },
+      }),
+    ),
+  );
+}
+
+/**
  * Ends the tenant's session, once: a later finish keeps the first reason and answers as the first
  * did. 404 when the session is unknown or another tenant's.
  */
@@ -66,27 +91,17 @@ export async function finishSession(
   tenant: string,
   finish: SessionFinish,
 ): Promise<void> {
-  try {
-    await doc.send(
-      new UpdateCommand({
-        TableName: table,
-        Key: { pk: registryKey.session(sessionId) },
-        UpdateExpression: `SET finished_at = :now, finish_reason = :reason${finish.detail === undefined ? '' : ', finish_detail = :detail'}`,
-        ConditionExpression:
-          'attribute_exists(pk) AND tenant = :tenant AND attribute_not_exists(finished_at)',
-        ExpressionAttributeValues: {
-          ':now': finish.now,
-          ':reason': finish.reason,
-          ':tenant': tenant,
-          ...(finish.detail === undefined ? {} : { ':detail': finish.detail }),
-        },
-      }),
-    );
-  } catch (error) {
-    if (!isAwsError(error, 'ConditionalCheckFailedException')) throw error;
-    // Unknown or another tenant's: 404. Already finished: the first finish stands.
-    await readOwnSession(doc, table, sessionId, tenant);
-  }
+  const detail = finish.detail === undefined ? undefined : { ':detail': finish.detail };
+  const finished = await updateOpenSession(
+    doc,
+    table,
+    sessionId,
+    tenant,
+    `SET finished_at = :now, finish_reason = :reason${detail === undefined ? '' : ', finish_detail = :detail'}`,
+    { ':now': finish.now, ':reason': finish.reason, ...detail },
+  );
+  // Unknown or another tenant's: 404. Already finished: the first finish stands.
+  if (!finished) await readOwnSession(doc, table, sessionId, tenant);
 }
 
 /** Heartbeat: records when the tenant's session was last seen; 410 once it has finished. */
@@ -97,20 +112,7 @@ export async function touchSession(
   tenant: string,
   now: number,
 ): Promise<void> {
-  try {
-    await doc.send(
-      new UpdateCommand({
-        TableName: table,
-        Key: { pk: registryKey.session(sessionId) },
-        UpdateExpression: 'SET last_seen = :now',
-        ConditionExpression:
-          'attribute_exists(pk) AND tenant = :tenant AND attribute_not_exists(finished_at)',
-        ExpressionAttributeValues: { ':now': now, ':tenant': tenant },
-      }),
-    );
-  } catch (error) {
-    if (!isAwsError(error, 'ConditionalCheckFailedException')) throw error;
-    await readOwnSession(doc, table, sessionId, tenant);
-    throw sessionEnded(sessionId);
-  }
+  if (await updateOpenSession(doc, table, sessionId, tenant, 'SET last_seen = :now', { ':now': now })) return;
+  await readOwnSession(doc, table, sessionId, tenant);
+  throw sessionEnded(sessionId);
 }

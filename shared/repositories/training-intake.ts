@@ -17,11 +17,19 @@ import {
   readCheckpointName,
   staleReservation,
 } from './checkpoints.js';
-import { findOriginalFuture, type IntakeStore, newFutureItems, putOnce, runIntake } from './intake.js';
-import { modelCreateItem } from './models.js';
+import {
+  findOriginalFuture,
+  type IdempotencyKey,
+  type IntakeStore,
+  newFutureItems,
+  putOnce,
+  runSubmit,
+} from './intake.js';
+import { modelCreateItem, type NewRun, newModelRow } from './models.js';
 import { publicMarkerDeleteItem } from './public-markers.js';
 import {
   modelNotFound,
+  newSeqCounter,
   requireSeqCounter,
   seqCounterAdvanceItem,
   seqCounterUnloadItem,
@@ -33,17 +41,11 @@ export interface FutureAnswer {
   readonly model_id?: string;
 }
 
-export interface CreateModelIntake {
+export interface CreateModelIntake extends NewRun {
   readonly requestId: string;
-  readonly modelId: string;
-  readonly tenant: string;
-  readonly sessionId: string;
   readonly modelSeqId: number;
-  readonly baseModel: string;
-  readonly loraConfig: ModelRow['lora_config'];
   readonly userMetadata?: ModelRow['user_metadata'];
   readonly payload: SerializedPayload;
-  readonly now: number;
 }
 
 /**
@@ -51,73 +53,44 @@ export interface CreateModelIntake {
  * idempotency record of `(session, model_seq_id)` in one transaction.
  */
 export async function submitCreateModel(input: CreateModelIntake, store: IntakeStore): Promise<FutureAnswer> {
-  const idemPk = registryKey.createModelIdem(input.sessionId, input.modelSeqId);
-  return runIntake<FutureAnswer>(
-    {
-      requestId: input.requestId,
-      payload: input.payload,
-      plan: async (contended) => {
-        if (contended) {
-          const original = await findOriginalFuture(
-            store.clients.doc,
-            store.tables.registry,
-            idemPk,
-            input,
-            `model_seq_id ${input.modelSeqId} of session ${input.sessionId}`,
-            'model_seq_id',
-          );
-          if (original) return { answer: { request_id: original.request_id, model_id: original.model_id } };
-        }
-        const model: ModelRow = {
-          model_id: input.modelId,
+  const idempotency: IdempotencyKey = {
+    pk: registryKey.createModelIdem(input.sessionId, input.modelSeqId),
+    describe: `model_seq_id ${input.modelSeqId} of session ${input.sessionId}`,
+    field: 'model_seq_id',
+  };
+  return runSubmit<FutureAnswer>(input, store, async (contended) => {
+    const original = contended ? await findOriginalFuture(store, idempotency, input) : undefined;
+    if (original) return { answer: { request_id: original.request_id, model_id: original.model_id } };
+    const model: ModelRow = {
+      ...newModelRow(input, 'active'),
+      ...(input.userMetadata === undefined ? {} : { user_metadata: input.userMetadata }),
+    };
+    const counter: SeqCounterRecord = {
+      ...newSeqCounter(input, 1),
+      // A training run of its session (by_parent, C1).
+      parent_key: parentKey.session(input.sessionId),
+      list_sort: listSortKey(input.now, input.modelId),
+    };
+    return {
+      answer: { request_id: input.requestId, model_id: input.modelId },
+      items: [
+        modelCreateItem(store.tables.models, model),
+        putOnce(store.tables.registry, counter),
+        ...newFutureItems(store.tables, {
+          idempotencyKey: idempotency.pk,
+          requestId: input.requestId,
           tenant: input.tenant,
-          session_id: input.sessionId,
-          base_model: input.baseModel,
-          lora_config: input.loraConfig,
-          status: 'active',
-          epoch: 0,
-          planned_through: 0,
-          applied_through: 0,
-          attempts: 0,
-          created_at: input.now,
-          ...(input.userMetadata === undefined ? {} : { user_metadata: input.userMetadata }),
-        };
-        const counter: SeqCounterRecord = {
-          pk: registryKey.seqCounter(input.modelId),
-          model_id: input.modelId,
-          tenant: input.tenant,
-          session_id: input.sessionId,
-          base_model: input.baseModel,
+          modelId: input.modelId,
           seq: 1,
-          last_seq_id: 0,
-          updated_at: input.now,
-          // A training run of its session (by_parent, C1).
-          parent_key: parentKey.session(input.sessionId),
-          list_sort: listSortKey(input.now, input.modelId),
-        };
-        return {
-          answer: { request_id: input.requestId, model_id: input.modelId },
-          items: [
-            modelCreateItem(store.tables.models, model),
-            putOnce(store.tables.registry, counter),
-            ...newFutureItems(store.tables, {
-              idempotencyKey: idemPk,
-              requestId: input.requestId,
-              tenant: input.tenant,
-              modelId: input.modelId,
-              seq: 1,
-              requestType: 'create_model',
-              tokens: 0,
-              payload: input.payload,
-              now: input.now,
-              answersModelId: true,
-            }),
-          ],
-        };
-      },
-    },
-    store,
-  );
+          requestType: 'create_model',
+          tokens: 0,
+          payload: input.payload,
+          now: input.now,
+          answersModelId: true,
+        }),
+      ],
+    };
+  });
 }
 
 export interface TrainingStepIntake {
@@ -152,70 +125,75 @@ export async function submitTrainingStep(
   input: TrainingStepIntake,
   store: IntakeStore,
 ): Promise<FutureAnswer> {
-  const idemPk = registryKey.trainingIdem(input.modelId, input.seqId);
+  const idempotency: IdempotencyKey = {
+    pk: registryKey.trainingIdem(input.modelId, input.seqId),
+    describe: `seq_id ${input.seqId} of model ${input.modelId}`,
+    field: 'seq_id',
+  };
   const answer: FutureAnswer = { request_id: input.requestId, model_id: input.modelId };
+  const readCounter = counterReader(input, store);
+  return runSubmit<FutureAnswer>(input, store, async () => {
+    const counter = await readCounter();
+    if (input.seqId <= counter.last_seq_id) {
+      const original = await findOriginalFuture(store, idempotency, input);
+      if (original === undefined) {
+        throw new IdempotencyConflictError(
+          `seq_id ${input.seqId} is out of order: model ${input.modelId} already accepted seq_id ${counter.last_seq_id}`,
+          { context: { field: 'seq_id' } },
+        );
+      }
+      return { answer: { request_id: original.request_id, model_id: input.modelId } };
+    }
+    if (counter.unloaded) throw modelNotFound(input.modelId, 'is unloaded');
+    const reservation =
+      input.reservation &&
+      (await reserveName(input.reservation, input.modelId, input.overwrite === true, input.now, store));
+    const seq = counter.seq + 1;
+    const items: TransactItem[] = [
+      ...newFutureItems(store.tables, {
+        idempotencyKey: idempotency.pk,
+        requestId: input.requestId,
+        tenant: input.tenant,
+        modelId: input.modelId,
+        seq,
+        requestType: input.requestType,
+        tokens: input.tokens,
+        payload: input.payload,
+        now: input.now,
+      }),
+      seqCounterAdvanceItem(store.tables.registry, counter, {
+        modelId: input.modelId,
+        tenant: input.tenant,
+        seq,
+        seqId: input.seqId,
+        now: input.now,
+      }),
+    ];
+    if (reservation) items.push(...reservation);
+    if (input.reservation && input.ttlSeconds !== undefined) {
+      const due = input.now + input.ttlSeconds * 1000;
+      items.push(gcEntryPutItem(store.tables.registry, unsavedGcEntry(input.reservation, due)));
+    }
+    return { answer, items };
+  });
+}
+
+/**
+ * The model's seq counter for each attempt of a submit: the one the caller already read serves the
+ * first attempt, and every later attempt (after a lost race) reads it again.
+ */
+function counterReader(
+  input: { readonly counter: SeqCounterRecord; readonly modelId: string; readonly tenant: string },
+  store: IntakeStore,
+): () => Promise<SeqCounterRecord> {
   let first: SeqCounterRecord | undefined = input.counter;
-  return runIntake<FutureAnswer>(
-    {
-      requestId: input.requestId,
-      payload: input.payload,
-      plan: async () => {
-        const counter =
-          first ??
-          (await requireSeqCounter(store.clients.doc, store.tables.registry, input.modelId, input.tenant));
-        first = undefined;
-        if (input.seqId <= counter.last_seq_id) {
-          const original = await findOriginalFuture(
-            store.clients.doc,
-            store.tables.registry,
-            idemPk,
-            input,
-            `seq_id ${input.seqId} of model ${input.modelId}`,
-            'seq_id',
-          );
-          if (original === undefined) {
-            throw new IdempotencyConflictError(
-              `seq_id ${input.seqId} is out of order: model ${input.modelId} already accepted seq_id ${counter.last_seq_id}`,
-              { context: { field: 'seq_id' } },
-            );
-          }
-          return { answer: { request_id: original.request_id, model_id: input.modelId } };
-        }
-        if (counter.unloaded) throw modelNotFound(input.modelId, 'is unloaded');
-        const reservation =
-          input.reservation &&
-          (await reserveName(input.reservation, input.modelId, input.overwrite === true, input.now, store));
-        const seq = counter.seq + 1;
-        const items: TransactItem[] = [
-          ...newFutureItems(store.tables, {
-            idempotencyKey: idemPk,
-            requestId: input.requestId,
-            tenant: input.tenant,
-            modelId: input.modelId,
-            seq,
-            requestType: input.requestType,
-            tokens: input.tokens,
-            payload: input.payload,
-            now: input.now,
-          }),
-          seqCounterAdvanceItem(store.tables.registry, counter, {
-            modelId: input.modelId,
-            tenant: input.tenant,
-            seq,
-            seqId: input.seqId,
-            now: input.now,
-          }),
-        ];
-        if (reservation) items.push(...reservation);
-        if (input.reservation && input.ttlSeconds !== undefined) {
-          const due = input.now + input.ttlSeconds * 1000;
-          items.push(gcEntryPutItem(store.tables.registry, unsavedGcEntry(input.reservation, due)));
-        }
-        return { answer, items };
-      },
-    },
-    store,
-  );
+  return async () => {
+    const counter =
+      first ??
+      (await requireSeqCounter(store.clients.doc, store.tables.registry, input.modelId, input.tenant));
+    first = undefined;
+    return counter;
+  };
 }
 
 /**
@@ -264,54 +242,41 @@ export interface UnloadIntake {
 
 /** unload_model: once per model; the last seq of its sequence. A repeat answers the original future. */
 export async function submitUnload(input: UnloadIntake, store: IntakeStore): Promise<FutureAnswer> {
-  const idemPk = registryKey.unloadIdem(input.modelId);
-  let first: SeqCounterRecord | undefined = input.counter;
-  return runIntake<FutureAnswer>(
-    {
-      requestId: input.requestId,
-      payload: input.payload,
-      plan: async () => {
-        const counter =
-          first ??
-          (await requireSeqCounter(store.clients.doc, store.tables.registry, input.modelId, input.tenant));
-        first = undefined;
-        if (counter.unloaded) {
-          const original = await findOriginalFuture(
-            store.clients.doc,
-            store.tables.registry,
-            idemPk,
-            input,
-            `unload of model ${input.modelId}`,
-            'model_id',
-          );
-          if (original === undefined) throw modelNotFound(input.modelId, 'is unloaded');
-          return { answer: { request_id: original.request_id, model_id: input.modelId } };
-        }
-        const seq = counter.seq + 1;
-        return {
-          answer: { request_id: input.requestId, model_id: input.modelId },
-          items: [
-            ...newFutureItems(store.tables, {
-              idempotencyKey: idemPk,
-              requestId: input.requestId,
-              tenant: input.tenant,
-              modelId: input.modelId,
-              seq,
-              requestType: 'unload_model',
-              tokens: 0,
-              payload: input.payload,
-              now: input.now,
-            }),
-            seqCounterUnloadItem(store.tables.registry, counter, {
-              modelId: input.modelId,
-              tenant: input.tenant,
-              seq,
-              now: input.now,
-            }),
-          ],
-        };
-      },
-    },
-    store,
-  );
+  const idempotency: IdempotencyKey = {
+    pk: registryKey.unloadIdem(input.modelId),
+    describe: `unload of model ${input.modelId}`,
+    field: 'model_id',
+  };
+  const readCounter = counterReader(input, store);
+  return runSubmit<FutureAnswer>(input, store, async () => {
+    const counter = await readCounter();
+    if (counter.unloaded) {
+      const original = await findOriginalFuture(store, idempotency, input);
+      if (original === undefined) throw modelNotFound(input.modelId, 'is unloaded');
+      return { answer: { request_id: original.request_id, model_id: input.modelId } };
+    }
+    const seq = counter.seq + 1;
+    return {
+      answer: { request_id: input.requestId, model_id: input.modelId },
+      items: [
+        ...newFutureItems(store.tables, {
+          idempotencyKey: idempotency.pk,
+          requestId: input.requestId,
+          tenant: input.tenant,
+          modelId: input.modelId,
+          seq,
+          requestType: 'unload_model',
+          tokens: 0,
+          payload: input.payload,
+          now: input.now,
+        }),
+        seqCounterUnloadItem(store.tables.registry, counter, {
+          modelId: input.modelId,
+          tenant: input.tenant,
+          seq,
+          now: input.now,
+        }),
+      ],
+    };
+  });
 }

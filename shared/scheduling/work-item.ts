@@ -21,19 +21,29 @@ const futureErrorSchema = z.object({
   category: z.enum(['user', 'server']),
 });
 
-export const workItemStepSchema = z
-  .object({
-    request_id: z.string().min(1),
-    seq: z.number().int().positive(),
-    request_type: z.enum(TRAINING_REQUEST_TYPES),
-    /** The parsed request JSON; absent only on a fail step. */
-    payload: z.unknown().optional(),
-    fail: futureErrorSchema.optional(),
-  })
-  .refine((step) => step.fail !== undefined || step.payload !== undefined, {
-    message: 'A step that is not a fail step needs its payload',
-    path: ['payload'],
-  });
+/**
+ * A step or a sample: its request, what `shape` adds, the parsed request JSON (`payload`) and `fail`;
+ * the payload is absent only on an entry dispatched to be failed (`missingPayload` says so).
+ */
+function dispatchedEntry<Shape extends z.ZodRawShape>(shape: Shape, missingPayload: string) {
+  return z
+    .object({
+      request_id: z.string().min(1),
+      ...shape,
+      payload: z.unknown().optional(),
+      fail: futureErrorSchema.optional(),
+    })
+    .refine(hasPayloadUnlessFailed, { message: missingPayload, path: ['payload'] });
+}
+
+function hasPayloadUnlessFailed(entry: { readonly fail?: unknown; readonly payload?: unknown }): boolean {
+  return entry.fail !== undefined || entry.payload !== undefined;
+}
+
+export const workItemStepSchema = dispatchedEntry(
+  { seq: z.number().int().positive(), request_type: z.enum(TRAINING_REQUEST_TYPES) },
+  'A step that is not a fail step needs its payload',
+);
 
 export const workItemModelSchema = z
   .object({
@@ -64,28 +74,22 @@ export const workItemModelSchema = z
     });
   });
 
-export const workItemSampleSchema = z
-  .object({
-    request_id: z.string().min(1),
+/**
+ * A sample's `fail` is set when it is dispatched only to be failed (its payload is missing): the
+ * worker commits this error under the sample's claim, like any outcome. The scheduler may not write
+ * request rows (R5, R6; its grant on the futures table is read-only).
+ */
+export const workItemSampleSchema = dispatchedEntry(
+  {
     tenant: z.string().min(1),
     /** The checkpoint's model, or `base:<base_model>`. */
     model_id: z.string().min(1),
     checkpoint_id: z.string().min(1).optional(),
     /** The per-request claim this work item holds (R4). */
     claim_token: z.string().min(1),
-    /** The parsed request JSON; absent only on a fail entry. */
-    payload: z.unknown().optional(),
-    /**
-     * Set when the sample is dispatched only to be failed (its payload is missing): the worker
-     * commits this error under the sample's claim, like any outcome. The scheduler may not write
-     * request rows (R5, R6; its grant on the futures table is read-only).
-     */
-    fail: futureErrorSchema.optional(),
-  })
-  .refine((sample) => sample.fail !== undefined || sample.payload !== undefined, {
-    message: 'A sample that is not a fail entry needs its payload',
-    path: ['payload'],
-  });
+  },
+  'A sample that is not a fail entry needs its payload',
+);
 
 export const workItemSchema = z
   .object({

@@ -1,7 +1,7 @@
 import { DeleteObjectsCommand, ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { batchGetByKey } from '../aws/batch-get.js';
 import { logger } from '../logger.js';
+import { readFutureMembers } from '../repositories/futures.js';
 import { readModels } from '../repositories/models.js';
 import { checkpointContentId, parseRunKey, storageKeys } from '../storage-keys.js';
 
@@ -183,6 +183,41 @@ function stateKeyParts(key: string): { modelId: string; epoch: number } | undefi
   return legacy === null ? undefined : { modelId: legacy[1]!, epoch: Number(legacy[2]) };
 }
 
+/** The objects of `page` older than `graceMs` whose key `parse` reads, each with what it read. */
+function pastGrace<T>(
+  page: readonly ListedObject[],
+  graceMs: number,
+  now: number,
+  parse: (key: string) => T | undefined,
+): (T & { readonly key: string })[] {
+  return page.flatMap((object) => {
+    if (object.lastModified + graceMs > now) return [];
+    const parts = parse(object.key);
+    return parts === undefined ? [] : [{ key: object.key, ...parts }];
+  });
+}
+
+/**
+ * The keys of `candidates` that `unreferenced` judges so from their request's future row: its
+ * `members`, read strongly; undefined when the row does not exist.
+ */
+async function keysJudgedByFuture<C extends { readonly key: string; readonly requestId: string }>(
+  target: BlobGcTarget,
+  candidates: readonly C[],
+  members: readonly string[],
+  unreferenced: (candidate: C, row: Readonly<Record<string, unknown>> | undefined) => boolean,
+): Promise<string[]> {
+  if (candidates.length === 0) return [];
+  const requestIds = candidates.map((candidate) => candidate.requestId);
+  const rows = await readFutureMembers(target.doc, target.futuresTable, requestIds, [
+    'request_id',
+    ...members,
+  ]);
+  return candidates
+    .filter((candidate) => unreferenced(candidate, rows.get(candidate.requestId)))
+    .map((candidate) => candidate.key);
+}
+
 /**
  * State objects past their grace that the model row (read strongly, after the listing) does not
  * name: not the committed `state_ref`, and not of the epoch of the work item in flight, whose commit
@@ -195,12 +230,7 @@ async function unreferencedStates(
   now: number,
   policy: BlobGcPolicy,
 ): Promise<string[]> {
-  const candidates: { key: string; modelId: string; epoch: number }[] = [];
-  for (const object of page) {
-    if (object.lastModified + policy.stateGraceMs > now) continue;
-    const state = stateKeyParts(object.key);
-    if (state !== undefined) candidates.push({ key: object.key, ...state });
-  }
+  const candidates = pastGrace(page, policy.stateGraceMs, now, stateKeyParts);
   if (candidates.length === 0) return [];
   const models = await readModels(target.doc, target.modelsTable, new Set(candidates.map((c) => c.modelId)));
   return candidates
@@ -211,6 +241,17 @@ async function unreferencedStates(
       return !(model.inflight !== undefined && model.epoch === epoch);
     })
     .map((candidate) => candidate.key);
+}
+
+/**
+ * The request a payload or result key belongs to, and whether it is a run's result (`ofRun`); the
+ * layout before runs names only the request.
+ */
+function requestBlobKeyParts(key: string): { requestId: string; ofRun: boolean } | undefined {
+  const parsed = parseRunKey(key);
+  if (parsed?.kind === 'result') return { requestId: parsed.requestId, ofRun: true };
+  const legacy = LEGACY_REQUEST_BLOB_KEY.exec(key);
+  return legacy === null ? undefined : { requestId: legacy[2]!, ofRun: false };
 }
 
 /**
@@ -225,35 +266,11 @@ async function orphanRequestBlobs(
   now: number,
   policy: BlobGcPolicy,
 ): Promise<string[]> {
-  const candidates: { key: string; requestId: string; ofRun: boolean }[] = [];
-  for (const object of page) {
-    if (object.lastModified + policy.orphanGraceMs > now) continue;
-    const parsed = parseRunKey(object.key);
-    if (parsed?.kind === 'result') {
-      candidates.push({ key: object.key, requestId: parsed.requestId, ofRun: true });
-      continue;
-    }
-    const legacy = LEGACY_REQUEST_BLOB_KEY.exec(object.key);
-    if (legacy !== null) candidates.push({ key: object.key, requestId: legacy[2]!, ofRun: false });
-  }
-  if (candidates.length === 0) return [];
-  const rows = await batchGetByKey(
-    target.doc,
-    candidates.map((candidate) => candidate.requestId),
-    {
-      table: target.futuresTable,
-      keyName: 'request_id',
-      consistent: true,
-      attributes: ['request_id', 'status', 'result_key'],
-    },
-  );
-  return candidates
-    .filter(({ key, requestId, ofRun }) => {
-      const row = rows.get(requestId);
-      if (row === undefined) return true;
-      return ofRun && row.status !== 'pending' && row.result_key !== key;
-    })
-    .map((candidate) => candidate.key);
+  const candidates = pastGrace(page, policy.orphanGraceMs, now, requestBlobKeyParts);
+  return keysJudgedByFuture(target, candidates, ['status', 'result_key'], ({ key, ofRun }, row) => {
+    if (row === undefined) return true;
+    return ofRun && row.status !== 'pending' && row.result_key !== key;
+  });
 }
 
 /**
@@ -291,33 +308,13 @@ async function unsavedCheckpointObjects(
   now: number,
   policy: BlobGcPolicy,
 ): Promise<string[]> {
-  const candidates: { key: string; modelId: string; requestId: string; run?: string }[] = [];
-  for (const object of page) {
-    if (object.lastModified + policy.checkpointGraceMs > now) continue;
-    const parsed = checkpointKeyParts(object.key);
-    if (parsed !== undefined) candidates.push({ key: object.key, ...parsed });
-  }
-  if (candidates.length === 0) return [];
-  const rows = await batchGetByKey(
-    target.doc,
-    candidates.map((candidate) => candidate.requestId),
-    {
-      table: target.futuresTable,
-      keyName: 'request_id',
-      consistent: true,
-      attributes: ['request_id', 'status', 'model_id', 'request_type', 'run'],
-    },
-  );
-  return candidates
-    .filter(({ modelId, requestId, run }) => {
-      const row = rows.get(requestId);
-      if (row === undefined || row.model_id !== modelId || !SAVE_REQUEST_TYPES.has(row.request_type)) {
-        return false;
-      }
-      if (row.status === 'failed') return true;
-      return (
-        row.status === 'completed' && run !== undefined && typeof row.run === 'string' && row.run !== run
-      );
-    })
-    .map((candidate) => candidate.key);
+  const candidates = pastGrace(page, policy.checkpointGraceMs, now, checkpointKeyParts);
+  const members = ['status', 'model_id', 'request_type', 'run'];
+  return keysJudgedByFuture(target, candidates, members, ({ modelId, run }, row) => {
+    if (row === undefined || row.model_id !== modelId || !SAVE_REQUEST_TYPES.has(row.request_type)) {
+      return false;
+    }
+    if (row.status === 'failed') return true;
+    return row.status === 'completed' && run !== undefined && typeof row.run === 'string' && row.run !== run;
+  });
 }

@@ -75,10 +75,15 @@ function policyInputs(datum: PassDatum, lossFn: LossFn): { q: Float32Array; adva
 /** Every policy-gradient loss weighs each target 1 in `loss:mean` (the mean loss per target). */
 const one = () => 1;
 
+/** The importance ratio r = exp(lp - q) of element i. */
+function importanceRatio(q: Float32Array): (i: number, lp: number) => number {
+  return (i, lp) => Math.exp(lp - (q[i] as number));
+}
+
 const importanceSampling: LossFunction = {
   forDatum(datum) {
     const { q, advantages } = policyInputs(datum, 'importance_sampling');
-    const ratio = (i: number, lp: number) => Math.exp(lp - (q[i] as number));
+    const ratio = importanceRatio(q);
     return {
       value: (i, lp) => noNegativeZero(-ratio(i, lp) * (advantages[i] as number)),
       slope: (i, lp) => -ratio(i, lp) * (advantages[i] as number),
@@ -88,15 +93,25 @@ const importanceSampling: LossFunction = {
   },
 };
 
-function clipBounds(config: Readonly<Record<string, number>>): { lo: number; hi: number } {
-  return { lo: config.clip_low_threshold ?? 0.8, hi: config.clip_high_threshold ?? 1.2 };
+/**
+ * ppo and cispo: the importance ratio, its clip range [lo, hi] (`clip_low_threshold`,
+ * `clip_high_threshold`) and whether element i's ratio lies outside it.
+ */
+function clippedRatio(q: Float32Array, config: Readonly<Record<string, number>>) {
+  const lo = config.clip_low_threshold ?? 0.8;
+  const hi = config.clip_high_threshold ?? 1.2;
+  const ratio = importanceRatio(q);
+  const clipped = (i: number, lp: number) => {
+    const r = ratio(i, lp);
+    return r < lo || r > hi;
+  };
+  return { ratio, lo, hi, clipped };
 }
 
 const ppo: LossFunction = {
   forDatum(datum, config) {
     const { q, advantages } = policyInputs(datum, 'ppo');
-    const { lo, hi } = clipBounds(config);
-    const ratio = (i: number, lp: number) => Math.exp(lp - (q[i] as number));
+    const { ratio, lo, hi, clipped } = clippedRatio(q, config);
     // The pessimistic (smaller) of the two surrogate objectives; the loss is its negation.
     const terms = (i: number, lp: number) => {
       const r = ratio(i, lp);
@@ -117,10 +132,7 @@ const ppo: LossFunction = {
       },
       weight: one,
       ratio,
-      clipped: (i, lp) => {
-        const r = ratio(i, lp);
-        return r < lo || r > hi;
-      },
+      clipped,
     };
   },
 };
@@ -128,8 +140,7 @@ const ppo: LossFunction = {
 const cispo: LossFunction = {
   forDatum(datum, config) {
     const { q, advantages } = policyInputs(datum, 'cispo');
-    const { lo, hi } = clipBounds(config);
-    const ratio = (i: number, lp: number) => Math.exp(lp - (q[i] as number));
+    const { ratio, lo, hi, clipped } = clippedRatio(q, config);
     // The clipped ratio is a stop-gradient weight: lp's own factor carries the whole slope.
     const coefficient = (i: number, lp: number) => clamp(ratio(i, lp), lo, hi) * (advantages[i] as number);
     return {
@@ -137,10 +148,7 @@ const cispo: LossFunction = {
       slope: (i, lp) => -coefficient(i, lp),
       weight: one,
       ratio,
-      clipped: (i, lp) => {
-        const r = ratio(i, lp);
-        return r < lo || r > hi;
-      },
+      clipped,
     };
   },
 };
@@ -156,7 +164,7 @@ const dro: LossFunction = {
       },
       slope: (i, lp) => -(advantages[i] as number) + beta * (lp - (q[i] as number)),
       weight: one,
-      ratio: (i, lp) => Math.exp(lp - (q[i] as number)),
+      ratio: importanceRatio(q),
     };
   },
 };
