@@ -1,9 +1,8 @@
 import { GetObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { BatchGetCommand } from '@aws-sdk/lib-dynamodb';
-import { phraseDatum } from '../local/demo/dataset.js';
-import type { InvocationTrace } from '../local/runtime.js';
-import { startLocalStack } from '../local/stack.js';
-import { DEFAULT_BASE_MODEL } from '../shared/api/capabilities.js';
+import { phraseDatum } from '../local/demos/parts/dataset.js';
+import type { InvocationTrace } from '../local/runtime/lambda-runtime.js';
+import { startLocalStack } from '../local/runtime/stack.js';
 import type { SampleRequest } from '../shared/backend/backend.js';
 import {
   type ForwardBackwardInputJson,
@@ -13,8 +12,9 @@ import {
 } from '../shared/backend/pass-input.js';
 import { ReferenceBackend } from '../shared/backend/reference/reference-backend.js';
 import { TinkerClient } from '../shared/client/tinker-client.js';
+import { decodeWorkItemFile } from '../shared/domain/planning/work-item-file.js';
 import { createApiKey } from '../shared/repositories/api-keys.js';
-import { decodeWorkItemFile } from '../shared/scheduling/work-item-file.js';
+import { DEFAULT_BASE_MODEL } from '../shared/services/api/capabilities.js';
 import { type BenchResult, type CaseResult, type Counts, machine, runCase } from './harness.js';
 import { AwsCallCounter, callsBetween, callsPerRequest } from './support/aws-calls.js';
 import { cpuMeter } from './support/cpu.js';
@@ -38,7 +38,7 @@ import { sessionFuturesCase } from './support/session-futures-case.js';
  * Beside the latencies, per request: AWS calls (`calls_per_request_<service>` for dynamodb,
  * dynamodb_streams, s3 and sqs; `calls_per_request_<caller>` for each function and the runtime's
  * `triggers`; `calls_per_request` in all), counted by a middleware on every SDK client the stack
- * uses (local/runtime.ts `onSdkClient`, bench/support/aws-calls.ts), and CPU ms of this Node
+ * uses (local/runtime/lambda-runtime.ts `onSdkClient`, bench/support/aws-calls.ts), and CPU ms of this Node
  * process (`cpu_ms_per_request_node`: api, scheduler, worker, fauxqs, triggers and the client share
  * it) and of DynamoDB Local's JVM (`cpu_ms_per_request_ddb_local`, from /proc; absent without it),
  * over the measured loop only. Calls depend little on timing; idle polls and wake-ups do a little.
@@ -49,10 +49,10 @@ import { sessionFuturesCase } from './support/session-futures-case.js';
  *
  * Knobs for investigation: `E2E_CASES=mixed|session_futures` runs one group only; `E2E_REPEATS=N` (default 3, 1 with --quick); `E2E_CALL_DETAIL=on` prints
  * each measured run's calls per request by caller, service and operation to stderr.
- * `E2E_WAKE_UPS=off` runs the stack without its wake-ups (local/runtime.ts `wakeUps`): retrieve_future
+ * `E2E_WAKE_UPS=off` runs the stack without its wake-ups (local/runtime/lambda-runtime.ts `wakeUps`): retrieve_future
  * re-reads on the schedule it uses on AWS and the stream triggers sleep between empty reads.
  * `E2E_STREAM_LANES=on` delivers a shard's stream batches side by side as the topology's
- * `parallelizationFactor` declares (local/runtime.ts `streamLanes`; off by default).
+ * `parallelizationFactor` declares (local/runtime/lambda-runtime.ts `streamLanes`; off by default).
  *
  * Baseline (`backend_direct`): the same requests, in the same per-model order, run directly on the
  * reference backend in this one process: no API, storage, streams, scheduler or queue. The ratio is

@@ -7,22 +7,22 @@ import { fileURLToPath } from 'node:url';
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import type { Context, SQSEvent } from 'aws-lambda';
 import { createWorkerHandler } from '../functions/worker/handler.js';
+import { startLocalStack } from '../local/runtime/stack.js';
+import { EngineBackend } from '../shared/backend/engine/engine-backend.js';
+import { EngineProcess } from '../shared/backend/engine/engine-process.js';
+import type { FrameBuilder } from '../shared/backend/engine/frame.js';
 import {
   engineBaseModels,
   TINY_MODEL_DIR,
   TORCH_ENGINE_VENV,
   torchEngineCommand,
   torchEnginePython,
-} from '../local/engines.js';
-import { startLocalStack } from '../local/stack.js';
-import type { datum } from '../shared/api/schemas.js';
-import { EngineBackend } from '../shared/backend/engine/engine-backend.js';
-import { EngineProcess } from '../shared/backend/engine/engine-process.js';
-import type { FrameBuilder } from '../shared/backend/engine/frame.js';
+} from '../shared/backend/engine/installed-engines.js';
+import { BASE_MODELS_VAR } from '../shared/base/config.js';
 import { type In, TinkerClient } from '../shared/client/tinker-client.js';
-import { BASE_MODELS_VAR } from '../shared/config.js';
 import { createApiKey } from '../shared/repositories/api-keys.js';
-import { StateCache } from '../shared/worker/state-cache.js';
+import type { datum } from '../shared/services/api/schemas.js';
+import { StateCache } from '../shared/services/worker/state-cache.js';
 import { type BenchResult, type CaseResult, type Counts, machine, runCase } from './harness.js';
 import { AwsCallCounter, type CallCount, callsBetween } from './support/aws-calls.js';
 

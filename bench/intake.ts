@@ -1,21 +1,21 @@
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import { handler } from '../functions/api/handler.js';
-import { localAwsClients } from '../local/aws-clients.js';
-import { envFor, provisionResources } from '../local/resources.js';
-import { checkForwardInput, parseRequest } from '../shared/api/request-checks.js';
-import { forwardBackwardRequest } from '../shared/api/schemas.js';
+import { localAwsClients } from '../local/cloud/aws-clients.js';
+import { envFor, provisionResources } from '../local/cloud/resources.js';
 import { awsClients, resetAwsClients } from '../shared/aws/clients.js';
 import { transactWrite } from '../shared/aws/transact.js';
 import { passInputFromJson } from '../shared/backend/pass-input.js';
-import { config, resetConfig } from '../shared/config.js';
+import { config, resetConfig } from '../shared/base/config.js';
+import { mintRequestId, sha256Hex } from '../shared/base/ids.js';
+import { topology } from '../shared/base/topology.js';
 import { type IdempotencyRecord, registryKey } from '../shared/domain/records.js';
-import { mintRequestId, sha256Hex } from '../shared/ids.js';
-import { canonicalJson } from '../shared/payload-store.js';
 import { createApiKey, tenantForApiKey } from '../shared/repositories/api-keys.js';
 import { pendingFutureRow } from '../shared/repositories/futures.js';
-import { putOnce } from '../shared/repositories/intake.js';
+import { putOnce } from '../shared/repositories/intake/run-intake.js';
+import { canonicalJson } from '../shared/repositories/payloads.js';
 import { requireSeqCounter } from '../shared/repositories/seq-counters.js';
-import { topology } from '../shared/topology.js';
+import { checkForwardInput, parseRequest } from '../shared/services/api/request-checks.js';
+import { forwardBackwardRequest } from '../shared/services/api/schemas.js';
 import {
   type BenchCase,
   type BenchResult,

@@ -1,5 +1,5 @@
 import { loadavg } from 'node:os';
-import { startLocalStack } from '../local/stack.js';
+import { startLocalStack } from '../local/runtime/stack.js';
 import { type BenchResult, type Counts, machine, runCase } from './harness.js';
 import { type LoadOptions, type LoadReport, runLoad } from './load/driver.js';
 import { stackTarget } from './load/stack-target.js';

@@ -1,7 +1,7 @@
 import { CreateTableCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { BatchWriteCommand, DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { type DynamoDbLocal, startDynamoDbLocal } from '../local/dynamodb-local.js';
-import { LOCAL_CREDENTIALS, LOCAL_REGION } from '../local/resources.js';
+import { type DynamoDbLocal, startDynamoDbLocal } from '../local/cloud/dynamodb-local.js';
+import { LOCAL_CREDENTIALS, LOCAL_REGION } from '../local/cloud/resources.js';
 import { Limiter } from '../shared/aws/limiter.js';
 import { type BenchResult, machine, runCase, type Subject } from './harness.js';
 
@@ -11,7 +11,7 @@ import { type BenchResult, machine, runCase, type Subject } from './harness.js';
  * alone and finds a stream's records by scanning it, so a write to a streamed table slows with the
  * records that earlier tables' streams hold (kept 24 hours, deleted tables' too): a test run, a
  * benchmark with several scenes, `npm start` after a while. The loopback launcher adds indexes by
- * stream and by shard (local/dynamodb-loopback/LoopbackDynamoDbLocal.java).
+ * stream and by shard (local/cloud/dynamodb-loopback/LoopbackDynamoDbLocal.java).
  *
  * Case `streamed-writes-after-<N>`: on a DynamoDB Local whose first table's stream already holds N
  * records, each repeat creates a fresh streamed table and writes `ROWS` items into it (BatchWriteItem,

@@ -1,16 +1,16 @@
 import { loadavg } from 'node:os';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { BATCH_GET_MAX_KEYS } from '../shared/aws/batch-get.js';
-import { config } from '../shared/config.js';
-import { BATCH_WRITE_MAX_REQUESTS } from '../shared/prefix/grouping.js';
-import { pointerKeys } from '../shared/prefix/pointer.js';
+import { config } from '../shared/base/config.js';
+import { BATCH_WRITE_MAX_REQUESTS } from '../shared/repositories/prefix/grouping.js';
+import { pointerKeys } from '../shared/repositories/prefix/pointer.js';
 import {
   createPrefixStore,
   DEFAULT_PREFIX_TTL_SECONDS,
   DEFAULT_READS_IN_FLIGHT_PER_BATCH,
   type PrefixStore,
-} from '../shared/prefix/store.js';
-import type { PrefixPointer } from '../shared/prefix/types.js';
+} from '../shared/repositories/prefix/store.js';
+import type { PrefixPointer } from '../shared/repositories/prefix/types.js';
 import {
   type BenchCase,
   type BenchResult,

@@ -10,43 +10,43 @@ import {
 import { PurgeQueueCommand } from '@aws-sdk/client-sqs';
 import { BatchWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { marshall, unmarshall } from '@aws-sdk/util-dynamodb';
-import { localAwsClients } from '../local/aws-clients.js';
-import type { CloudEndpoints } from '../local/cloud.js';
-import { envFor, provisionResources } from '../local/resources.js';
-import type { PassPayload } from '../shared/api/payloads.js';
-import { parseRequest } from '../shared/api/request-checks.js';
-import { forwardBackwardRequest } from '../shared/api/schemas.js';
+import { localAwsClients } from '../local/cloud/aws-clients.js';
+import type { CloudEndpoints } from '../local/cloud/cloud.js';
+import { envFor, provisionResources } from '../local/cloud/resources.js';
 import { type AwsClients, resetAwsClients } from '../shared/aws/clients.js';
 import { Limiter } from '../shared/aws/limiter.js';
-import { resetConfig } from '../shared/config.js';
+import { resetConfig } from '../shared/base/config.js';
+import { liveShard, mintRequestId, sha256Hex } from '../shared/base/ids.js';
+import { logger } from '../shared/base/logger.js';
+import { PAYLOAD_CONTENT_TYPES } from '../shared/base/payload-bytes.js';
+import { storageKeys } from '../shared/base/storage-keys.js';
+import { type WorkItem, workItemSchema } from '../shared/domain/planning/work-item.js';
 import type { LiveRow, ModelRow } from '../shared/domain/records.js';
-import { liveShard, mintRequestId, sha256Hex } from '../shared/ids.js';
-import { logger } from '../shared/logger.js';
-import { PAYLOAD_CONTENT_TYPES } from '../shared/payload-bytes.js';
+import { pendingFutureRow } from '../shared/repositories/futures.js';
+import { scanLiveIndex } from '../shared/repositories/live-index.js';
+import { readModels } from '../shared/repositories/models.js';
 import {
   payloadMetadata,
   putPayload,
   type SerializedPayload,
   serializeBinaryPayload,
   serializePayload,
-} from '../shared/payload-store.js';
-import { pendingFutureRow } from '../shared/repositories/futures.js';
-import { scanLiveIndex } from '../shared/repositories/live-index.js';
-import { readModels } from '../shared/repositories/models.js';
-import { type SchedulerAdapters, schedulerAdapters } from '../shared/scheduler/adapters.js';
-import { MULTIPART_PART_BYTES, putInParts } from '../shared/scheduler/dispatch.js';
-import { type PayloadReads, readPayloads } from '../shared/scheduler/payloads.js';
-import { type SchedulerSettings, schedulerSettings } from '../shared/scheduler/settings.js';
+} from '../shared/repositories/payloads.js';
+import type { PassPayload } from '../shared/services/api/payloads.js';
+import { parseRequest } from '../shared/services/api/request-checks.js';
+import { forwardBackwardRequest } from '../shared/services/api/schemas.js';
+import { type SchedulerAdapters, schedulerAdapters } from '../shared/services/scheduler/adapters.js';
+import { MULTIPART_PART_BYTES, putInParts } from '../shared/services/scheduler/dispatch.js';
+import { type PayloadReads, readPayloads } from '../shared/services/scheduler/payloads.js';
+import { type SchedulerSettings, schedulerSettings } from '../shared/services/scheduler/settings.js';
 import {
   dispatchSnapshot,
   readSnapshot,
   runTick,
   type TickContext,
   tickContext,
-} from '../shared/scheduler/tick.js';
-import { WAKE_ALL, wakeModels } from '../shared/scheduler/wake.js';
-import { type WorkItem, workItemSchema } from '../shared/scheduling/work-item.js';
-import { storageKeys } from '../shared/storage-keys.js';
+} from '../shared/services/scheduler/tick.js';
+import { WAKE_ALL, wakeModels } from '../shared/services/scheduler/wake.js';
 import { decodeForwardBackwardRequest, encodeStoredPass } from '../shared/wire/forward-backward-request.js';
 import { type BenchResult, type CaseResult, type Counts, machine, runCase } from './harness.js';
 import { attachMeter, createMeter, type Meter } from './metering.js';
@@ -270,7 +270,7 @@ async function provisionScene(
 ): Promise<{ prefix: string; seeding: AwsClients; settings: SchedulerSettings }> {
   const prefix = `b${Date.now().toString(36)}${randomBytes(2).toString('hex')}`;
   const seeding = localAwsClients(endpoints);
-  const { topology } = await import('../shared/topology.js');
+  const { topology } = await import('../shared/base/topology.js');
   const names = await provisionResources(topology, prefix, seeding);
   Object.assign(process.env, envFor(topology, names, endpoints));
   resetConfig();

@@ -3,15 +3,15 @@ import { realpathSync } from 'node:fs';
 import { hostname, userInfo } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { LOCAL_ENV_FILE, type ResolvedEnvironment, resolveEnvironment } from '../local/env-file.js';
 import { awsClients, resetAwsClients } from '../shared/aws/clients.js';
-import { type Config, config, resetConfig } from '../shared/config.js';
-import { ValidationError } from '../shared/errors.js';
-import { requestCut, startDrain, stopDrain } from '../shared/ops/control-store.js';
-import { renderStatusText } from '../shared/ops/format.js';
-import { readPoolStatus } from '../shared/ops/status-reader.js';
+import { type Config, config, resetConfig } from '../shared/base/config.js';
+import { LOCAL_ENV_FILE, type ResolvedEnvironment, resolveEnvironment } from '../shared/base/env-file.js';
+import { ValidationError } from '../shared/base/errors.js';
+import { topology } from '../shared/base/topology.js';
 import { createApiKey, createOperatorKey, revokeApiKey } from '../shared/repositories/api-keys.js';
-import { topology } from '../shared/topology.js';
+import { requestCut, startDrain, stopDrain } from '../shared/services/ops/control-store.js';
+import { renderStatusText } from '../shared/services/ops/format.js';
+import { readPoolStatus } from '../shared/services/ops/status-reader.js';
 
 const USAGE = `usage: npx tinker-serverless <command> [options]
 

@@ -8,24 +8,28 @@ import {
   ReceiveMessageCommand,
   type SQSClient,
 } from '@aws-sdk/client-sqs';
-import { engineName, resolveBaseModel, startEngineBackend } from '../local/engines.js';
-import { type ResolvedEnvironment, resolveEnvironment, WORKER_ENV_OUTPUTS } from '../local/env-file.js';
-import { runUnderWorkerGrants } from '../local/worker-scope.js';
+import { runUnderWorkerGrants } from '../local/runtime/worker-scope.js';
 import { backoffDelay, realSleep } from '../shared/aws/backoff.js';
 import { awsClients, resetAwsClients } from '../shared/aws/clients.js';
 import type { Backend } from '../shared/backend/backend.js';
 import { EngineBackend } from '../shared/backend/engine/engine-backend.js';
+import {
+  engineName,
+  resolveBaseModel,
+  startEngineBackend,
+} from '../shared/backend/engine/installed-engines.js';
 import { ReferenceBackend } from '../shared/backend/reference/reference-backend.js';
-import { config, resetConfig } from '../shared/config.js';
-import { logger } from '../shared/logger.js';
-import { STACK_ENV_OUTPUTS } from '../shared/stack-outputs.js';
-import { topology } from '../shared/topology.js';
+import { config, resetConfig } from '../shared/base/config.js';
+import { type ResolvedEnvironment, resolveEnvironment, WORKER_ENV_OUTPUTS } from '../shared/base/env-file.js';
+import { logger } from '../shared/base/logger.js';
+import { STACK_ENV_OUTPUTS } from '../shared/base/stack-outputs.js';
+import { topology } from '../shared/base/topology.js';
 import {
   describeVerdict,
   GraceStop,
   processWorkMessage,
   type WorkerOptions,
-} from '../shared/worker/index.js';
+} from '../shared/services/worker/index.js';
 
 /**
  * `npm run worker`: the worker runtime as a long-running process, for GPU hosts (or any host) that
@@ -42,14 +46,14 @@ import {
  *   second signal abandons at once.
  *
  * Options: `--engine torch --base-model <hub id or folder>` runs the PyTorch + PEFT engine process
- * (local/engines.ts; `--device`, `--dtype` pass to it; install it with `npm run engine:install`), the
+ * (shared/backend/engine/installed-engines.ts; `--device`, `--dtype` pass to it; install it with `npm run engine:install`), the
  * base model being one of the pool's BASE_MODELS; `--backend <module>` loads a module exporting
  * `createBackend(): Backend | Promise<Backend>` (default: the reference CPU backend); `--grace-seconds <n>` (default 60); `--wait-seconds <n>` (long
  * poll, default 20); `--env-file <file>`. Resources come from the same environment variables as the
  * functions' (WORK_QUEUE_URL, MODELS_TABLE, DATA_BUCKET, ...): from `--env-file` (a flat JSON map,
  * NAME=value lines, or `cdk deploy --outputs-file` JSON, whose `WorkerEnv` is used), else the
  * environment, else a running `npm start`'s `.local/env.json`. Against `npm start`'s stack the process
- * runs under the worker's grants, checked locally as its host policy would be on AWS (local/worker-scope.ts).
+ * runs under the worker's grants, checked locally as its host policy would be on AWS (local/runtime/worker-scope.ts).
  */
 
 export interface WorkerProcessOptions {

@@ -1,6 +1,6 @@
 import { App, RemovalPolicy } from 'aws-cdk-lib';
-import { readDeployContext } from '../shared/config.js';
-import { topology } from '../shared/topology.js';
+import { readDeployContext } from '../shared/base/config.js';
+import { topology } from '../shared/base/topology.js';
 import { addNagChecks } from './nag.js';
 import { TinkerServerlessStack } from './stack.js';
 import { withoutIndexes } from './staging.js';
@@ -13,13 +13,13 @@ import { withoutIndexes } from './staging.js';
  * - `tokenizerId` (default unset): get_info's tokenizer_id, an id the clients can load (see the stack)
  * - `tracing` (default true): X-Ray active tracing on every function; `-c tracing=false` turns it off
  * - `baseModels` (default unset: the reference model): the pool's base models, a JSON list of
- *   `{"name", "tokenizer_id"?, "max_context_length"?}` (BASE_MODELS, shared/config.ts; G6)
+ *   `{"name", "tokenizer_id"?, "max_context_length"?}` (BASE_MODELS, shared/base/config.ts; G6)
  * - `omitIndexes` (default unset): comma-separated index names left out of this deploy, to add a
  *   table's indexes one stack update at a time (cdk/staging.ts)
  * - the limits (docs/configuration.md#limits): `apiRatePerSecond`, `apiBurst`, `apiReservedConcurrency`,
  *   `workerReservedConcurrency`, and the api's quotas `submitsPerSecond`, `longPollsPerTenant`,
  *   `operatorReadsPerSecond`, and `apiKeyCacheSeconds` and `pollSlotAfterMs` (0 turns either off;
- *   defaults in shared/config.ts)
+ *   defaults in shared/base/config.ts)
  * The stack is environment-agnostic, so synth needs no account, region or lookup. Synthesis runs
  * cdk-nag's AwsSolutions checks and stops on any finding not acknowledged in `nag.ts`.
  */

@@ -1,7 +1,7 @@
 import { type App, type CfnElement, type Stack, Validations } from 'aws-cdk-lib';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
-import { topology as declaredTopology, type Topology } from '../shared/topology.js';
+import { topology as declaredTopology, type Topology } from '../shared/base/topology.js';
 import { entriesOf } from './constructs/records.js';
 import type { TinkerServerlessStack } from './stack.js';
 
@@ -22,7 +22,7 @@ export interface NagAcknowledgment {
 const REASONS = {
   bucketPrefix:
     'Object keys are minted per request, model or epoch under this key prefix, which the topology grants ' +
-    '(shared/topology.ts; asserted per function in test/cdk/iam.test.ts): a wildcard below the prefix is the ' +
+    '(shared/base/topology.ts; asserted per function in test/cdk/iam.test.ts): a wildcard below the prefix is the ' +
     'narrowest grant that can name them.',
   listStreams:
     'dynamodb:ListStreams has no resource-level permissions; the DynamoDB event source mapping needs it. Reading ' +
@@ -36,7 +36,7 @@ const REASONS = {
   apiAuthorization:
     'Every route authenticates in the handler with an X-API-Key (the Tinker SDK sends it), looked up by its ' +
     'sha256 in the registry and bound to a tenant, or for the status page data to an operator ' +
-    '(shared/repositories/api-keys.ts, shared/api/operator-auth.ts); API Gateway authorizers cannot express ' +
+    '(shared/repositories/api-keys.ts, shared/services/api/operator-auth.ts); API Gateway authorizers cannot express ' +
     'that key model, and unauthenticated requests answer 401 before touching any data (the status page HTML ' +
     'and its script and styles hold no data and need no key).',
   streamFailureQueue:

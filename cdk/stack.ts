@@ -10,15 +10,15 @@ import {
   readConfig,
   readDeployContext,
   TOKENIZER_ID_VAR,
-} from '../shared/config.js';
-import { STACK_ENV_OUTPUTS } from '../shared/stack-outputs.js';
+} from '../shared/base/config.js';
+import { STACK_ENV_OUTPUTS } from '../shared/base/stack-outputs.js';
 import {
   topology as declaredTopology,
   type FunctionDecl,
   type FunctionId,
   physicalName,
   type Topology,
-} from '../shared/topology.js';
+} from '../shared/base/topology.js';
 import { OperationsAlarms } from './constructs/alarms.js';
 import { DataBucket } from './constructs/bucket.js';
 import { OperationsDashboard } from './constructs/dashboard.js';
@@ -38,7 +38,7 @@ const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), 
 const REFERENCE_WORKER: FunctionId = 'worker';
 
 export interface TinkerServerlessStackProps extends StackProps {
-  /** What to build; defaults to the project's declaration (`shared/topology.ts`). */
+  /** What to build; defaults to the project's declaration (`shared/base/topology.ts`). */
   readonly topology?: Topology;
   /** Prefix of every physical name (`physicalName(prefix, base)`); defaults to the lowercased stack name. */
   readonly namePrefix?: string;
@@ -62,7 +62,7 @@ export interface TinkerServerlessStackProps extends StackProps {
    */
   readonly baseModels?: string;
   /**
-   * The stage throttle and the api and worker reserved concurrency (defaults: shared/config.ts
+   * The stage throttle and the api and worker reserved concurrency (defaults: shared/base/config.ts
    * `DEPLOY_LIMIT_DEFAULTS`, read from context by cdk/app.ts).
    */
   readonly limits?: DeployLimits;

@@ -1,4 +1,4 @@
-import type { Topology } from '../shared/topology.js';
+import type { Topology } from '../shared/base/topology.js';
 import { mapRecord } from './constructs/records.js';
 
 /**

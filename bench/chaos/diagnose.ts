@@ -1,9 +1,9 @@
 import { GetCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import type { AwsClients } from '../../shared/aws/clients.js';
+import { liveKey } from '../../shared/base/ids.js';
+import { LIVE_INDEX } from '../../shared/base/topology.js';
 import { type LiveRow, type ModelRow, registryKey } from '../../shared/domain/records.js';
-import { liveKey } from '../../shared/ids.js';
-import { tickLockKey } from '../../shared/scheduler/tick-lock.js';
-import { LIVE_INDEX } from '../../shared/topology.js';
+import { tickLockKey } from '../../shared/services/scheduler/tick-lock.js';
 
 /**
  * What holds the pending requests when the run stops making progress: per model, its pending seqs

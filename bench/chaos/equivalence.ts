@@ -7,9 +7,9 @@ import type {
   WeightsKind,
 } from '../../shared/backend/backend.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
+import { StepUserError } from '../../shared/base/errors.js';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import type { FutureRow } from '../../shared/domain/records.js';
-import { StepUserError } from '../../shared/errors.js';
 import { type Answer, BASE_MODEL, WorkerHarness } from '../../test/support/worker-harness.js';
 
 /**

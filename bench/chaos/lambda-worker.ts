@@ -2,7 +2,7 @@ import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { createWorkerHandler } from '../../functions/worker/handler.js';
 import type { Backend } from '../../shared/backend/backend.js';
 import { hashString, seedWords, uniformAt } from '../../shared/backend/reference/prng.js';
-import type { WorkerEvent } from '../../shared/worker/index.js';
+import type { WorkerEvent } from '../../shared/services/worker/index.js';
 import type { DeliveryLog } from './delivery-log.js';
 import { LAMBDA_TIMEOUT_POINT } from './plan.js';
 import { type Processes, type SimProcess, workItemIdOf } from './processes.js';

@@ -1,7 +1,7 @@
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import { runWorkerProcess } from '../../bin/worker.js';
 import type { Backend } from '../../shared/backend/backend.js';
-import type { WorkerEvent } from '../../shared/worker/index.js';
+import type { WorkerEvent } from '../../shared/services/worker/index.js';
 import type { DeliveryLog } from './delivery-log.js';
 import type { Processes, SimProcess } from './processes.js';
 

@@ -1,7 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { initializeStackOf } from '../../local/client-middleware.js';
+import { initializeStackOf } from '../../local/cloud/client-middleware.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
-import { faultHook } from '../../shared/fault-hook.js';
+import { faultHook } from '../../shared/base/fault-hook.js';
 import type { CrashPoints } from '../../test/support/faults.js';
 
 /**

@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
-import { localAwsClients } from '../../local/aws-clients.js';
-import { startLocalCloud } from '../../local/cloud.js';
-import { envFor, provisionResources } from '../../local/resources.js';
-import { topology } from '../../shared/topology.js';
+import { localAwsClients } from '../../local/cloud/aws-clients.js';
+import { startLocalCloud } from '../../local/cloud/cloud.js';
+import { envFor, provisionResources } from '../../local/cloud/resources.js';
+import { topology } from '../../shared/base/topology.js';
 import { startCloudRuntime } from '../../test/support/runtime.js';
 import { runChaos } from './chaos.js';
 import { formatReport, writeReport } from './report.js';

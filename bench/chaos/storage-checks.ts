@@ -1,8 +1,12 @@
 import { GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { isAwsError } from '../../shared/base/errors.js';
 import type { CheckpointNameRecord, FutureRow, ModelRow } from '../../shared/domain/records.js';
-import { isAwsError } from '../../shared/errors.js';
-import { type BlobGcCounters, collectGarbage, DEFAULT_BLOB_GC_POLICY } from '../../shared/sweeper/blob-gc.js';
+import {
+  type BlobGcCounters,
+  collectGarbage,
+  DEFAULT_BLOB_GC_POLICY,
+} from '../../shared/services/sweeper/blob-gc.js';
 import { scanAll } from './state-checks.js';
 
 /**

@@ -1,6 +1,6 @@
 import type { Backend } from '../../shared/backend/backend.js';
 import type { ModelRow } from '../../shared/domain/records.js';
-import { processWorkMessage, type WorkerEvent } from '../../shared/worker/index.js';
+import { processWorkMessage, type WorkerEvent } from '../../shared/services/worker/index.js';
 import { gate } from '../../test/support/wait.js';
 import type { Processes } from './processes.js';
 

@@ -1,6 +1,6 @@
-import { phraseDatum } from '../../local/demo/dataset.js';
-import { DEFAULT_BASE_MODEL } from '../../shared/api/capabilities.js';
+import { phraseDatum } from '../../local/demos/parts/dataset.js';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
+import { DEFAULT_BASE_MODEL } from '../../shared/services/api/capabilities.js';
 import { classifyFailure, type Endpoint, type LoadRecorder, THROTTLE_STATUSES } from './recorder.js';
 
 /**

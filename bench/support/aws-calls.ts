@@ -1,13 +1,13 @@
 import type { HandlerExecutionContext } from '@smithy/types';
-import { type InitializeNext, initializeStackOf } from '../../local/client-middleware.js';
-import { currentFunctionScope } from '../../local/grant-enforcement.js';
-import type { SdkClient } from '../../local/runtime.js';
-import { FUNCTION_IDS, type FunctionId } from '../../shared/topology.js';
+import { type InitializeNext, initializeStackOf } from '../../local/cloud/client-middleware.js';
+import { currentFunctionScope } from '../../local/runtime/grant-enforcement.js';
+import type { SdkClient } from '../../local/runtime/lambda-runtime.js';
+import { FUNCTION_IDS, type FunctionId } from '../../shared/base/topology.js';
 
 /**
  * AWS calls the local stack makes, counted by a middleware on every SDK client the runtime shows
  * (`onSdkClient`): by service, and by who made them, a function (the scope its invocation runs in,
- * local/grant-enforcement.ts) or the runtime's own triggers (stream reads, queue receives and
+ * local/runtime/grant-enforcement.ts) or the runtime's own triggers (stream reads, queue receives and
  * deletes). Retries inside the SDK are one call: this counts what the code asks for.
  */
 

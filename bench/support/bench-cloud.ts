@@ -5,8 +5,8 @@ import {
   DynamoDBClient,
   UpdateTimeToLiveCommand,
 } from '@aws-sdk/client-dynamodb';
-import { localAwsClients } from '../../local/aws-clients.js';
-import { type CloudEndpoints, startLocalCloud } from '../../local/cloud.js';
+import { localAwsClients } from '../../local/cloud/aws-clients.js';
+import { type CloudEndpoints, startLocalCloud } from '../../local/cloud/cloud.js';
 import {
   createTableInputs,
   envFor,
@@ -14,9 +14,9 @@ import {
   LOCAL_REGION,
   type ProvisionedResources,
   provisionResources,
-} from '../../local/resources.js';
+} from '../../local/cloud/resources.js';
 import { type AwsClients, dynamoClientSettings } from '../../shared/aws/clients.js';
-import { physicalName, type TableId, topology } from '../../shared/topology.js';
+import { physicalName, type TableId, topology } from '../../shared/base/topology.js';
 
 /**
  * The local cloud as a benchmark uses it: started once per benchmark, with fresh resources per

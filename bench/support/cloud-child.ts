@@ -2,7 +2,7 @@ import { type ChildProcessByStdio, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import type { Readable, Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
-import type { CloudEndpoints } from '../../local/cloud.js';
+import type { CloudEndpoints } from '../../local/cloud/cloud.js';
 
 /**
  * The local cloud (DynamoDB Local, fauxqs) in a child process, so a bench's `process.cpuUsage()`
@@ -15,7 +15,7 @@ if (process.argv.includes('--cloud-child')) await serveCloud();
 
 /** Child mode: run the local cloud, print its endpoints, stop when the parent closes stdin. */
 async function serveCloud(): Promise<never> {
-  const { startLocalCloud } = await import('../../local/cloud.js');
+  const { startLocalCloud } = await import('../../local/cloud/cloud.js');
   const cloud = await startLocalCloud();
   process.stdout.write(`${JSON.stringify(cloud.endpoints)}\n`);
   await new Promise<void>((resolve) => {

@@ -1,5 +1,5 @@
 import type { DynamoDBStreamEvent, SQSEvent } from 'aws-lambda';
-import type { InvocationTrace } from '../../local/runtime.js';
+import type { InvocationTrace } from '../../local/runtime/lambda-runtime.js';
 
 /**
  * Where a request's time goes through the local stack, from timestamps the system records anyway:

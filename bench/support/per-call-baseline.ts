@@ -1,10 +1,10 @@
 import { type DynamoDBDocumentClient, GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { Limiter } from '../../shared/aws/limiter.js';
-import { encodeCutRow } from '../../shared/prefix/codec/cut-row.js';
-import { decodeRowItem } from '../../shared/prefix/codec/row-item.js';
-import { segmentRowKeys } from '../../shared/prefix/pointer.js';
-import { parseRowItem, type RowItemRecord } from '../../shared/prefix/records.js';
-import type { CutRow, PrefixPointer } from '../../shared/prefix/types.js';
+import { encodeCutRow } from '../../shared/repositories/prefix/codec/cut-row.js';
+import { decodeRowItem } from '../../shared/repositories/prefix/codec/row-item.js';
+import { segmentRowKeys } from '../../shared/repositories/prefix/pointer.js';
+import { parseRowItem, type RowItemRecord } from '../../shared/repositories/prefix/records.js';
+import type { CutRow, PrefixPointer } from '../../shared/repositories/prefix/types.js';
 
 /**
  * The baselines the prefix store is measured against: every call saved and restored on its own, one

@@ -1,7 +1,7 @@
-import { encodeCutRow } from '../../shared/prefix/codec/cut-row.js';
-import { decodeRowItem } from '../../shared/prefix/codec/row-item.js';
-import { packedSizes } from '../../shared/prefix/codec/token-packing.js';
-import type { CutRow } from '../../shared/prefix/types.js';
+import { encodeCutRow } from '../../shared/repositories/prefix/codec/cut-row.js';
+import { decodeRowItem } from '../../shared/repositories/prefix/codec/row-item.js';
+import { packedSizes } from '../../shared/repositories/prefix/codec/token-packing.js';
+import type { CutRow } from '../../shared/repositories/prefix/types.js';
 import { seededRandom } from '../../test/support/seeded-random.js';
 
 /**

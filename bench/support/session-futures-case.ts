@@ -1,7 +1,7 @@
-import { startLocalStack } from '../../local/stack.js';
-import { DEFAULT_BASE_MODEL } from '../../shared/api/capabilities.js';
+import { startLocalStack } from '../../local/runtime/stack.js';
 import { TinkerClient } from '../../shared/client/tinker-client.js';
 import { createApiKey } from '../../shared/repositories/api-keys.js';
+import { DEFAULT_BASE_MODEL } from '../../shared/services/api/capabilities.js';
 import { type CaseResult, type Counts, runCase } from '../harness.js';
 import { AwsCallCounter, type CallCount, callsBetween } from './aws-calls.js';
 
@@ -11,7 +11,7 @@ import { AwsCallCounter, type CallCount, callsBetween } from './aws-calls.js';
  * `retrieve_future` per completion, as SDK 0.26+ does) and off (`baseline`: one `retrieve_future` long
  * poll per sample, as 0.24/0.25 do), in the same run on the same stack.
  *
- * The stack runs without its wake-ups (local/runtime.ts `wakeUps: false`): no commit reaches a poll,
+ * The stack runs without its wake-ups (local/runtime/lambda-runtime.ts `wakeUps: false`): no commit reaches a poll,
  * so both sides re-read on the schedule they use on AWS, and the reads counted are the ones AWS would
  * bill. Measured per side: `reads_per_waiting_client_per_s`, the api's DynamoDB reads (GetItem,
  * Query, BatchGetItem) from the last submit to the last result, per waiting sampling client and

@@ -1,7 +1,7 @@
+import { DEFAULT_PLAN_LIMITS, type PlanLimits } from '../../shared/domain/planning/limits.js';
+import type { Plan } from '../../shared/domain/planning/plan-types.js';
+import { plan } from '../../shared/domain/planning/planner.js';
 import type { LiveRow, ModelRow } from '../../shared/domain/records.js';
-import { DEFAULT_PLAN_LIMITS, type PlanLimits } from '../../shared/scheduling/limits.js';
-import type { Plan } from '../../shared/scheduling/plan-types.js';
-import { plan } from '../../shared/scheduling/planner.js';
 
 /**
  * The scene of hardening finding 1's measurement: one tenant's backlog of pending training requests

@@ -5,10 +5,15 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { METRICS_NAMESPACE, type OpsMetric, opsMetrics, POOL_DIMENSION } from '../../shared/ops/metrics.js';
-import { physicalName } from '../../shared/topology.js';
+import { physicalName } from '../../shared/base/topology.js';
+import {
+  METRICS_NAMESPACE,
+  type OpsMetric,
+  opsMetrics,
+  POOL_DIMENSION,
+} from '../../shared/services/ops/metrics.js';
 
-/** The custom metrics of `shared/ops/metrics.ts` as CloudWatch metric objects, for alarms and the dashboard. */
+/** The custom metrics of `shared/services/ops/metrics.ts` as CloudWatch metric objects, for alarms and the dashboard. */
 export function poolMetric(
   metric: OpsMetric,
   pool: string,

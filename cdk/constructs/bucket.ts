@@ -1,7 +1,7 @@
 import { Aws, Duration, RemovalPolicy } from 'aws-cdk-lib';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import { Construct } from 'constructs';
-import { type BucketDecl, physicalName } from '../../shared/topology.js';
+import { type BucketDecl, physicalName } from '../../shared/base/topology.js';
 
 /** Key prefix of work items (`storageKeys.workItem`); they are only needed while a tick's work runs. */
 export const WORK_ITEM_PREFIX = 'work/';

@@ -3,7 +3,7 @@ import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { physicalName } from '../../shared/topology.js';
+import { physicalName } from '../../shared/base/topology.js';
 import { leasesExpiredMetric, oldestPendingAgeMetric } from './alarms.js';
 
 export interface OperationsDashboardProps {

@@ -4,8 +4,8 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as s3 from 'aws-cdk-lib/aws-s3';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { STACK_ENV_OUTPUTS } from '../../shared/stack-outputs.js';
-import { physicalName, type QueueId, type TableId, type Topology } from '../../shared/topology.js';
+import { STACK_ENV_OUTPUTS } from '../../shared/base/stack-outputs.js';
+import { physicalName, type QueueId, type TableId, type Topology } from '../../shared/base/topology.js';
 import { OBJECT_ACTIONS, QUEUE_ACTIONS, tableStatements } from './grants.js';
 import { entriesOf } from './records.js';
 

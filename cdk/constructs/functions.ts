@@ -6,7 +6,7 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { LogLevel, NodejsFunction, OutputFormat } from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
-import type { FunctionDecl, FunctionId } from '../../shared/topology.js';
+import type { FunctionDecl, FunctionId } from '../../shared/base/topology.js';
 
 /**
  * esbuild runs locally from the project's devDependency, never in Docker. ESM output needs a real

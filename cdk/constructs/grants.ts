@@ -14,7 +14,7 @@ import {
   splitTableGrants,
   TABLE_ACTIONS,
   tableEnvVar,
-} from '../../shared/grants.js';
+} from '../../shared/base/grants.js';
 import type {
   BucketDecl,
   FunctionGrants,
@@ -22,16 +22,16 @@ import type {
   QueueDecl,
   TableDecl,
   TableGrant,
-} from '../../shared/topology.js';
+} from '../../shared/base/topology.js';
 
 // The meaning of each topology action lives in shared/, where the local runtime's enforcement reads it too.
-export { INDEX_ACTIONS, OBJECT_ACTIONS, QUEUE_ACTIONS, TABLE_ACTIONS } from '../../shared/grants.js';
+export { INDEX_ACTIONS, OBJECT_ACTIONS, QUEUE_ACTIONS, TABLE_ACTIONS } from '../../shared/base/grants.js';
 
 /**
  * Each helper here grants a function exactly the actions its topology entry lists and, in the same
  * place, hands it the resource's name through the declared environment variable: a function can only
  * learn of a resource it is allowed to touch. Which variable a grant gives is decided in
- * shared/grants.ts, where the local runtime reads it too.
+ * shared/base/grants.ts, where the local runtime reads it too.
  */
 
 export function bindTable(

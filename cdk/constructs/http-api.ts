@@ -5,7 +5,7 @@ import { HttpLambdaIntegration } from 'aws-cdk-lib/aws-apigatewayv2-integrations
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
-import type { HttpRouteDecl } from '../../shared/topology.js';
+import type { HttpRouteDecl } from '../../shared/base/topology.js';
 import { pascalCase } from './records.js';
 
 /** API Gateway's HTTP API stops waiting for an integration after 30 seconds. */

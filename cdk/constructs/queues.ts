@@ -1,7 +1,7 @@
 import { Duration, RemovalPolicy } from 'aws-cdk-lib';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { physicalName, type QueueId, type Topology } from '../../shared/topology.js';
+import { physicalName, type QueueId, type Topology } from '../../shared/base/topology.js';
 import { mapRecord, pascalCase } from './records.js';
 
 export interface TopologyQueuesProps {

@@ -10,7 +10,7 @@ import {
   type TableDecl,
   type TableId,
   type Topology,
-} from '../../shared/topology.js';
+} from '../../shared/base/topology.js';
 import { mapRecord, pascalCase } from './records.js';
 
 const ATTRIBUTE_TYPES: Record<AttributeType, dynamodb.AttributeType> = {

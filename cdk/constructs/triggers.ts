@@ -6,7 +6,7 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { DynamoEventSource, SqsDlq, SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
-import type { FunctionDecl, QueueDecl, StreamView, TableDecl, Trigger } from '../../shared/topology.js';
+import type { FunctionDecl, QueueDecl, StreamView, TableDecl, Trigger } from '../../shared/base/topology.js';
 
 type StreamTrigger = Extract<Trigger, { kind: 'stream' }>;
 type QueueTrigger = Extract<Trigger, { kind: 'queue' }>;

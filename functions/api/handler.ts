@@ -1,6 +1,6 @@
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
-import { handleApiRequest } from '../../shared/api/router.js';
 import { observedHandler } from '../../shared/aws/lambda-handler.js';
+import { handleApiRequest } from '../../shared/services/api/router.js';
 
 /**
  * API Gateway HTTP API (payload v2) -> the API edge -> its answer. Bodies stay bytes both ways (W3):

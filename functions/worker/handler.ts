@@ -2,7 +2,7 @@ import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { observedHandler } from '../../shared/aws/lambda-handler.js';
 import type { Backend } from '../../shared/backend/backend.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
-import { logger } from '../../shared/logger.js';
+import { logger } from '../../shared/base/logger.js';
 import {
   DEFAULT_DEADLINE_MARGINS,
   type DeadlineMargins,
@@ -10,7 +10,7 @@ import {
   describeVerdict,
   processWorkMessage,
   type WorkerOptions,
-} from '../../shared/worker/index.js';
+} from '../../shared/services/worker/index.js';
 
 /**
  * SQS-triggered worker (batchSize 1 in the topology) on the reference CPU backend. A message whose
@@ -18,7 +18,7 @@ import {
  * `batchItemFailures` and delivered again; a zombie or redelivered work item is a success.
  *
  * Near the end of the invocation running samples are cut and then whatever still runs is abandoned,
- * so the answer goes out: the margins and the timer are `DeadlineStop`'s (shared/worker/stop-policy.ts).
+ * so the answer goes out: the margins and the timer are `DeadlineStop`'s (shared/services/worker/stop-policy.ts).
  */
 export interface WorkerHandlerOptions {
   readonly backend?: Backend;

@@ -1,5 +1,5 @@
 import { BatchGetCommand, type DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { InfrastructureError } from '../errors.js';
+import { InfrastructureError } from '../base/errors.js';
 import { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF, realSleep } from './backoff.js';
 import { Limiter } from './limiter.js';
 

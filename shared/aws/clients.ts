@@ -2,7 +2,7 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { config } from '../config.js';
+import { config } from '../base/config.js';
 import { captureClient } from './tracer.js';
 
 /**
@@ -48,7 +48,7 @@ export function createAwsClients(options: { s3ForcePathStyle?: boolean } = {}): 
 let clientsCreated: ((clients: AwsClients) => void) | undefined;
 
 /**
- * Local only: the local runtime adds its grant enforcement (local/grant-enforcement.ts) to every set
+ * Local only: the local runtime adds its grant enforcement (local/runtime/grant-enforcement.ts) to every set
  * of clients created from then on. Nothing sets it on AWS, where clients are exactly as created above.
  */
 export function onAwsClientsCreated(hook: ((clients: AwsClients) => void) | undefined): void {

@@ -1,4 +1,4 @@
-import { isAwsError } from '../errors.js';
+import { isAwsError } from '../base/errors.js';
 
 /**
  * Runs one conditional write. `false` when its condition failed: for the callers (claims, leases,

@@ -1,10 +1,10 @@
 import type { Context } from 'aws-lambda';
-import { type LambdaLogContext, withLambdaLogContext } from '../logger.js';
+import { type LambdaLogContext, withLambdaLogContext } from '../base/logger.js';
 import { traceInvocation } from './tracer.js';
 
 /**
  * A function's handler as Lambda calls it, observed: its log lines carry the invocation (request id,
- * function, cold start) and the keys appended while it runs, which end with it (`shared/logger.ts`),
+ * function, cold start) and the keys appended while it runs, which end with it (`shared/base/logger.ts`),
  * and it runs in its own X-Ray subsegment when tracing is on (`tracer.ts`). What Powertools'
  * `injectLambdaContext` and `captureLambdaHandler` do for a class method, for a plain function.
  * Tests call handlers with a partial context or none; those lines carry no Lambda fields.

@@ -1,5 +1,5 @@
 import { Tracer } from '@aws-lambda-powertools/tracer';
-import { config } from '../config.js';
+import { config } from '../base/config.js';
 
 /**
  * X-Ray tracing through Powertools' Tracer: a segment per handler invocation and a subsegment per AWS

@@ -201,7 +201,7 @@ export interface StepOutcome<R> {
 export type WeightsKind = 'training' | 'sampler';
 
 /**
- * Errors: bad input found at execution throws `StepUserError` (shared/errors.ts) naming the field, with
+ * Errors: bad input found at execution throws `StepUserError` (shared/base/errors.ts) naming the field, with
  * no effect; bytes that are not a valid blob of this backend throw `InfrastructureError`.
  */
 export interface Backend {

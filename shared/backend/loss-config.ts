@@ -1,7 +1,7 @@
 /**
  * Tinker's loss functions as a contract (docs/api.md#loss-functions; docs/design.md#l1): the
  * `loss_fn_inputs` each one needs and the `loss_fn_config` keys it takes, with their defaults and the
- * values allowed. Intake (shared/api/request-checks.ts) and every backend read this one table, so a key
+ * values allowed. Intake (shared/services/api/request-checks.ts) and every backend read this one table, so a key
  * accepted at the edge is a key the loss understands, with the same default.
  */
 

@@ -1,4 +1,4 @@
-import { invalidField as invalid } from '../errors.js';
+import { invalidField as invalid } from '../base/errors.js';
 import type { LossConfigValue } from './loss-config.js';
 import {
   checkShape,
@@ -53,7 +53,7 @@ export interface ForwardBackwardInput {
   readonly loss_fn_config: Readonly<Record<string, LossConfigValue>>;
 }
 
-/** The JSON members this converter reads (the zod schemas in shared/api/schemas.ts check their types). */
+/** The JSON members this converter reads (the zod schemas in shared/services/api/schemas.ts check their types). */
 export interface TensorDataJson {
   readonly data: readonly number[];
   readonly dtype: TensorDtype;

@@ -1,4 +1,4 @@
-import { invalidField as invalid } from '../errors.js';
+import { invalidField as invalid } from '../base/errors.js';
 
 /**
  * Tensors as the worker and the backend hold them: dense, row-major, in typed arrays (W4;

@@ -1,4 +1,4 @@
-import type { datum, forwardBackwardInput } from '../api/schemas.js';
+import type { datum, forwardBackwardInput } from '../services/api/schemas.js';
 import type { In } from './tinker-client.js';
 
 /**

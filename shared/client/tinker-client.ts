@@ -1,10 +1,10 @@
 import type { z } from 'zod';
-import type { clientConfig, clientDynamicConfig, SupportedModel } from '../api/capabilities.js';
-import type { GetInfoAnswer, GetSamplerAnswer, WeightsInfoAnswer } from '../api/info.js';
-import type { FailedAnswer, TryAgain } from '../api/retrieve.js';
-import type * as schemas from '../api/schemas.js';
-import type { RetrieveFuturesAnswer } from '../api/session-futures.js';
-import { TinkerError } from '../errors.js';
+import { TinkerError } from '../base/errors.js';
+import type { clientConfig, clientDynamicConfig, SupportedModel } from '../services/api/capabilities.js';
+import type { GetInfoAnswer, GetSamplerAnswer, WeightsInfoAnswer } from '../services/api/info.js';
+import type { FailedAnswer, TryAgain } from '../services/api/retrieve.js';
+import type * as schemas from '../services/api/schemas.js';
+import type { RetrieveFuturesAnswer } from '../services/api/session-futures.js';
 
 /**
  * A small typed client for this API (the subset of the Tinker REST API it serves), for tests, the

@@ -1,7 +1,7 @@
 /**
  * The arithmetic of the per-tenant quotas (docs/configuration.md#limits), pure: fixed one-second windows for
  * request rates, and leases for concurrent long polls. The DynamoDB side is
- * `shared/repositories/quotas.ts`; the API edge's use of both is `shared/api/quotas.ts`.
+ * `shared/repositories/quotas.ts`; the API edge's use of both is `shared/services/api/quotas.ts`.
  */
 
 /** Rates are counted per fixed window of this length (a burst may reach twice the rate across an edge). */

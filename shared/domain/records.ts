@@ -132,7 +132,7 @@ export interface LoraConfig {
   readonly train_attn?: boolean;
 }
 
-export { registryKey, registryPrefix } from '../registry-keys.js';
+export { registryKey, registryPrefix } from '../base/registry-keys.js';
 
 export type CheckpointKind = 'weights' | 'sampler';
 

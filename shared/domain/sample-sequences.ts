@@ -1,4 +1,4 @@
-import { isRequestId } from '../ids.js';
+import { isRequestId } from '../base/ids.js';
 
 /**
  * Sampling ids (W8): sequence `i` of the sample submitted as request `r` is `r:i`. Minted at submit

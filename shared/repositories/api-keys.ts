@@ -1,8 +1,8 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { isAwsError, ValidationError } from '../base/errors.js';
+import { sha256Hex } from '../base/ids.js';
 import { type ApiKeyRecord, type OperatorKeyRecord, registryKey } from '../domain/records.js';
-import { isAwsError, ValidationError } from '../errors.js';
-import { sha256Hex } from '../ids.js';
 import { readRegistryItem } from './registry.js';
 
 /**

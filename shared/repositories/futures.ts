@@ -4,7 +4,9 @@ import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { batchGetByKey } from '../aws/batch-get.js';
 import { getItem } from '../aws/get-item.js';
 import type { TransactItem } from '../aws/transact.js';
-import { config } from '../config.js';
+import { config } from '../base/config.js';
+import { InfrastructureError } from '../base/errors.js';
+import { liveKey, liveShard } from '../base/ids.js';
 import type {
   FutureError,
   FutureRow,
@@ -12,8 +14,6 @@ import type {
   RequestType,
   SamplePrefixRef,
 } from '../domain/records.js';
-import { InfrastructureError } from '../errors.js';
-import { liveKey, liveShard } from '../ids.js';
 
 /** Results larger than this go to S3 (`result_key`) instead of the row (items are at most 400 KB). */
 export const INLINE_RESULT_MAX_BYTES = 64 * 1024;

@@ -2,6 +2,7 @@ import { type DynamoDBDocumentClient, QueryCommand } from '@aws-sdk/lib-dynamodb
 import { batchGetByKey } from '../aws/batch-get.js';
 import { getItem } from '../aws/get-item.js';
 import { Limiter } from '../aws/limiter.js';
+import { BY_OWNER_INDEX, BY_PARENT_INDEX, BY_TENANT_INDEX } from '../base/topology.js';
 import { isLiveCheckpoint } from '../domain/checkpoint-life.js';
 import { ownerKey, parentKey } from '../domain/listing-keys.js';
 import {
@@ -11,7 +12,6 @@ import {
   type RunFacts,
 } from '../domain/listing-views.js';
 import { type CheckpointKind, type ModelRow, registryKey, registryPrefix } from '../domain/records.js';
-import { BY_OWNER_INDEX, BY_PARENT_INDEX, BY_TENANT_INDEX } from '../topology.js';
 import type { Tables } from './tables.js';
 
 /**

@@ -1,8 +1,8 @@
 import { type DynamoDBDocumentClient, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { Limiter } from '../aws/limiter.js';
+import { liveKey, liveKeyPrefix } from '../base/ids.js';
+import { LIVE_BY_MODEL_INDEX, LIVE_INDEX, LIVE_PROJECTION } from '../base/topology.js';
 import type { FutureStatus, LiveRow, RequestType } from '../domain/records.js';
-import { liveKey, liveKeyPrefix } from '../ids.js';
-import { LIVE_BY_MODEL_INDEX, LIVE_INDEX, LIVE_PROJECTION } from '../topology.js';
 
 /** The index's key plus what it projects (R6): the tick asks for these and nothing else. */
 const ATTRIBUTES = ['request_id', ...LIVE_PROJECTION] as const;

@@ -3,8 +3,8 @@ import { batchGetByKey } from '../aws/batch-get.js';
 import { writeIfCondition } from '../aws/conditional.js';
 import { getItem } from '../aws/get-item.js';
 import type { TransactItem } from '../aws/transact.js';
+import type { ModelClaim, ModelRelease, ModelReplan } from '../domain/planning/claim.js';
 import type { LoraConfig, ModelRow } from '../domain/records.js';
-import type { ModelClaim, ModelRelease, ModelReplan } from '../scheduling/claim.js';
 import { modelNotFound } from './seq-counters.js';
 
 /**

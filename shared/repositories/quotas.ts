@@ -1,8 +1,8 @@
 import { type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { unmarshall } from '@aws-sdk/util-dynamodb';
+import { isAwsError } from '../base/errors.js';
 import { decidePoll, type PollHolders, windowAt } from '../domain/quota-rules.js';
 import { registryKey } from '../domain/records.js';
-import { isAwsError } from '../errors.js';
 
 /**
  * The quota records in the registry table, read and written only here (docs/configuration.md#limits):

@@ -1,7 +1,7 @@
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { TransactItem } from '../aws/transact.js';
+import { NotFoundError } from '../base/errors.js';
 import { registryKey, type SeqCounterRecord } from '../domain/records.js';
-import { NotFoundError } from '../errors.js';
 import { requireOwnItem } from './registry.js';
 
 export function modelNotFound(modelId: string, why = 'not found'): NotFoundError {

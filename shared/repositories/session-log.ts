@@ -2,10 +2,10 @@ import { type DynamoDBDocumentClient, PutCommand, QueryCommand, UpdateCommand } 
 import { writeIfCondition } from '../aws/conditional.js';
 import { getItem } from '../aws/get-item.js';
 import type { TransactItem } from '../aws/transact.js';
+import { BY_PARENT_INDEX } from '../base/topology.js';
 import { parentKey } from '../domain/listing-keys.js';
 import { registryKey } from '../domain/records.js';
 import { type LogEntry, type LogState, padPosition, positionOfSortKey } from '../domain/session-log.js';
-import { BY_PARENT_INDEX } from '../topology.js';
 
 /**
  * The completion logs of session futures (W9; rules in shared/domain/session-log.ts): registry items

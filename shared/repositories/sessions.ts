@@ -1,7 +1,7 @@
 import { type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { writeIfCondition } from '../aws/conditional.js';
+import { GoneError, NotFoundError } from '../base/errors.js';
 import { registryKey, type SessionRecord } from '../domain/records.js';
-import { GoneError, NotFoundError } from '../errors.js';
 import { requireOwnItem } from './registry.js';
 
 export async function putSession(

@@ -1,5 +1,5 @@
-import { type Config, config } from '../config.js';
-import type { TableId } from '../topology.js';
+import { type Config, config } from '../base/config.js';
+import type { TableId } from '../base/topology.js';
 
 /**
  * Table names, resolved once at the edge (a handler, the worker's runtime, a CLI) and passed to the

@@ -2,7 +2,7 @@ import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import type { LossConfigValue } from '../backend/loss-config.js';
 import type { Datum, EncodedTextChunk, ForwardBackwardInput, ProvenanceSpan } from '../backend/pass-input.js';
 import type { Tensor } from '../backend/tensor.js';
-import { invalidField as invalid } from '../errors.js';
+import { invalidField as invalid } from '../base/errors.js';
 import { arrayBytes, readInt32 } from './array-bytes.js';
 import {
   type Chunk,

@@ -1,4 +1,4 @@
-import { invalidField as invalid } from '../errors.js';
+import { invalidField as invalid } from '../base/errors.js';
 
 /**
  * How many parts of each kind one forward / forward_backward request may hold, on either wire, and a

@@ -1,6 +1,6 @@
 import { create, toBinary } from '@bufbuild/protobuf';
 import { float32Tensor, int64Tensor } from '../backend/tensor.js';
-import { InfrastructureError } from '../errors.js';
+import { InfrastructureError } from '../base/errors.js';
 import { arrayBytes } from './array-bytes.js';
 import {
   type BatchedTensor,

@@ -1,5 +1,5 @@
 import { checkShape, denseFromCsr, shapeSize, type Tensor } from '../backend/tensor.js';
-import { invalidField as invalid } from '../errors.js';
+import { invalidField as invalid } from '../base/errors.js';
 import {
   arrayBytes,
   readBfloat16AsFloat32,

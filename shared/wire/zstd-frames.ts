@@ -1,4 +1,4 @@
-import { invalidField as invalid } from '../errors.js';
+import { invalidField as invalid } from '../base/errors.js';
 
 /**
  * A walk over the frame and block headers of a zstd body (RFC 8878), before anything is inflated:

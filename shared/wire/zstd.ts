@@ -1,5 +1,5 @@
 import { Decompress } from 'fzstd';
-import { invalidField as invalid, TinkerError } from '../errors.js';
+import { invalidField as invalid, TinkerError } from '../base/errors.js';
 import { type ZstdFrame, zstdFrames } from './zstd-frames.js';
 
 /**

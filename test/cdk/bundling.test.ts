@@ -3,8 +3,8 @@ import { existsSync, readFileSync, rmSync } from 'node:fs';
 import * as path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FUNCTION_IDS, topology } from '../../shared/topology.js';
-import { functionLogicalId, type Synthesized, synth } from './support/synth.js';
+import { FUNCTION_IDS, topology } from '../../shared/base/topology.js';
+import { functionLogicalId, type Synthesized, synth } from '../support/cdk/synth.js';
 
 // The one test that really bundles (local esbuild, no Docker) and runs CloudFormation validation;
 // every other CDK test skips bundling for speed.

@@ -1,10 +1,10 @@
 import type { CreateTableCommandInput } from '@aws-sdk/client-dynamodb';
 import type { Template } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
-import { createTableInputs, resourceNames } from '../../local/resources.js';
-import { physicalName, TABLE_IDS, type Topology, topology } from '../../shared/topology.js';
-import { editableTopology } from './support/editable-topology.js';
-import { functionLogicalId, logicalIdWhere, properties, synth, TEST_PREFIX } from './support/synth.js';
+import { createTableInputs, resourceNames } from '../../local/cloud/resources.js';
+import { physicalName, TABLE_IDS, type Topology, topology } from '../../shared/base/topology.js';
+import { editableTopology } from '../support/cdk/editable-topology.js';
+import { functionLogicalId, logicalIdWhere, properties, synth, TEST_PREFIX } from '../support/cdk/synth.js';
 
 /** The parts of a table that the stack and the local cloud must agree on, in one comparable shape. */
 function shapeOfInput(input: CreateTableCommandInput) {

@@ -1,13 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { grantedEnvVars } from '../../shared/grants.js';
+import { grantedEnvVars } from '../../shared/base/grants.js';
 import {
   FUNCTION_IDS,
   type FunctionId,
   physicalName,
   type QueueId,
   topology,
-} from '../../shared/topology.js';
-import { functionLogicalId, logicalIdWhere, properties, synth, TEST_PREFIX } from './support/synth.js';
+} from '../../shared/base/topology.js';
+import { functionLogicalId, logicalIdWhere, properties, synth, TEST_PREFIX } from '../support/cdk/synth.js';
 
 const { stack, template } = synth();
 

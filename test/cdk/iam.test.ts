@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import { registryPrefix } from '../../shared/domain/records.js';
 import {
   grantsAllow,
   type IamRequest,
@@ -9,7 +8,7 @@ import {
   OBJECT_ACTIONS,
   QUEUE_ACTIONS,
   TABLE_ACTIONS,
-} from '../../shared/grants.js';
+} from '../../shared/base/grants.js';
 import {
   FUNCTION_IDS,
   type FunctionId,
@@ -17,8 +16,9 @@ import {
   QUEUE_IDS,
   TABLE_IDS,
   topology,
-} from '../../shared/topology.js';
-import { functionLogicalId, logicalIdWhere, properties, synth, TEST_PREFIX } from './support/synth.js';
+} from '../../shared/base/topology.js';
+import { registryPrefix } from '../../shared/domain/records.js';
+import { functionLogicalId, logicalIdWhere, properties, synth, TEST_PREFIX } from '../support/cdk/synth.js';
 
 const { stack, template } = synth();
 

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { DEPLOY_LIMIT_DEFAULTS, readDeployContext } from '../../shared/config.js';
-import { topology } from '../../shared/topology.js';
-import { editableTopology } from './support/editable-topology.js';
-import { functionLogicalId, properties, synth } from './support/synth.js';
+import { DEPLOY_LIMIT_DEFAULTS, readDeployContext } from '../../shared/base/config.js';
+import { topology } from '../../shared/base/topology.js';
+import { editableTopology } from '../support/cdk/editable-topology.js';
+import { functionLogicalId, properties, synth } from '../support/cdk/synth.js';
 
 /**
  * Throttles and reserved concurrency in the synthesized stack (hardening finding 1): the stage's

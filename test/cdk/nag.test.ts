@@ -6,8 +6,8 @@ import type { IConstruct } from 'constructs';
 import { describe, expect, it, vi } from 'vitest';
 import { acknowledgeNagFindings, addNagChecks, nagAcknowledgments, nagFindings } from '../../cdk/nag.js';
 import { TinkerServerlessStack } from '../../cdk/stack.js';
-import { FUNCTION_IDS } from '../../shared/topology.js';
-import { functionLogicalId, properties, type SynthOptions, synth } from './support/synth.js';
+import { FUNCTION_IDS } from '../../shared/base/topology.js';
+import { functionLogicalId, properties, type SynthOptions, synth } from '../support/cdk/synth.js';
 
 /**
  * cdk-nag's AwsSolutions checks: no finding is left unacknowledged, every acknowledgment has a

@@ -1,16 +1,9 @@
 import type { Template } from 'aws-cdk-lib/assertions';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { WORKER_OUTPUTS } from '../../cdk/constructs/external-worker.js';
-import { parseEnvFile } from '../../local/env-file.js';
-import { resetConfig } from '../../shared/config.js';
-import {
-  emitMetric,
-  METRICS_NAMESPACE,
-  type OpsMetric,
-  opsMetrics,
-  POOL_DIMENSION,
-} from '../../shared/ops/metrics.js';
-import { STACK_ENV_OUTPUTS } from '../../shared/stack-outputs.js';
+import { resetConfig } from '../../shared/base/config.js';
+import { parseEnvFile } from '../../shared/base/env-file.js';
+import { STACK_ENV_OUTPUTS } from '../../shared/base/stack-outputs.js';
 import {
   FUNCTION_IDS,
   physicalName,
@@ -18,7 +11,14 @@ import {
   type QueueId,
   TABLE_IDS,
   topology,
-} from '../../shared/topology.js';
+} from '../../shared/base/topology.js';
+import {
+  emitMetric,
+  METRICS_NAMESPACE,
+  type OpsMetric,
+  opsMetrics,
+  POOL_DIMENSION,
+} from '../../shared/services/ops/metrics.js';
 import {
   functionLogicalId,
   logicalIdWhere,
@@ -26,7 +26,7 @@ import {
   type Synthesized,
   synth,
   TEST_PREFIX,
-} from './support/synth.js';
+} from '../support/cdk/synth.js';
 
 const withWorker = synth();
 const external = synth({ referenceWorker: false });

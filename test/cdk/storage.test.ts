@@ -2,9 +2,9 @@ import { RemovalPolicy } from 'aws-cdk-lib';
 import { Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
 import { WORK_ITEM_PREFIX } from '../../cdk/constructs/bucket.js';
-import { storageKeys } from '../../shared/storage-keys.js';
-import { physicalName, QUEUE_IDS, topology } from '../../shared/topology.js';
-import { logicalIdWhere, properties, synth, TEST_PREFIX } from './support/synth.js';
+import { storageKeys } from '../../shared/base/storage-keys.js';
+import { physicalName, QUEUE_IDS, topology } from '../../shared/base/topology.js';
+import { logicalIdWhere, properties, synth, TEST_PREFIX } from '../support/cdk/synth.js';
 
 const { template } = synth();
 

@@ -12,8 +12,8 @@ import {
   physicalName,
   TABLE_IDS,
   topology,
-} from '../../shared/topology.js';
-import { logicalIdWhere, properties, synth, TEST_PREFIX } from './support/synth.js';
+} from '../../shared/base/topology.js';
+import { logicalIdWhere, properties, synth, TEST_PREFIX } from '../support/cdk/synth.js';
 
 const { template } = synth();
 

@@ -1,8 +1,8 @@
 import { Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
-import { physicalName, type QueueId, type TableId, topology } from '../../shared/topology.js';
-import { editableTopology } from './support/editable-topology.js';
-import { functionLogicalId, logicalIdWhere, properties, synth, TEST_PREFIX } from './support/synth.js';
+import { physicalName, type QueueId, type TableId, topology } from '../../shared/base/topology.js';
+import { editableTopology } from '../support/cdk/editable-topology.js';
+import { functionLogicalId, logicalIdWhere, properties, synth, TEST_PREFIX } from '../support/cdk/synth.js';
 
 const { stack, template } = synth();
 

@@ -1,7 +1,7 @@
 import { GetObjectCommand, HeadObjectCommand } from '@aws-sdk/client-s3';
 import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { checkpointArchive } from '../../shared/checkpoints/archive.js';
+import { requestIdTime } from '../../shared/base/ids.js';
 import { TinkerClient } from '../../shared/client/tinker-client.js';
 import {
   type CheckpointNameRecord,
@@ -9,11 +9,11 @@ import {
   type PublicMarkerRecord,
   registryKey,
 } from '../../shared/domain/records.js';
-import { requestIdTime } from '../../shared/ids.js';
 import { createApiKey } from '../../shared/repositories/api-keys.js';
-import { collectCheckpoints } from '../../shared/sweeper/checkpoint-gc.js';
+import { collectCheckpoints } from '../../shared/services/sweeper/checkpoint-gc.js';
+import { checkpointArchive } from '../../shared/wire/archive/archive.js';
+import { Pipeline } from '../support/pipeline.js';
 import { WorkerHarness } from '../support/worker-harness.js';
-import { Pipeline } from './support/pipeline.js';
 
 /**
  * C2-C6 through the whole local stack (HTTP API, scheduler, SQS, the worker Lambda, DynamoDB Local

@@ -4,7 +4,7 @@ import { runScript } from '../support/processes.js';
 /** `npm run demo:rl` (minus npm): the RL loop through its own local stack, with a cut mid-rollout. */
 describe('npm run demo:rl', () => {
   it('raises the mean reward over the API, cuts and resumes rollouts exactly, and exits 0', async () => {
-    const { child, output: printed, exited } = runScript('local/demo-rl.ts');
+    const { child, output: printed, exited } = runScript('local/demos/demo-rl.ts');
     try {
       expect(await exited, printed()).toBe(0);
       // Not a TTY here: one plain line per step.

@@ -5,7 +5,7 @@ import { waitFor } from '../support/wait.js';
 /** `npm run demo` (minus npm): its own local stack, trained over HTTP, then everything stopped. */
 describe('npm run demo', () => {
   it('trains over the API with the loss falling, samples from its checkpoint, and exits 0 leaving nothing', async () => {
-    const { child, output: printed, exited } = runScript('local/demo.ts');
+    const { child, output: printed, exited } = runScript('local/demos/demo.ts');
     try {
       const jvm = await waitFor(
         'the DynamoDB Local of the demo',

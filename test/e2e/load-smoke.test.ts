@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runLoad } from '../../bench/load/driver.js';
 import { stackTarget } from '../../bench/load/stack-target.js';
-import type { LocalRuntime } from '../../local/runtime.js';
-import { FUNCTION_IDS } from '../../shared/topology.js';
+import type { LocalRuntime } from '../../local/runtime/lambda-runtime.js';
+import { FUNCTION_IDS } from '../../shared/base/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { startCloudRuntime } from '../support/runtime.js';
 

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import { lossFormula, type RlLoss } from '../support/loss-formulas.js';
+import { Pipeline } from '../support/pipeline.js';
 import { seededRandom } from '../support/seeded-random.js';
 import { WorkerHarness } from '../support/worker-harness.js';
-import { Pipeline } from './support/pipeline.js';
 
 /**
  * L1 end to end: over HTTP (JSON wire), through the scheduler, SQS and the worker Lambda, each

@@ -1,17 +1,17 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RolloutCuts } from '../../local/demo/rollout-cuts.js';
-import { TINY_MODEL_DIR } from '../../local/engines.js';
+import { RolloutCuts } from '../../local/demos/parts/rollout-cuts.js';
 import { EngineBackend } from '../../shared/backend/engine/engine-backend.js';
 import { EngineProcess } from '../../shared/backend/engine/engine-process.js';
+import { TINY_MODEL_DIR } from '../../shared/backend/engine/installed-engines.js';
+import { config } from '../../shared/base/config.js';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
-import { config } from '../../shared/config.js';
-import { requestCut } from '../../shared/ops/control-store.js';
-import { engineUnderTest } from '../engine/engine-under-test.js';
+import { requestCut } from '../../shared/services/ops/control-store.js';
 import { expectClose } from '../support/close.js';
+import { engineUnderTest } from '../support/engine/engine-under-test.js';
+import { answersOverHttp, Pipeline, waitTerminal } from '../support/pipeline.js';
 import { TenantDriver } from '../support/tenant-driver.js';
 import { WorkerHarness } from '../support/worker-harness.js';
 import { countFutures, generateWorkload } from '../support/workload.js';
-import { answersOverHttp, Pipeline, waitTerminal } from './support/pipeline.js';
 
 /**
  * R1 end to end on the torch engine (G1-G4): a random workload (training, saves, loads, RL passes and

@@ -1,18 +1,18 @@
 import { HeadObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RolloutCuts } from '../../local/demo/rollout-cuts.js';
+import { RolloutCuts } from '../../local/demos/parts/rollout-cuts.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
+import { config } from '../../shared/base/config.js';
+import { storageKeys } from '../../shared/base/storage-keys.js';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
-import { config } from '../../shared/config.js';
 import type { ModelRow } from '../../shared/domain/records.js';
-import { requestCut } from '../../shared/ops/control-store.js';
-import { storageKeys } from '../../shared/storage-keys.js';
-import { processWorkMessage, type WorkerEvent } from '../../shared/worker/index.js';
+import { requestCut } from '../../shared/services/ops/control-store.js';
+import { processWorkMessage, type WorkerEvent } from '../../shared/services/worker/index.js';
+import { answersOverHttp, Pipeline, waitTerminal } from '../support/pipeline.js';
 import { TenantDriver } from '../support/tenant-driver.js';
 import { gate, waitFor } from '../support/wait.js';
 import { WorkerHarness } from '../support/worker-harness.js';
 import { type Action, countFutures, generateWorkload, type TenantScript } from '../support/workload.js';
-import { answersOverHttp, Pipeline, waitTerminal } from './support/pipeline.js';
 
 /**
  * R1 end to end: requests go over HTTP to the API, the futures and models streams wake the scheduler,

@@ -10,7 +10,7 @@ describe('npm start', () => {
       child,
       output: printed,
       exited,
-    } = runScript('local/start.ts', { ...process.env, TINKER_LOCAL_THROWAWAY: '1' });
+    } = runScript('local/runtime/start.ts', { ...process.env, TINKER_LOCAL_THROWAWAY: '1' });
     try {
       await waitFor('the ready banner', () => printed().includes('Press Ctrl-C to stop.'), 60_000, 100);
       const lines = printed().split('\n');

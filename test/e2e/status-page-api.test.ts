@@ -1,11 +1,11 @@
 import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startDrain } from '../../shared/ops/control-store.js';
 import { createOperatorKey, revokeApiKey } from '../../shared/repositories/api-keys.js';
-import { type ApiHarness, startApiHarness } from '../integration/api-harness.js';
-import { putModel, putPending } from '../integration/ops-fixtures.js';
+import { startDrain } from '../../shared/services/ops/control-store.js';
+import { type ApiHarness, startApiHarness } from '../support/api-harness.js';
 import { haveChromium, launchChromium, screenshot, statusRowOf } from '../support/browser.js';
+import { putModel, putPending } from '../support/ops-fixtures.js';
 
 /**
  * The status page as deployed: served by the api function through the local runtime's HTTP API at

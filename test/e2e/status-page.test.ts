@@ -1,12 +1,12 @@
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type StatusPageServer, startStatusPage } from '../../local/status-page/server.js';
-import { readConfig } from '../../shared/config.js';
-import { startDrain } from '../../shared/ops/control-store.js';
-import { readPoolStatus } from '../../shared/ops/status-reader.js';
-import { putModel, putPending } from '../integration/ops-fixtures.js';
+import { type StatusPageServer, startStatusPage } from '../../local/runtime/status-page/server.js';
+import { readConfig } from '../../shared/base/config.js';
+import { startDrain } from '../../shared/services/ops/control-store.js';
+import { readPoolStatus } from '../../shared/services/ops/status-reader.js';
 import { haveChromium, launchChromium, screenshot, statusRowOf } from '../support/browser.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
+import { putModel, putPending } from '../support/ops-fixtures.js';
 
 const canRun = haveChromium();
 

@@ -10,11 +10,11 @@ import {
   FrameReader,
 } from '../../shared/backend/engine/frame.js';
 import { float32Tensor, int64Tensor } from '../../shared/backend/tensor.js';
-import { readTar } from '../../shared/checkpoints/tar.js';
-import { StepUserError } from '../../shared/errors.js';
-import { logger } from '../../shared/logger.js';
-import { engineUnderTest } from './engine-under-test.js';
-import { engineUserTokens } from './tokens.js';
+import { StepUserError } from '../../shared/base/errors.js';
+import { logger } from '../../shared/base/logger.js';
+import { readTar } from '../../shared/wire/archive/tar.js';
+import { engineUnderTest } from '../support/engine/engine-under-test.js';
+import { engineUserTokens } from '../support/engine/tokens.js';
 
 /**
  * Conformance of an engine process to docs/engine-protocol.md, version 1: what any engine (the torch

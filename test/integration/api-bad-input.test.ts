@@ -2,7 +2,7 @@ import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import { registryKey } from '../../shared/domain/records.js';
-import { type ApiHarness, type Counts, startApiHarness } from './api-harness.js';
+import { type ApiHarness, type Counts, startApiHarness } from '../support/api-harness.js';
 
 /**
  * Bad inputs over HTTP: each answered with its status and a message naming the field, while the

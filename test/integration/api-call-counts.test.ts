@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ApiResponse, handleApiRequest } from '../../shared/api/router.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
-import { resetConfig } from '../../shared/config.js';
+import { resetConfig } from '../../shared/base/config.js';
 import { createApiKey } from '../../shared/repositories/api-keys.js';
+import { type ApiResponse, handleApiRequest } from '../../shared/services/api/router.js';
 import { type CallLog, loggedClients } from '../support/call-log.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { completeFuture } from '../support/futures.js';

@@ -1,8 +1,7 @@
 import { GetCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LAMBDA_MAX_BINARY_BODY_BYTES, REFERENCE_ARCH } from '../../shared/api/capabilities.js';
-import type { LoadWeightsPayload, SamplePayload } from '../../shared/api/payloads.js';
 import { REFERENCE_TOKENIZER_DIR } from '../../shared/backend/reference/byte-tokenizer.js';
+import { checkpointContentId } from '../../shared/base/storage-keys.js';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import {
   type CheckpointNameRecord,
@@ -11,10 +10,11 @@ import {
   type SamplingSessionRecord,
 } from '../../shared/domain/records.js';
 import { SDK_TINKER_PATH } from '../../shared/domain/tinker-path.js';
-import { checkpointContentId } from '../../shared/storage-keys.js';
+import { LAMBDA_MAX_BINARY_BODY_BYTES, REFERENCE_ARCH } from '../../shared/services/api/capabilities.js';
+import type { LoadWeightsPayload, SamplePayload } from '../../shared/services/api/payloads.js';
+import { type ApiHarness, startApiHarness } from '../support/api-harness.js';
 import { completeFuture, failFuture } from '../support/futures.js';
 import { readPayload } from '../support/payloads.js';
-import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 /**
  * W5 and W6 over real HTTP: the SDK's paths, get_info, weights_info, GET samplers/{id}, client/config

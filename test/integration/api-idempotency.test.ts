@@ -4,8 +4,9 @@ import { compress, init as initZstd } from '@bokuweb/zstd-wasm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import { type FutureRow, registryKey } from '../../shared/domain/records.js';
-import { readCheckpointName } from '../../shared/repositories/checkpoints.js';
+import { readCheckpointName } from '../../shared/repositories/checkpoints/names.js';
 import { DType } from '../../shared/wire/gen/tinker_public_pb.js';
+import { type ApiHarness, startApiHarness } from '../support/api-harness.js';
 import { failFuture } from '../support/futures.js';
 import {
   float32Tensor,
@@ -15,7 +16,6 @@ import {
   pbForwardBackward,
   type TensorInit,
 } from '../support/wire/requests.js';
-import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 let api: ApiHarness;
 let client: TinkerClient;

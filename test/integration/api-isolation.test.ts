@@ -2,7 +2,7 @@ import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import { registryKey } from '../../shared/domain/records.js';
-import { type ApiHarness, startApiHarness } from './api-harness.js';
+import { type ApiHarness, startApiHarness } from '../support/api-harness.js';
 
 /**
  * A tenant never sees or touches another tenant's sessions, models, futures, sampling sessions or

@@ -2,10 +2,10 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { printDevelopmentApiKey, printOperatorKey } from '../../local/on-ready.js';
+import { printDevelopmentApiKey, printOperatorKey } from '../../local/runtime/on-ready.js';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import { createApiKey, createOperatorKey, revokeApiKey } from '../../shared/repositories/api-keys.js';
-import { type ApiHarness, startApiHarness } from './api-harness.js';
+import { type ApiHarness, startApiHarness } from '../support/api-harness.js';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));

@@ -2,10 +2,10 @@ import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { compress, init as initZstd } from '@bokuweb/zstd-wasm';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { handler } from '../../functions/api/handler.js';
-import { toHttpApiEvent, toHttpReply } from '../../local/triggers/http-event.js';
+import { toHttpApiEvent, toHttpReply } from '../../local/runtime/triggers/http-event.js';
 import type { FutureRow } from '../../shared/domain/records.js';
-import { readStoredPayload } from '../../shared/payload-store.js';
 import { createApiKey } from '../../shared/repositories/api-keys.js';
+import { readStoredPayload } from '../../shared/repositories/payloads.js';
 import { decodeForwardBackwardRequest } from '../../shared/wire/forward-backward-request.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { completeFuture } from '../support/futures.js';
@@ -22,7 +22,7 @@ import { float32Tensor, int64Tensor, pbForwardBackward, textChunk } from '../sup
 let cloud: TestCloud;
 let key = '';
 
-/** The event API Gateway builds for this request (local/triggers/http-event.ts models it). */
+/** The event API Gateway builds for this request (local/runtime/triggers/http-event.ts models it). */
 function event(path: string, body: Uint8Array | string, headers: Record<string, string> = {}) {
   return toHttpApiEvent({
     method: 'POST',

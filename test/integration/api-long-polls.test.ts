@@ -3,9 +3,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import { registryKey } from '../../shared/domain/records.js';
 import { acquirePollLease } from '../../shared/repositories/quotas.js';
+import { type ApiHarness, startApiHarness } from '../support/api-harness.js';
 import { completeFuture } from '../support/futures.js';
 import { waitFor } from '../support/wait.js';
-import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 /**
  * Concurrent long polls per tenant over real HTTP on the local cloud (no worker runs, so futures

@@ -1,11 +1,11 @@
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { GetCommand, ScanCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { type ApiResponse, handleApiRequest } from '../../shared/api/router.js';
-import { resetConfig } from '../../shared/config.js';
+import { resetConfig } from '../../shared/base/config.js';
 import { windowAt } from '../../shared/domain/quota-rules.js';
 import { createApiKey, createOperatorKey } from '../../shared/repositories/api-keys.js';
 import { rateKey } from '../../shared/repositories/quotas.js';
+import { type ApiResponse, handleApiRequest } from '../../shared/services/api/router.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 
 /**

@@ -1,10 +1,10 @@
 import { GetObjectCommand } from '@aws-sdk/client-s3';
 import { GetCommand, ScanCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_BASE_MODEL } from '../../shared/api/capabilities.js';
-import type { SamplePayload, SaveWeightsForSamplerPayload } from '../../shared/api/payloads.js';
 import { passInputFromJson } from '../../shared/backend/pass-input.js';
 import { MAX_CONTEXT } from '../../shared/backend/reference/model.js';
+import { sha256Hex } from '../../shared/base/ids.js';
+import { checkpointContentId, storageKeys } from '../../shared/base/storage-keys.js';
 import { TinkerClient } from '../../shared/client/tinker-client.js';
 import {
   type CheckpointNameRecord,
@@ -14,15 +14,15 @@ import {
   type SeqCounterRecord,
 } from '../../shared/domain/records.js';
 import { SDK_TINKER_PATH } from '../../shared/domain/tinker-path.js';
-import { sha256Hex } from '../../shared/ids.js';
-import { readStoredPayload } from '../../shared/payload-store.js';
 import { revokeApiKey } from '../../shared/repositories/api-keys.js';
 import { INLINE_RESULT_MAX_BYTES } from '../../shared/repositories/futures.js';
-import { checkpointContentId, storageKeys } from '../../shared/storage-keys.js';
+import { readStoredPayload } from '../../shared/repositories/payloads.js';
+import { DEFAULT_BASE_MODEL } from '../../shared/services/api/capabilities.js';
+import type { SamplePayload, SaveWeightsForSamplerPayload } from '../../shared/services/api/payloads.js';
 import { decodeForwardBackwardRequest } from '../../shared/wire/forward-backward-request.js';
+import { type ApiHarness, startApiHarness } from '../support/api-harness.js';
 import { completeFuture, failFuture, SUPPORT_RUN } from '../support/futures.js';
 import { readPayload } from '../support/payloads.js';
-import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 let api: ApiHarness;
 let key: string;

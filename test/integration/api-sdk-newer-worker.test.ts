@@ -1,7 +1,7 @@
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createWorkerHandler } from '../../functions/worker/handler.js';
-import type { LocalRuntime } from '../../local/runtime.js';
+import type { LocalRuntime } from '../../local/runtime/lambda-runtime.js';
 import {
   type BackendState,
   type SampleRequest,
@@ -14,11 +14,11 @@ import { ReferenceBackend } from '../../shared/backend/reference/reference-backe
 import { TinkerClient } from '../../shared/client/tinker-client.js';
 import type { FutureRow } from '../../shared/domain/records.js';
 import { withSequenceIds } from '../../shared/domain/sample-sequences.js';
-import { requestCut } from '../../shared/ops/control-store.js';
 import { createApiKey } from '../../shared/repositories/api-keys.js';
+import { requestCut } from '../../shared/services/ops/control-store.js';
+import type { WorkerEvent } from '../../shared/services/worker/index.js';
+import { passResult } from '../../shared/services/worker/results.js';
 import { encodeForwardBackwardOutput, encodeSampleResponse } from '../../shared/wire/results.js';
-import type { WorkerEvent } from '../../shared/worker/index.js';
-import { passResult } from '../../shared/worker/results.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { startCloudRuntime } from '../support/runtime.js';
 import { decodeSampleResponse } from '../support/wire/decode-results.js';

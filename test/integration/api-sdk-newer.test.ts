@@ -1,14 +1,14 @@
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { create, toBinary } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SamplePayload } from '../../shared/api/payloads.js';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import { type FutureRow, registryKey, type SampleSequencesRecord } from '../../shared/domain/records.js';
-import { readStoredPayload } from '../../shared/payload-store.js';
+import { readStoredPayload } from '../../shared/repositories/payloads.js';
+import type { SamplePayload } from '../../shared/services/api/payloads.js';
 import { decodeForwardBackwardRequest } from '../../shared/wire/forward-backward-request.js';
 import { DType, ForwardBackwardRequestSchema } from '../../shared/wire/gen/tinker_public_pb.js';
+import { type ApiHarness, startApiHarness } from '../support/api-harness.js';
 import { readPayload } from '../support/payloads.js';
-import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 /**
  * What SDK releases after 0.25.0 send (docs/design.md#w8), request by request, over HTTP

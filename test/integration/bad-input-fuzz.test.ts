@@ -10,8 +10,9 @@ import {
   registryKey,
   type SeqCounterRecord,
 } from '../../shared/domain/records.js';
-import { checkpointObjectKeys } from '../../shared/repositories/checkpoints.js';
+import { checkpointObjectKeys } from '../../shared/repositories/checkpoints/names.js';
 import { DType, ForwardBackwardRequestSchema } from '../../shared/wire/gen/tinker_public_pb.js';
+import { type ApiHarness, type Counts, startApiHarness } from '../support/api-harness.js';
 import { fixtureBytes } from '../support/wire/fixtures.js';
 import {
   emptyProtobufChunks,
@@ -28,7 +29,6 @@ import {
   pbForwardBackward,
   type RequestInit,
 } from '../support/wire/requests.js';
-import { type ApiHarness, type Counts, startApiHarness } from './api-harness.js';
 
 /**
  * A fuzzer over real HTTP: valid request bodies as the Tinker SDK sends them, mutated by dropping,

@@ -6,6 +6,7 @@ import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import { createOperatorKey } from '../../shared/repositories/api-keys.js';
 import { DType } from '../../shared/wire/gen/tinker_public_pb.js';
 import { CHUNKS_PER_DATUM } from '../../shared/wire/request-parts.js';
+import { type ApiHarness, type Counts, startApiHarness } from '../support/api-harness.js';
 import { fixtureBytes } from '../support/wire/fixtures.js';
 import {
   emptyJsonDatums,
@@ -26,7 +27,6 @@ import {
   type TensorInit,
   textChunk,
 } from '../support/wire/requests.js';
-import { type ApiHarness, type Counts, startApiHarness } from './api-harness.js';
 
 /**
  * Bad input over real HTTP, beyond `api-bad-input.test.ts`: JSON that is not JSON, wrong types,

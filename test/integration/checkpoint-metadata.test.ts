@@ -1,6 +1,6 @@
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { LocalRuntime } from '../../local/runtime.js';
+import type { LocalRuntime } from '../../local/runtime/lambda-runtime.js';
 import { TinkerClient } from '../../shared/client/tinker-client.js';
 import type { CheckpointView, TrainingRunView } from '../../shared/domain/listing-views.js';
 import { registryKey } from '../../shared/domain/records.js';

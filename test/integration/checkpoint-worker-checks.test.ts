@@ -1,13 +1,16 @@
 import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { PutCommand } from '@aws-sdk/lib-dynamodb';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { localAwsClients } from '../../local/aws-clients.js';
+import { localAwsClients } from '../../local/cloud/aws-clients.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
+import { StepUserError } from '../../shared/base/errors.js';
+import { storageKeys } from '../../shared/base/storage-keys.js';
 import { type CheckpointNameRecord, registryKey } from '../../shared/domain/records.js';
-import { StepUserError } from '../../shared/errors.js';
-import { storageKeys } from '../../shared/storage-keys.js';
-import { loadCheckpointBytes, requireLiveSamplerCheckpoint } from '../../shared/worker/checkpoint-source.js';
-import { SamplerCache } from '../../shared/worker/sampler-cache.js';
+import {
+  loadCheckpointBytes,
+  requireLiveSamplerCheckpoint,
+} from '../../shared/services/worker/checkpoint-source.js';
+import { SamplerCache } from '../../shared/services/worker/sampler-cache.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 
 /**

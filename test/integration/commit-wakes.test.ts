@@ -1,8 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { retrieveFuture } from '../../shared/api/retrieve.js';
-import { type CommitSignal, InProcessCommitSignal, NO_COMMIT_SIGNAL } from '../../shared/commit-signal.js';
-import { config } from '../../shared/config.js';
-import { runWorkItem } from '../../shared/worker/index.js';
+import {
+  type CommitSignal,
+  InProcessCommitSignal,
+  NO_COMMIT_SIGNAL,
+} from '../../shared/base/commit-signal.js';
+import { config } from '../../shared/base/config.js';
+import { retrieveFuture } from '../../shared/services/api/retrieve.js';
+import { runWorkItem } from '../../shared/services/worker/index.js';
 import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
 
 let h: WorkerHarness;
@@ -34,7 +38,7 @@ function wakeOnlySignal(): { signal: CommitSignal; inner: InProcessCommitSignal;
   return { signal, inner, announced };
 }
 
-describe('commits wake waiting retrieve_future polls (shared/commit-signal.ts)', () => {
+describe('commits wake waiting retrieve_future polls (shared/base/commit-signal.ts)', () => {
   it('a poll held open on a pending future answers the result once the worker announces its commit', async () => {
     const { signal, inner, announced } = wakeOnlySignal();
     const acme = h.tenant('acme');

@@ -7,11 +7,11 @@ import {
 } from '@aws-sdk/client-dynamodb-streams';
 import { DeleteCommand, DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type DynamoDbLocal, startDynamoDbLocal } from '../../local/dynamodb-local.js';
-import { LOCAL_CREDENTIALS, LOCAL_REGION } from '../../local/resources.js';
+import { type DynamoDbLocal, startDynamoDbLocal } from '../../local/cloud/dynamodb-local.js';
+import { LOCAL_CREDENTIALS, LOCAL_REGION } from '../../local/cloud/resources.js';
 
 /**
- * The launcher indexes DynamoDB Local's stream-record table (local/dynamodb-loopback), which its
+ * The launcher indexes DynamoDB Local's stream-record table (local/cloud/dynamodb-loopback), which its
  * own schema keys by sequence number alone. The indexes are for speed (measured by `npm run bench
  * -- local-cloud`); here: that they are there unless asked not to be, and that a stream reads the
  * same records, in the same order, with them as without them.

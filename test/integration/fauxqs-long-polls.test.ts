@@ -1,10 +1,10 @@
 import { CreateQueueCommand, ReceiveMessageCommand, SendMessageBatchCommand } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { localAwsClients } from '../../local/aws-clients.js';
-import { type Fauxqs, startFauxqsServer } from '../../local/fauxqs.js';
+import { localAwsClients } from '../../local/cloud/aws-clients.js';
+import { type Fauxqs, startFauxqsServer } from '../../local/cloud/fauxqs.js';
 
 /**
- * The local cloud's fauxqs ends long polls as SQS does (local/fauxqs-long-polls.ts): each message
+ * The local cloud's fauxqs ends long polls as SQS does (local/cloud/fauxqs-long-polls.ts): each message
  * that arrives ends one waiting receive, the oldest first, and the other receives keep waiting
  * until their own wait is over. Unpatched, fauxqs ends every waiting receive on each message, and
  * all but one answer empty at once.

@@ -15,8 +15,8 @@ import {
   SendMessageCommand,
 } from '@aws-sdk/client-sqs';
 import { afterAll, describe, expect, it } from 'vitest';
-import { localAwsClients } from '../../local/aws-clients.js';
-import { type Fauxqs, startFauxqsServer } from '../../local/fauxqs.js';
+import { localAwsClients } from '../../local/cloud/aws-clients.js';
+import { type Fauxqs, startFauxqsServer } from '../../local/cloud/fauxqs.js';
 
 describe('persistent fauxqs stores (S3 objects, SQS messages)', () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'tinker-fauxqs-'));

@@ -10,17 +10,17 @@ import {
 } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { awsClients } from '../../shared/aws/clients.js';
-import { config } from '../../shared/config.js';
+import { config } from '../../shared/base/config.js';
+import { mintRequestId } from '../../shared/base/ids.js';
+import { type FunctionId, LIVE_INDEX } from '../../shared/base/topology.js';
 import { registryKey } from '../../shared/domain/records.js';
-import { mintRequestId } from '../../shared/ids.js';
 import { createApiKey, createOperatorKey, revokeApiKey } from '../../shared/repositories/api-keys.js';
 import {
   claimSample,
   releaseSampleClaim,
   renewSampleClaim,
-} from '../../shared/repositories/sample-claims.js';
-import { type PayloadReads, readPayloads } from '../../shared/scheduler/payloads.js';
-import { type FunctionId, LIVE_INDEX } from '../../shared/topology.js';
+} from '../../shared/repositories/samples/claims.js';
+import { type PayloadReads, readPayloads } from '../../shared/services/scheduler/payloads.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { type ProbeRuntime, startProbeRuntime } from '../support/probe-runtime.js';
 

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
-import { runWorkItem } from '../../shared/worker/index.js';
+import { runWorkItem } from '../../shared/services/worker/index.js';
 import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
 
 /**

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { awsClients } from '../../shared/aws/clients.js';
+import { logger } from '../../shared/base/logger.js';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
-import { logger } from '../../shared/logger.js';
+import { type ApiHarness, startApiHarness } from '../support/api-harness.js';
 import { createFaultInjector, type FaultInjector } from '../support/faults.js';
-import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 /**
  * Logs never contain payloads or keys. Everything the process writes (the Powertools logger writes

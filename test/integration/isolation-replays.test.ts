@@ -2,7 +2,7 @@ import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import { type FutureRow, registryKey } from '../../shared/domain/records.js';
-import { type ApiHarness, startApiHarness } from './api-harness.js';
+import { type ApiHarness, startApiHarness } from '../support/api-harness.js';
 
 /**
  * What `api-isolation.test.ts` leaves out: a rival replaying the owner's exact requests (same ids,

@@ -2,8 +2,8 @@ import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { connect } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { afterAll, describe, expect, it } from 'vitest';
-import { type LocalStack, startLocalStack } from '../../local/stack.js';
-import { type StatusPageServer, startStatusPage } from '../../local/status-page/server.js';
+import { type LocalStack, startLocalStack } from '../../local/runtime/stack.js';
+import { type StatusPageServer, startStatusPage } from '../../local/runtime/status-page/server.js';
 
 interface Listener {
   readonly address: string;

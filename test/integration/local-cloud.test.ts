@@ -6,18 +6,18 @@ import { DeleteObjectCommand, GetObjectCommand, NoSuchKey, PutObjectCommand } fr
 import { GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { GetCommand, PutCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { localAwsClients } from '../../local/aws-clients.js';
-import { startLocalCloud } from '../../local/cloud.js';
-import { provisionResources } from '../../local/resources.js';
+import { localAwsClients } from '../../local/cloud/aws-clients.js';
+import { startLocalCloud } from '../../local/cloud/cloud.js';
+import { provisionResources } from '../../local/cloud/resources.js';
 import { awsClients } from '../../shared/aws/clients.js';
-import { config } from '../../shared/config.js';
+import { config } from '../../shared/base/config.js';
 import {
   BY_OWNER_INDEX,
   LIVE_INDEX,
   LIVE_PROJECTION,
   type Topology,
   topology,
-} from '../../shared/topology.js';
+} from '../../shared/base/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 
 describe('local cloud resources', () => {

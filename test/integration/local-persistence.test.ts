@@ -4,7 +4,7 @@ import * as path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { runCli } from '../../bin/cli.js';
 import { TinkerClient } from '../../shared/client/tinker-client.js';
-import type { PoolQueueStatus } from '../../shared/ops/queue-status.js';
+import type { PoolQueueStatus } from '../../shared/services/ops/queue-status.js';
 import { type RunningScript, runScript } from '../support/processes.js';
 import { waitFor } from '../support/wait.js';
 
@@ -19,7 +19,7 @@ const envFile = path.join(dir, 'env.json');
 let running: RunningScript | undefined;
 
 async function start(): Promise<{ url: string; key: string }> {
-  running = runScript('local/start.ts', { ...process.env, TINKER_LOCAL_DIR: dir });
+  running = runScript('local/runtime/start.ts', { ...process.env, TINKER_LOCAL_DIR: dir });
   const stack = running;
   await waitFor(
     'the ready banner',

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { config } from '../../shared/config.js';
-import type { FunctionId } from '../../shared/topology.js';
+import { config } from '../../shared/base/config.js';
+import type { FunctionId } from '../../shared/base/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { type ProbeRuntime, startProbeRuntime } from '../support/probe-runtime.js';
 

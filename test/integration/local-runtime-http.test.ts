@@ -1,7 +1,7 @@
 import type { APIGatewayProxyEventV2, ScheduledEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LocalRuntime, startLocalRuntime } from '../../local/runtime.js';
-import { type Topology, topology } from '../../shared/topology.js';
+import { type LocalRuntime, startLocalRuntime } from '../../local/runtime/lambda-runtime.js';
+import { type Topology, topology } from '../../shared/base/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { waitFor } from '../support/wait.js';
 

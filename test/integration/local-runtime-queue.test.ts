@@ -5,8 +5,8 @@ import {
 } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type LocalRuntime, startLocalRuntime } from '../../local/runtime.js';
-import { type Topology, topology } from '../../shared/topology.js';
+import { type LocalRuntime, startLocalRuntime } from '../../local/runtime/lambda-runtime.js';
+import { type Topology, topology } from '../../shared/base/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { waitFor } from '../support/wait.js';
 

@@ -1,10 +1,10 @@
 import { PutCommand } from '@aws-sdk/lib-dynamodb';
 import type { DynamoDBBatchResponse, DynamoDBStreamEvent } from 'aws-lambda';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { LocalRuntime } from '../../local/runtime.js';
-import { laneOf } from '../../local/triggers/stream-trigger.js';
+import type { LocalRuntime } from '../../local/runtime/lambda-runtime.js';
+import { laneOf } from '../../local/runtime/triggers/stream-trigger.js';
 import { awsClients } from '../../shared/aws/clients.js';
-import { type Topology, type Trigger, topology } from '../../shared/topology.js';
+import { type Topology, type Trigger, topology } from '../../shared/base/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { startCloudRuntime } from '../support/runtime.js';
 import { waitFor } from '../support/wait.js';
@@ -12,7 +12,7 @@ import { waitFor } from '../support/wait.js';
 type StreamTrigger = Extract<Trigger, { kind: 'stream' }>;
 
 /**
- * The local stream trigger with a ParallelizationFactor (local/triggers/stream-trigger.ts
+ * The local stream trigger with a ParallelizationFactor (local/runtime/triggers/stream-trigger.ts
  * `ShardLanes`), on a real local cloud: while one invocation is still running, a record of another
  * item is delivered to an invocation of its own, and records of one item are delivered in order.
  */

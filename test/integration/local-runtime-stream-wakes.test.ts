@@ -1,11 +1,11 @@
 import { BatchWriteCommand, DeleteCommand, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import type { DynamoDBRecord, DynamoDBStreamEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { initializeStackOf } from '../../local/client-middleware.js';
-import type { LocalRuntime, LocalRuntimeOptions } from '../../local/runtime.js';
+import { initializeStackOf } from '../../local/cloud/client-middleware.js';
+import type { LocalRuntime, LocalRuntimeOptions } from '../../local/runtime/lambda-runtime.js';
 import { awsClients } from '../../shared/aws/clients.js';
-import { registryKey } from '../../shared/registry-keys.js';
-import { type Trigger, topology } from '../../shared/topology.js';
+import { registryKey } from '../../shared/base/registry-keys.js';
+import { type Trigger, topology } from '../../shared/base/topology.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { startCloudRuntime } from '../support/runtime.js';
 import { pause, waitFor } from '../support/wait.js';
@@ -13,7 +13,7 @@ import { pause, waitFor } from '../support/wait.js';
 type StreamTrigger = Extract<Trigger, { kind: 'stream' }>;
 
 /**
- * The stream triggers' wake-ups (local/write-wakes.ts): with an idle poll of a minute, a write made
+ * The stream triggers' wake-ups (local/runtime/write-wakes.ts): with an idle poll of a minute, a write made
  * through the handlers' clients is delivered at once, and one made through any other client waits
  * for the poll, so only the wake-up can have delivered it.
  */

@@ -2,7 +2,7 @@ import { PutItemCommand } from '@aws-sdk/client-dynamodb';
 import { PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import type { DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { LocalRuntime } from '../../local/runtime.js';
+import type { LocalRuntime } from '../../local/runtime/lambda-runtime.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { startCloudRuntime } from '../support/runtime.js';
 import { pause, waitFor } from '../support/wait.js';

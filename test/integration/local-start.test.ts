@@ -16,10 +16,10 @@ const JVM_MARKER = 'DynamoDBLocal';
 
 type StartProcess = ScriptProcess;
 
-/** Runs local/start.ts the way `npm start` does, minus npm: one node process to signal. */
+/** Runs local/runtime/start.ts the way `npm start` does, minus npm: one node process to signal. */
 function startStack(env: NodeJS.ProcessEnv = process.env): { child: StartProcess; output: () => string } {
   // Throwaway: the suite never touches the developer's .local/data.
-  return runScript('local/start.ts', { ...env, TINKER_LOCAL_THROWAWAY: '1' });
+  return runScript('local/runtime/start.ts', { ...env, TINKER_LOCAL_THROWAWAY: '1' });
 }
 
 function exitOf(child: StartProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {

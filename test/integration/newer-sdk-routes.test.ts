@@ -1,12 +1,12 @@
 import { GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { OptimStepPayload } from '../../shared/api/payloads.js';
 import { type TinkerClient, TinkerHttpError } from '../../shared/client/tinker-client.js';
 import { type CheckpointNameRecord, type FutureRow, registryKey } from '../../shared/domain/records.js';
-import { checkpointObjectKeys } from '../../shared/repositories/checkpoints.js';
+import { checkpointObjectKeys } from '../../shared/repositories/checkpoints/names.js';
+import type { OptimStepPayload } from '../../shared/services/api/payloads.js';
+import { type ApiHarness, startApiHarness } from '../support/api-harness.js';
 import { readPayload } from '../support/payloads.js';
-import { type ApiHarness, startApiHarness } from './api-harness.js';
 
 /**
  * What SDK releases after 0.25.0 send beside sampling, request by request: `optimizer_config` at

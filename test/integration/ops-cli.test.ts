@@ -5,12 +5,12 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli } from '../../bin/cli.js';
-import { readCutRequest, readDrain } from '../../shared/ops/control-store.js';
-import { cutRequestedSince } from '../../shared/ops/controls.js';
-import type { PoolQueueStatus } from '../../shared/ops/queue-status.js';
 import { operatorForKey, tenantForApiKey } from '../../shared/repositories/api-keys.js';
+import { readCutRequest, readDrain } from '../../shared/services/ops/control-store.js';
+import { cutRequestedSince } from '../../shared/services/ops/controls.js';
+import type { PoolQueueStatus } from '../../shared/services/ops/queue-status.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
-import { putModel, putPending } from './ops-fixtures.js';
+import { putModel, putPending } from '../support/ops-fixtures.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const LEASE_MS = 60_000;

@@ -1,16 +1,16 @@
 import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { inPollSlot } from '../../shared/api/quotas.js';
-import { retrieveFuture } from '../../shared/api/retrieve.js';
-import { NO_COMMIT_SIGNAL } from '../../shared/commit-signal.js';
-import { readConfig } from '../../shared/config.js';
+import { NO_COMMIT_SIGNAL } from '../../shared/base/commit-signal.js';
+import { readConfig } from '../../shared/base/config.js';
+import { mintRequestId } from '../../shared/base/ids.js';
 import { registryKey } from '../../shared/domain/records.js';
-import { mintRequestId } from '../../shared/ids.js';
 import { pendingFutureRow } from '../../shared/repositories/futures.js';
+import { inPollSlot } from '../../shared/services/api/quotas.js';
+import { retrieveFuture } from '../../shared/services/api/retrieve.js';
 import { apiDeps, setupTestCloud, type TestCloud } from '../support/cloud.js';
 
 /**
- * retrieve_future's poll slot (shared/api/quotas.ts `inPollSlot`) on the local cloud: the slot is
+ * retrieve_future's poll slot (shared/services/api/quotas.ts `inPollSlot`) on the local cloud: the slot is
  * given back while the answer is read, not before it, and on every path (the poll or the answer
  * throwing included), before the call settles.
  */

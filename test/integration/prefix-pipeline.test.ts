@@ -1,9 +1,17 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { realSleep } from '../../shared/aws/backoff.js';
-import { DEFAULT_READS_IN_FLIGHT_PER_BATCH } from '../../shared/prefix/store.js';
-import type { CutRow, PrefixPointer } from '../../shared/prefix/types.js';
+import { DEFAULT_READS_IN_FLIGHT_PER_BATCH } from '../../shared/repositories/prefix/store.js';
+import type { CutRow, PrefixPointer } from '../../shared/repositories/prefix/types.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
-import { type Call, instrumentedStore, isPutBatch, keysIn, row, saved, unique } from './prefix-support.js';
+import {
+  type Call,
+  instrumentedStore,
+  isPutBatch,
+  keysIn,
+  row,
+  saved,
+  unique,
+} from '../support/prefix-store-harness.js';
 
 /**
  * The prefix store's pipelining on DynamoDB Local: saves encode and write group by group and yield to

@@ -1,13 +1,13 @@
 import { ProvisionedThroughputExceededException } from '@aws-sdk/client-dynamodb';
 import { BatchWriteCommand, DynamoDBDocumentClient, GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { localAwsClients } from '../../local/aws-clients.js';
+import { localAwsClients } from '../../local/cloud/aws-clients.js';
 import { type Clock, realSleep } from '../../shared/aws/backoff.js';
-import { abortGroup, commitGroup, readGroupRecord } from '../../shared/prefix/group-commit.js';
-import type { AbortRecord, CommitRecord } from '../../shared/prefix/records.js';
-import { createPrefixStore } from '../../shared/prefix/store.js';
-import type { PrefixTable } from '../../shared/prefix/table.js';
-import type { CutRow, PrefixPointer, SaveAck } from '../../shared/prefix/types.js';
+import { abortGroup, commitGroup, readGroupRecord } from '../../shared/repositories/prefix/group-commit.js';
+import type { AbortRecord, CommitRecord } from '../../shared/repositories/prefix/records.js';
+import { createPrefixStore } from '../../shared/repositories/prefix/store.js';
+import type { PrefixTable } from '../../shared/repositories/prefix/table.js';
+import type { CutRow, PrefixPointer, SaveAck } from '../../shared/repositories/prefix/types.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import {
   type Call,
@@ -21,7 +21,7 @@ import {
   row,
   saved,
   unique,
-} from './prefix-support.js';
+} from '../support/prefix-store-harness.js';
 
 /**
  * The prefix store on DynamoDB Local, with what AWS does and DynamoDB Local does not injected by SDK

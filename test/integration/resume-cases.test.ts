@@ -1,12 +1,12 @@
 import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { config } from '../../shared/config.js';
+import { config } from '../../shared/base/config.js';
 import type { FutureRow } from '../../shared/domain/records.js';
-import { segmentRowKeys } from '../../shared/prefix/pointer.js';
-import { createPrefixStore, type PrefixStore } from '../../shared/prefix/store.js';
-import type { PrefixPointer } from '../../shared/prefix/types.js';
+import { segmentRowKeys } from '../../shared/repositories/prefix/pointer.js';
+import { createPrefixStore, type PrefixStore } from '../../shared/repositories/prefix/store.js';
+import type { PrefixPointer } from '../../shared/repositories/prefix/types.js';
+import { cycle, expectBackToPending, startsOf, uninterrupted } from '../support/resume-harness.js';
 import { BASE_MODEL, type TenantClient, WorkerHarness } from '../support/worker-harness.js';
-import { cycle, expectBackToPending, startsOf, uninterrupted } from './resume-harness.js';
 
 /**
  * The edges of resumable sampling on the local cloud: a cut before any token restarts the call; a

@@ -4,14 +4,14 @@ import { ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import type { Context, SQSEvent } from 'aws-lambda';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createWorkerHandler } from '../../functions/worker/handler.js';
-import { config } from '../../shared/config.js';
-import { requestCut } from '../../shared/ops/control-store.js';
-import type { WorkManifest } from '../../shared/scheduling/work-item.js';
-import { runWorkItem, type WorkerEvent } from '../../shared/worker/index.js';
+import { config } from '../../shared/base/config.js';
+import type { WorkManifest } from '../../shared/domain/planning/work-item.js';
+import { requestCut } from '../../shared/services/ops/control-store.js';
+import { runWorkItem, type WorkerEvent } from '../../shared/services/worker/index.js';
+import { cycle, expectBackToPending, onlyIds, startsOf, uninterrupted } from '../support/resume-harness.js';
+import { createBackend as slowSampler } from '../support/resume-slow-sampler.js';
 import { waitFor } from '../support/wait.js';
 import { BASE_MODEL, type TenantClient, WorkerHarness } from '../support/worker-harness.js';
-import { cycle, expectBackToPending, onlyIds, startsOf, uninterrupted } from './resume-harness.js';
-import { createBackend as slowSampler } from './resume-slow-sampler.js';
 
 /**
  * The three cut triggers, each ending in a resumed, exact answer: the Lambda's remaining time under
@@ -154,7 +154,7 @@ describe('cut triggers', () => {
         new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: JSON.stringify(manifest) }),
       );
       const root = fileURLToPath(new URL('../../', import.meta.url));
-      const args = ['--backend', 'test/integration/resume-slow-sampler.ts', '--wait-seconds', '1'];
+      const args = ['--backend', 'test/support/resume-slow-sampler.ts', '--wait-seconds', '1'];
       const child = spawn(process.execPath, ['--import', 'tsx', 'bin/worker.ts', ...args], {
         cwd: root,
         env: {

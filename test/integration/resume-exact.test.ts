@@ -1,8 +1,8 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SampleResult } from '../../shared/backend/backend.js';
+import { cycle, expectBackToPending, startsOf, uninterrupted } from '../support/resume-harness.js';
 import { BASE_MODEL, WorkerHarness } from '../support/worker-harness.js';
-import { cycle, expectBackToPending, startsOf, uninterrupted } from './resume-harness.js';
 
 /**
  * P6 on the local cloud: a sample cut at random points, 1 to 3 times, and resumed from its saved

@@ -5,11 +5,11 @@ import {
   QueryCommand,
 } from '@aws-sdk/lib-dynamodb';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { config } from '../../shared/config.js';
+import { config } from '../../shared/base/config.js';
 import type { ModelRow } from '../../shared/domain/records.js';
 import { scanLiveIndex } from '../../shared/repositories/live-index.js';
 import { readModels } from '../../shared/repositories/models.js';
-import { claimSample, readLiveSampleClaims } from '../../shared/repositories/sample-claims.js';
+import { claimSample, readLiveSampleClaims } from '../../shared/repositories/samples/claims.js';
 import type { TestCloud } from '../support/cloud.js';
 import {
   readyModel,
@@ -17,7 +17,7 @@ import {
   schedulerCloud,
   submitSampleRequest,
   submitStep,
-} from './scheduler-harness.js';
+} from '../support/scheduler-harness.js';
 
 /**
  * The adapters against what AWS does and DynamoDB Local does not: partial BatchGetItem answers
@@ -112,7 +112,7 @@ describe('scheduler adapters under partial answers', () => {
       model_id: m,
       status: 'pending',
     });
-    // The tenant is projected for fair dispatch across tenants (shared/scheduling/planner.ts).
+    // The tenant is projected for fair dispatch across tenants (shared/domain/planning/planner.ts).
     expect(scan.rows.every((row) => typeof row.tenant === 'string')).toBe(true);
   });
 

@@ -1,9 +1,9 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { baseModelId } from '../../shared/domain/records.js';
-import { schedulerAdapters } from '../../shared/scheduler/adapters.js';
-import { schedulerSettings } from '../../shared/scheduler/settings.js';
-import { runTick } from '../../shared/scheduler/tick.js';
-import { wakeModels } from '../../shared/scheduler/wake.js';
+import { schedulerAdapters } from '../../shared/services/scheduler/adapters.js';
+import { schedulerSettings } from '../../shared/services/scheduler/settings.js';
+import { runTick } from '../../shared/services/scheduler/tick.js';
+import { wakeModels } from '../../shared/services/scheduler/wake.js';
 import { type CallLog, loggedClients } from '../support/call-log.js';
 import type { TestCloud } from '../support/cloud.js';
 import {
@@ -13,7 +13,7 @@ import {
   schedulerCloud,
   submitSampleRequest,
   submitStep,
-} from './scheduler-harness.js';
+} from '../support/scheduler-harness.js';
 
 /**
  * What one incremental tick costs, call by call (issue #16: on a CPU-bound stack its latency is its

@@ -1,11 +1,16 @@
 import { beforeEach, describe, expect, it } from 'vitest';
-import { config } from '../../shared/config.js';
-import { type SchedulerAdapters, schedulerAdapters } from '../../shared/scheduler/adapters.js';
-import { schedulerSettings } from '../../shared/scheduler/settings.js';
-import { dispatchSnapshot, readSnapshot, runTick, tickContext } from '../../shared/scheduler/tick.js';
-import type { WorkItem } from '../../shared/scheduling/work-item.js';
-import { replanExpiredLeases } from '../../shared/sweeper/replan.js';
-import { sweep } from '../../shared/sweeper/sweep.js';
+import { config } from '../../shared/base/config.js';
+import type { WorkItem } from '../../shared/domain/planning/work-item.js';
+import { type SchedulerAdapters, schedulerAdapters } from '../../shared/services/scheduler/adapters.js';
+import { schedulerSettings } from '../../shared/services/scheduler/settings.js';
+import {
+  dispatchSnapshot,
+  readSnapshot,
+  runTick,
+  tickContext,
+} from '../../shared/services/scheduler/tick.js';
+import { replanExpiredLeases } from '../../shared/services/sweeper/replan.js';
+import { sweep } from '../../shared/services/sweeper/sweep.js';
 import type { TestCloud } from '../support/cloud.js';
 import { SimulatedCrash } from '../support/faults.js';
 import {
@@ -20,7 +25,7 @@ import {
   stepIds,
   submitSampleRequest,
   submitStep,
-} from './scheduler-harness.js';
+} from '../support/scheduler-harness.js';
 
 /** Every request id a set of work items carries, steps and samples. */
 function requestIds(items: readonly WorkItem[]): string[] {

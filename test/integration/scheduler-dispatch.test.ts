@@ -1,10 +1,10 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { config } from '../../shared/config.js';
-import { MULTIPART_PART_BYTES, writeWorkItem } from '../../shared/scheduler/dispatch.js';
-import { inflightToken } from '../../shared/scheduling/claim.js';
-import type { WorkItem } from '../../shared/scheduling/work-item.js';
+import { config } from '../../shared/base/config.js';
+import { inflightToken } from '../../shared/domain/planning/claim.js';
+import type { WorkItem } from '../../shared/domain/planning/work-item.js';
+import { MULTIPART_PART_BYTES, writeWorkItem } from '../../shared/services/scheduler/dispatch.js';
 import type { TestCloud } from '../support/cloud.js';
-import { readWorkItem, schedulerCloud, stepPayload } from './scheduler-harness.js';
+import { readWorkItem, schedulerCloud, stepPayload } from '../support/scheduler-harness.js';
 
 describe('work item writer', () => {
   let cloud: TestCloud;

@@ -3,13 +3,13 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli } from '../../bin/cli.js';
-import type { LocalRuntime } from '../../local/runtime.js';
-import { config, resetConfig } from '../../shared/config.js';
-import { startDrain } from '../../shared/ops/control-store.js';
+import type { LocalRuntime } from '../../local/runtime/lambda-runtime.js';
+import { config, resetConfig } from '../../shared/base/config.js';
+import { startDrain } from '../../shared/services/ops/control-store.js';
 import type { TestCloud } from '../support/cloud.js';
 import { startCloudRuntime } from '../support/runtime.js';
+import { createModel, drainWorkItems, schedulerCloud, stepIds } from '../support/scheduler-harness.js';
 import { pause, waitFor } from '../support/wait.js';
-import { createModel, drainWorkItems, schedulerCloud, stepIds } from './scheduler-harness.js';
 
 /**
  * Hardening finding 6: `drain --off` must wake the scheduler through its triggers, as a submit or a

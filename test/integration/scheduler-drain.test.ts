@@ -1,9 +1,15 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { config, resetConfig } from '../../shared/config.js';
-import { startDrain, stopDrain } from '../../shared/ops/control-store.js';
-import { runTick } from '../../shared/scheduler/tick.js';
+import { config, resetConfig } from '../../shared/base/config.js';
+import { startDrain, stopDrain } from '../../shared/services/ops/control-store.js';
+import { runTick } from '../../shared/services/scheduler/tick.js';
 import type { TestCloud } from '../support/cloud.js';
-import { drainWorkItems, readyModel, schedulerCloud, stepIds, submitStep } from './scheduler-harness.js';
+import {
+  drainWorkItems,
+  readyModel,
+  schedulerCloud,
+  stepIds,
+  submitStep,
+} from '../support/scheduler-harness.js';
 
 /** The operator's drain switch and the oldest-pending metric, seen through real ticks. */
 describe('scheduler drain and metrics', () => {

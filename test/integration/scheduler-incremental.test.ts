@@ -1,19 +1,19 @@
 import { marshall } from '@aws-sdk/util-dynamodb';
 import type { AttributeValue, DynamoDBRecord, DynamoDBStreamEvent } from 'aws-lambda';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { localAwsClients } from '../../local/aws-clients.js';
+import { localAwsClients } from '../../local/cloud/aws-clients.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
-import { config } from '../../shared/config.js';
+import { config } from '../../shared/base/config.js';
+import { BY_OWNER_INDEX, LIVE_BY_MODEL_INDEX, LIVE_INDEX } from '../../shared/base/topology.js';
+import type { WorkItem } from '../../shared/domain/planning/work-item.js';
 import { baseModelId, type FutureRow } from '../../shared/domain/records.js';
-import { schedulerAdapters } from '../../shared/scheduler/adapters.js';
-import { createSchedulerHandler } from '../../shared/scheduler/invocation.js';
-import { schedulerSettings } from '../../shared/scheduler/settings.js';
-import { runPass, runTick, tickContext } from '../../shared/scheduler/tick.js';
-import { tickLock } from '../../shared/scheduler/tick-lock.js';
-import { WAKE_ALL, wakeModels } from '../../shared/scheduler/wake.js';
-import type { WorkItem } from '../../shared/scheduling/work-item.js';
-import { sweep } from '../../shared/sweeper/sweep.js';
-import { BY_OWNER_INDEX, LIVE_BY_MODEL_INDEX, LIVE_INDEX } from '../../shared/topology.js';
+import { schedulerAdapters } from '../../shared/services/scheduler/adapters.js';
+import { createSchedulerHandler } from '../../shared/services/scheduler/invocation.js';
+import { schedulerSettings } from '../../shared/services/scheduler/settings.js';
+import { runPass, runTick, tickContext } from '../../shared/services/scheduler/tick.js';
+import { tickLock } from '../../shared/services/scheduler/tick-lock.js';
+import { WAKE_ALL, wakeModels } from '../../shared/services/scheduler/wake.js';
+import { sweep } from '../../shared/services/sweeper/sweep.js';
 import type { TestCloud } from '../support/cloud.js';
 import {
   commitWorkItem,
@@ -26,7 +26,7 @@ import {
   stepIds,
   submitSampleRequest,
   submitStep,
-} from './scheduler-harness.js';
+} from '../support/scheduler-harness.js';
 
 /**
  * Incremental ticks (R5): a stream batch's tick reads the pending rows of the models its records

@@ -1,17 +1,16 @@
 import { marshall } from '@aws-sdk/util-dynamodb';
 import type { AttributeValue, DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent } from 'aws-lambda';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { LocalRuntime } from '../../local/runtime.js';
+import type { LocalRuntime } from '../../local/runtime/lambda-runtime.js';
+import { mintRequestId } from '../../shared/base/ids.js';
+import type { WorkItem } from '../../shared/domain/planning/work-item.js';
 import type { FutureRow } from '../../shared/domain/records.js';
-import { mintRequestId } from '../../shared/ids.js';
-import { type SchedulerAdapters, schedulerAdapters } from '../../shared/scheduler/adapters.js';
-import { createSchedulerHandler } from '../../shared/scheduler/invocation.js';
-import { schedulerSettings } from '../../shared/scheduler/settings.js';
-import { runTick } from '../../shared/scheduler/tick.js';
-import type { WorkItem } from '../../shared/scheduling/work-item.js';
+import { type SchedulerAdapters, schedulerAdapters } from '../../shared/services/scheduler/adapters.js';
+import { createSchedulerHandler } from '../../shared/services/scheduler/invocation.js';
+import { schedulerSettings } from '../../shared/services/scheduler/settings.js';
+import { runTick } from '../../shared/services/scheduler/tick.js';
 import type { TestCloud } from '../support/cloud.js';
 import { startCloudRuntime } from '../support/runtime.js';
-import { waitFor } from '../support/wait.js';
 import {
   commitWorkItem,
   drainWorkItems,
@@ -23,7 +22,8 @@ import {
   stepIds,
   submitSampleRequest,
   submitStep,
-} from './scheduler-harness.js';
+} from '../support/scheduler-harness.js';
+import { waitFor } from '../support/wait.js';
 
 /**
  * GSI lag (R5): DynamoDB Local serves the index from the base table with no lag, so the lag is

@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { localAwsClients } from '../../local/aws-clients.js';
+import { localAwsClients } from '../../local/cloud/aws-clients.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
-import { mintRequestId } from '../../shared/ids.js';
-import { PayloadBytes } from '../../shared/payload-bytes.js';
-import { putPayload, serializePayload } from '../../shared/payload-store.js';
-import { readPayloads } from '../../shared/scheduler/payloads.js';
+import { mintRequestId } from '../../shared/base/ids.js';
+import { PayloadBytes } from '../../shared/base/payload-bytes.js';
+import { putPayload, serializePayload } from '../../shared/repositories/payloads.js';
+import { readPayloads } from '../../shared/services/scheduler/payloads.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { serverError } from '../support/faults/errors.js';
 

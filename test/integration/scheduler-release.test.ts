@@ -1,15 +1,15 @@
 import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from 'vitest';
-import { config } from '../../shared/config.js';
+import { config } from '../../shared/base/config.js';
+import { logger } from '../../shared/base/logger.js';
+import { replanFor, sampleClaimTtl } from '../../shared/domain/planning/claim.js';
+import type { WorkItem } from '../../shared/domain/planning/work-item.js';
 import type { SampleClaimRecord } from '../../shared/domain/records.js';
 import { type ModelRow, registryKey } from '../../shared/domain/records.js';
-import { logger } from '../../shared/logger.js';
 import { replanModel } from '../../shared/repositories/models.js';
-import { type SchedulerAdapters, schedulerAdapters } from '../../shared/scheduler/adapters.js';
-import { schedulerSettings } from '../../shared/scheduler/settings.js';
-import { runTick } from '../../shared/scheduler/tick.js';
-import { replanFor, sampleClaimTtl } from '../../shared/scheduling/claim.js';
-import type { WorkItem } from '../../shared/scheduling/work-item.js';
+import { type SchedulerAdapters, schedulerAdapters } from '../../shared/services/scheduler/adapters.js';
+import { schedulerSettings } from '../../shared/services/scheduler/settings.js';
+import { runTick } from '../../shared/services/scheduler/tick.js';
 import type { TestCloud } from '../support/cloud.js';
 import { serverError, timeoutError } from '../support/faults/errors.js';
 import { CrashPoints } from '../support/faults.js';
@@ -25,7 +25,7 @@ import {
   stepIds,
   submitSampleRequest,
   submitStep,
-} from './scheduler-harness.js';
+} from '../support/scheduler-harness.js';
 
 /**
  * A pass that fails after claiming and before its manifest is sent gives its claims back (E7): the

@@ -1,10 +1,9 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { LocalRuntime } from '../../local/runtime.js';
+import type { LocalRuntime } from '../../local/runtime/lambda-runtime.js';
+import type { WorkItem } from '../../shared/domain/planning/work-item.js';
 import { BARRIER_TYPES, PASS_TYPES } from '../../shared/domain/records.js';
-import type { WorkItem } from '../../shared/scheduling/work-item.js';
 import type { TestCloud } from '../support/cloud.js';
 import { startCloudRuntime } from '../support/runtime.js';
-import { waitFor } from '../support/wait.js';
 import {
   createModel,
   fakeWorker,
@@ -15,7 +14,8 @@ import {
   stepIds,
   submitSampleRequest,
   submitStep,
-} from './scheduler-harness.js';
+} from '../support/scheduler-harness.js';
+import { waitFor } from '../support/wait.js';
 
 /**
  * SkyRL's scenarios end to end: the real scheduler handler behind the topology's stream triggers,

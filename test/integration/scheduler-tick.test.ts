@@ -1,14 +1,14 @@
 import { DeleteObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { attachMeter, createMeter } from '../../bench/metering.js';
-import { LOCAL_CREDENTIALS, LOCAL_REGION } from '../../local/resources.js';
-import { config } from '../../shared/config.js';
+import { LOCAL_CREDENTIALS, LOCAL_REGION } from '../../local/cloud/resources.js';
+import { config } from '../../shared/base/config.js';
+import { storageKeys } from '../../shared/base/storage-keys.js';
 import { registryKey } from '../../shared/domain/records.js';
 import { readRegistryItem } from '../../shared/repositories/registry.js';
-import { schedulerAdapters } from '../../shared/scheduler/adapters.js';
-import { schedulerSettings } from '../../shared/scheduler/settings.js';
-import { runTick } from '../../shared/scheduler/tick.js';
-import { storageKeys } from '../../shared/storage-keys.js';
+import { schedulerAdapters } from '../../shared/services/scheduler/adapters.js';
+import { schedulerSettings } from '../../shared/services/scheduler/settings.js';
+import { runTick } from '../../shared/services/scheduler/tick.js';
 import type { TestCloud } from '../support/cloud.js';
 import {
   commitWorkItem,
@@ -22,7 +22,7 @@ import {
   stepIds,
   submitSampleRequest,
   submitStep,
-} from './scheduler-harness.js';
+} from '../support/scheduler-harness.js';
 
 /**
  * Ticks driven directly against the local cloud, with rows written through the intake repositories:

@@ -1,6 +1,5 @@
 import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RetrieveFuturesAnswer } from '../../shared/api/session-futures.js';
 import { transactWrite } from '../../shared/aws/transact.js';
 import { type TinkerClient, TinkerHttpError } from '../../shared/client/tinker-client.js';
 import { registryKey } from '../../shared/domain/records.js';
@@ -11,8 +10,9 @@ import {
   takeLogPosition,
   voidLogPosition,
 } from '../../shared/repositories/session-log.js';
-import { commitSample } from '../../shared/worker/commit.js';
-import { type ApiHarness, startApiHarness } from './api-harness.js';
+import type { RetrieveFuturesAnswer } from '../../shared/services/api/session-futures.js';
+import { commitSample } from '../../shared/services/worker/commit.js';
+import { type ApiHarness, startApiHarness } from '../support/api-harness.js';
 
 /**
  * Session futures (W9) over HTTP, request by request as SDK releases after 0.25.0 send them: the

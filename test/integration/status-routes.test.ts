@@ -1,12 +1,12 @@
 import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readConfig } from '../../shared/config.js';
-import type { PoolQueueStatus } from '../../shared/ops/queue-status.js';
-import { readPoolStatus } from '../../shared/ops/status-reader.js';
+import { readConfig } from '../../shared/base/config.js';
 import { createOperatorKey, revokeApiKey } from '../../shared/repositories/api-keys.js';
-import type { StatusDisplay } from '../../shared/status-page/display.js';
-import { type ApiHarness, startApiHarness } from './api-harness.js';
-import { putModel, putPending } from './ops-fixtures.js';
+import type { PoolQueueStatus } from '../../shared/services/ops/queue-status.js';
+import { readPoolStatus } from '../../shared/services/ops/status-reader.js';
+import type { StatusDisplay } from '../../shared/services/status-page/display.js';
+import { type ApiHarness, startApiHarness } from '../support/api-harness.js';
+import { putModel, putPending } from '../support/ops-fixtures.js';
 
 /**
  * The status page behind the API, through the local runtime's HTTP API on the local cloud: the page

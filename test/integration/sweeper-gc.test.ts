@@ -1,16 +1,19 @@
 import { ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
-import { config } from '../../shared/config.js';
+import { config } from '../../shared/base/config.js';
+import { mintRequestId } from '../../shared/base/ids.js';
+import { checkpointContentId, storageKeys } from '../../shared/base/storage-keys.js';
 import { type CheckpointNameRecord, type LiveRow, registryKey } from '../../shared/domain/records.js';
-import { mintRequestId } from '../../shared/ids.js';
-import { runTick } from '../../shared/scheduler/tick.js';
-import { checkpointContentId, storageKeys } from '../../shared/storage-keys.js';
-import { type BlobGcTarget, collectGarbage, DEFAULT_BLOB_GC_POLICY } from '../../shared/sweeper/blob-gc.js';
-import { sweep } from '../../shared/sweeper/sweep.js';
-import { runWorkItem } from '../../shared/worker/index.js';
+import { runTick } from '../../shared/services/scheduler/tick.js';
+import {
+  type BlobGcTarget,
+  collectGarbage,
+  DEFAULT_BLOB_GC_POLICY,
+} from '../../shared/services/sweeper/blob-gc.js';
+import { sweep } from '../../shared/services/sweeper/sweep.js';
+import { runWorkItem } from '../../shared/services/worker/index.js';
 import type { TestCloud } from '../support/cloud.js';
-import { crossEntropy, type TenantClient, textDatum, WorkerHarness } from '../support/worker-harness.js';
 import {
   commitWorkItem,
   createModel,
@@ -18,7 +21,8 @@ import {
   readModelRow,
   schedulerCloud,
   submitStep,
-} from './scheduler-harness.js';
+} from '../support/scheduler-harness.js';
+import { crossEntropy, type TenantClient, textDatum, WorkerHarness } from '../support/worker-harness.js';
 
 /** E5: the sweeper deletes exactly the blobs no committed row references, and only old ones. */
 describe('sweeper: unreferenced blobs', () => {

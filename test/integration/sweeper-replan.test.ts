@@ -1,10 +1,10 @@
 import { beforeEach, describe, expect, it } from 'vitest';
-import { config } from '../../shared/config.js';
+import { config } from '../../shared/base/config.js';
+import { replanFor } from '../../shared/domain/planning/claim.js';
 import { renewModelLease, replanModel } from '../../shared/repositories/models.js';
-import { runTick } from '../../shared/scheduler/tick.js';
-import { replanFor } from '../../shared/scheduling/claim.js';
-import { replanExpiredLeases } from '../../shared/sweeper/replan.js';
-import { sweep } from '../../shared/sweeper/sweep.js';
+import { runTick } from '../../shared/services/scheduler/tick.js';
+import { replanExpiredLeases } from '../../shared/services/sweeper/replan.js';
+import { sweep } from '../../shared/services/sweeper/sweep.js';
 import type { TestCloud } from '../support/cloud.js';
 import {
   commitWorkItem,
@@ -15,7 +15,7 @@ import {
   schedulerCloud,
   stepIds,
   submitStep,
-} from './scheduler-harness.js';
+} from '../support/scheduler-harness.js';
 
 describe('sweeper: expired leases (E2, E7)', () => {
   let cloud: TestCloud;

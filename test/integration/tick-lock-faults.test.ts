@@ -1,10 +1,10 @@
 import { ProvisionedThroughputExceededException } from '@aws-sdk/client-dynamodb';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { localAwsClients } from '../../local/aws-clients.js';
+import { localAwsClients } from '../../local/cloud/aws-clients.js';
 import { realSleep } from '../../shared/aws/backoff.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
-import { tickLock, tickLockKey } from '../../shared/scheduler/tick-lock.js';
+import { tickLock, tickLockKey } from '../../shared/services/scheduler/tick-lock.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { createFaultInjector, type FaultInjector } from '../support/faults.js';
 

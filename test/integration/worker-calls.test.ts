@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AwsClients } from '../../shared/aws/clients.js';
 import type { Backend } from '../../shared/backend/backend.js';
+import { manifestFor, manifestOf } from '../../shared/domain/planning/work-item.js';
 import type { ModelRow } from '../../shared/domain/records.js';
-import { manifestFor, manifestOf } from '../../shared/scheduling/work-item.js';
-import { runWorkItem, type WorkerOptions } from '../../shared/worker/index.js';
-import { StateCache } from '../../shared/worker/state-cache.js';
+import { runWorkItem, type WorkerOptions } from '../../shared/services/worker/index.js';
+import { StateCache } from '../../shared/services/worker/state-cache.js';
 import { type CallLog, loggedClients } from '../support/call-log.js';
 import { BASE_MODEL, crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
 

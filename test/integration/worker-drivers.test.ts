@@ -9,13 +9,13 @@ import type { SQSEvent } from 'aws-lambda';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { runWorkerProcess } from '../../bin/worker.js';
 import { handler } from '../../functions/worker/handler.js';
-import { writeLocalEnvFile } from '../../local/env-file.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
-import { config } from '../../shared/config.js';
+import { config } from '../../shared/base/config.js';
+import { writeLocalEnvFile } from '../../shared/base/env-file.js';
+import { manifestFor, type WorkManifest } from '../../shared/domain/planning/work-item.js';
 import type { LiveRow, ModelRow } from '../../shared/domain/records.js';
-import { manifestFor, type WorkManifest } from '../../shared/scheduling/work-item.js';
-import { runWorkItem, type WorkerEvent } from '../../shared/worker/index.js';
-import { StateCache } from '../../shared/worker/state-cache.js';
+import { runWorkItem, type WorkerEvent } from '../../shared/services/worker/index.js';
+import { StateCache } from '../../shared/services/worker/state-cache.js';
 import { waitFor } from '../support/wait.js';
 import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
 
@@ -273,7 +273,7 @@ describe('the worker process', () => {
   it('SIGTERM during a long step: abandons after the grace period without committing; another worker finishes it', async () => {
     const { model_id, ids, manifest } = await dispatchedModel('graceful');
     await send(manifest);
-    const backendModule = fileURLToPath(new URL('./worker-slow-backend.ts', import.meta.url));
+    const backendModule = fileURLToPath(new URL('../support/worker-slow-backend.ts', import.meta.url));
     const { child, out } = spawnWorker(
       ['--backend', backendModule, '--grace-seconds', '1', '--wait-seconds', '2'],
       {

@@ -2,14 +2,14 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TINY_MODEL_DIR } from '../../local/engines.js';
 import type { Backend } from '../../shared/backend/backend.js';
 import { EngineBackend } from '../../shared/backend/engine/engine-backend.js';
 import { EngineProcess } from '../../shared/backend/engine/engine-process.js';
+import { TINY_MODEL_DIR } from '../../shared/backend/engine/installed-engines.js';
 import type { ModelRow } from '../../shared/domain/records.js';
-import { runWorkItem } from '../../shared/worker/index.js';
-import { engineUnderTest } from '../engine/engine-under-test.js';
+import { runWorkItem } from '../../shared/services/worker/index.js';
 import { expectClose } from '../support/close.js';
+import { engineUnderTest } from '../support/engine/engine-under-test.js';
 import { referenceEngineCommand } from '../support/reference-engine.js';
 import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
 

@@ -1,15 +1,15 @@
 import { DeleteObjectCommand, HeadObjectCommand } from '@aws-sdk/client-s3';
 import { PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { localAwsClients } from '../../local/aws-clients.js';
+import { localAwsClients } from '../../local/cloud/aws-clients.js';
 import type { Backend, BackendState } from '../../shared/backend/backend.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { asReferenceState } from '../../shared/backend/reference/state.js';
-import { config } from '../../shared/config.js';
+import { config } from '../../shared/base/config.js';
+import { InfrastructureError } from '../../shared/base/errors.js';
+import { storageKeys } from '../../shared/base/storage-keys.js';
 import { type LiveRow, type ModelRow, registryKey } from '../../shared/domain/records.js';
-import { InfrastructureError } from '../../shared/errors.js';
-import { storageKeys } from '../../shared/storage-keys.js';
-import { runWorkItem, type WorkerEvent } from '../../shared/worker/index.js';
+import { runWorkItem, type WorkerEvent } from '../../shared/services/worker/index.js';
 import { pause } from '../support/wait.js';
 import {
   BASE_MODEL,

@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ModelRow } from '../../shared/domain/records.js';
 import { resolveTables } from '../../shared/repositories/tables.js';
-import { LeaseKeeper, LeaseLostError } from '../../shared/worker/lease.js';
+import { LeaseKeeper, LeaseLostError } from '../../shared/services/worker/lease.js';
 import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
 
 /**
- * The fence before a model part writes its blobs (shared/worker/lease.ts `stillHeld`), on the local
+ * The fence before a model part writes its blobs (shared/services/worker/lease.ts `stillHeld`), on the local
  * cloud: while more than half the lease it last confirmed is left it answers without a call (no
  * re-plan can take a live lease); past that it renews, and a lease taken over stops the part.
  */

@@ -2,11 +2,11 @@ import { GetObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Backend, PassItem } from '../../shared/backend/backend.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
-import { config } from '../../shared/config.js';
+import { config } from '../../shared/base/config.js';
+import { checkpointContentId, storageKeys } from '../../shared/base/storage-keys.js';
 import type { CheckpointNameRecord, ModelRow, SamplingSessionRecord } from '../../shared/domain/records.js';
 import { registryKey } from '../../shared/domain/records.js';
-import { checkpointContentId, storageKeys } from '../../shared/storage-keys.js';
-import { runWorkItem, type WorkerOptions } from '../../shared/worker/index.js';
+import { runWorkItem, type WorkerOptions } from '../../shared/services/worker/index.js';
 import { BASE_MODEL, crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
 
 let h: WorkerHarness;

@@ -1,9 +1,9 @@
 import { ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { runUnderWorkerGrants } from '../../local/worker-scope.js';
+import { runUnderWorkerGrants } from '../../local/runtime/worker-scope.js';
 import { awsClients } from '../../shared/aws/clients.js';
-import { config } from '../../shared/config.js';
-import { logger } from '../../shared/logger.js';
+import { config } from '../../shared/base/config.js';
+import { logger } from '../../shared/base/logger.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 
 /**

@@ -12,7 +12,7 @@ import {
   LORA_A_TENSOR,
   LORA_B_TENSOR,
   peftAdapter,
-} from '../../shared/checkpoints/archive.js';
+} from '../../shared/wire/archive/archive.js';
 import { referenceBackend, trainedReferenceModel } from '../support/reference-checkpoint.js';
 import { describeScenario } from './scenario.js';
 

@@ -1,14 +1,14 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { engineStack } from '../../local/engine-stack.js';
-import { type LocalStack, startLocalStack } from '../../local/stack.js';
+import { engineStack } from '../../local/runtime/engine-stack.js';
+import { type LocalStack, startLocalStack } from '../../local/runtime/stack.js';
 import type { EngineBackend } from '../../shared/backend/engine/engine-backend.js';
 import { createApiKey } from '../../shared/repositories/api-keys.js';
-import { engineUnderTest } from '../engine/engine-under-test.js';
+import { engineUnderTest } from '../support/engine/engine-under-test.js';
 import { LOGPROB_TOLERANCE, runScenario, type ScenarioReport } from './scenario.js';
 
 /**
  * The official SDK on the torch engine (G1-G6): a stack of this file's own, started as
- * `npm start -- --engine torch` starts it (local/engine-stack.ts; the tiny model), and
+ * `npm start -- --engine torch` starts it (local/runtime/engine-stack.ts; the tiny model), and
  * scenarios/engine.py run against it with SDK 0.25.0. Without the engine's venv it skips with one line
  * (under CI, which installs the engine, it fails instead: test/support/prerequisites.ts).
  */

@@ -1,5 +1,5 @@
 import type { TestProject } from 'vitest/node';
-import { startLocalStack } from '../../local/stack.js';
+import { startLocalStack } from '../../local/runtime/stack.js';
 import { createApiKey } from '../../shared/repositories/api-keys.js';
 import { findPrerequisites, prepareSdkPython, type SdkPython } from './python-env.js';
 

@@ -3,7 +3,7 @@ import {
   ADAPTER_CONFIG_FILE,
   ADAPTER_WEIGHTS_FILE,
   COMPLETE_MARKER_FILE,
-} from '../../shared/checkpoints/archive.js';
+} from '../../shared/wire/archive/archive.js';
 import { describeScenario } from './scenario.js';
 
 /**

@@ -1,6 +1,6 @@
-import { localAwsClients } from '../../local/aws-clients.js';
-import { initializeStackOf } from '../../local/client-middleware.js';
-import type { CloudEndpoints } from '../../local/cloud.js';
+import { localAwsClients } from '../../local/cloud/aws-clients.js';
+import { initializeStackOf } from '../../local/cloud/client-middleware.js';
+import type { CloudEndpoints } from '../../local/cloud/cloud.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
 
 /**

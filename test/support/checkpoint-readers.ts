@@ -1,5 +1,5 @@
 /**
- * Strict readers of the two formats the checkpoint archive writes (shared/checkpoints/), written from
+ * Strict readers of the two formats the checkpoint archive writes (shared/wire/archive/), written from
  * the formats' rules rather than from the writers, so the tests check the bytes and not the writers'
  * own arithmetic. Each throws on the first byte that breaks a rule.
  */

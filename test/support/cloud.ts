@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
-import { localAwsClients } from '../../local/aws-clients.js';
-import type { CloudEndpoints } from '../../local/cloud.js';
-import { envFor, type ProvisionedResources, provisionResources } from '../../local/resources.js';
-import type { ApiDeps } from '../../shared/api/deps.js';
+import { localAwsClients } from '../../local/cloud/aws-clients.js';
+import type { CloudEndpoints } from '../../local/cloud/cloud.js';
+import { envFor, type ProvisionedResources, provisionResources } from '../../local/cloud/resources.js';
 import { type AwsClients, resetAwsClients } from '../../shared/aws/clients.js';
-import { resetConfig } from '../../shared/config.js';
-import { topology } from '../../shared/topology.js';
+import { resetConfig } from '../../shared/base/config.js';
+import { topology } from '../../shared/base/topology.js';
+import type { ApiDeps } from '../../shared/services/api/deps.js';
 
 export interface TestCloud {
   /** Unique per call; every table, the bucket and the queues are named `<prefix>-<name>`. */

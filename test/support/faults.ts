@@ -1,7 +1,7 @@
 /**
  * The fault library for tests (see `faults/injector.ts` for the SDK faults and `faults/crash-points.ts`
  * for crash points). Nothing here is imported by production code, which knows only the no-op
- * `shared/fault-hook.ts`.
+ * `shared/base/fault-hook.ts`.
  *
  *   const faults = createFaultInjector({ seed: 7, rates: { throttle: 0.05, timeoutAfterWrite: 0.02 } });
  *   const detach = faults.attach(clients);      // AwsClients, or single SDK clients

@@ -1,15 +1,15 @@
 import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { type DynamoDBDocumentClient, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { type AwsClients, awsClients } from '../../shared/aws/clients.js';
-import { config } from '../../shared/config.js';
+import { config } from '../../shared/base/config.js';
+import { ConditionLostError, isAwsError } from '../../shared/base/errors.js';
+import { storageKeys } from '../../shared/base/storage-keys.js';
 import type { FutureError } from '../../shared/domain/records.js';
-import { ConditionLostError, isAwsError } from '../../shared/errors.js';
 import {
   futureEndItem,
   INLINE_RESULT_MAX_BYTES,
   type StoredOutcome,
 } from '../../shared/repositories/futures.js';
-import { storageKeys } from '../../shared/storage-keys.js';
 
 /**
  * Ends future rows directly, as no production path does (the worker commits its rows in one

@@ -1,5 +1,5 @@
 import type { TestProject } from 'vitest/node';
-import { type CloudEndpoints, startLocalCloud } from '../../local/cloud.js';
+import { type CloudEndpoints, startLocalCloud } from '../../local/cloud/cloud.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {

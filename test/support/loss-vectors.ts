@@ -7,14 +7,14 @@ import { float32Tensor } from '../../shared/backend/tensor.js';
 /**
  * Shared loss test vectors (docs/design.md#l1): per-target inputs and the reference backend's loss
  * value, slope d loss / d logprob, `loss:mean` weight, ratio and clip flag for each, written to
- * test/fixtures/loss-vectors.json. test/unit/engine-loss-vectors.test.ts checks the file still equals
+ * test/support/fixtures/loss-vectors.json. test/unit/engine-loss-vectors.test.ts checks the file still equals
  * what the reference computes; the torch engine's pytest (engines/torch/tests/test_loss_vectors.py)
  * checks its losses against the same file, so both implementations answer to one set of numbers.
  *
  *   node --import tsx test/support/loss-vectors.ts    rewrites the file
  */
 
-export const LOSS_VECTORS_FILE = fileURLToPath(new URL('../fixtures/loss-vectors.json', import.meta.url));
+export const LOSS_VECTORS_FILE = fileURLToPath(new URL('./fixtures/loss-vectors.json', import.meta.url));
 
 interface VectorInput {
   readonly loss_fn: string;

@@ -1,9 +1,9 @@
 import type { S3Client } from '@aws-sdk/client-s3';
 import { awsClients } from '../../shared/aws/clients.js';
-import { config } from '../../shared/config.js';
-import { InfrastructureError } from '../../shared/errors.js';
-import { sha256Hex } from '../../shared/ids.js';
-import { readStoredPayload } from '../../shared/payload-store.js';
+import { config } from '../../shared/base/config.js';
+import { InfrastructureError } from '../../shared/base/errors.js';
+import { sha256Hex } from '../../shared/base/ids.js';
+import { readStoredPayload } from '../../shared/repositories/payloads.js';
 
 // Tests read back what the API stored; production reads payloads as bytes (readStoredPayload).
 

@@ -1,13 +1,13 @@
 import { type MockInstance, vi } from 'vitest';
-import type { LocalRuntime } from '../../local/runtime.js';
-import { logger } from '../../shared/logger.js';
+import type { LocalRuntime } from '../../local/runtime/lambda-runtime.js';
+import { logger } from '../../shared/base/logger.js';
 import {
   FUNCTION_IDS,
   type FunctionDecl,
   type FunctionId,
   type Topology,
   topology,
-} from '../../shared/topology.js';
+} from '../../shared/base/topology.js';
 import type { TestCloud } from './cloud.js';
 import { startCloudRuntime } from './runtime.js';
 

@@ -1,12 +1,12 @@
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { DEFAULT_BASE_MODEL } from '../../shared/api/capabilities.js';
 import type { EngineCommand } from '../../shared/backend/engine/engine-process.js';
 import { serveEngine } from '../../shared/backend/engine/serve.js';
 import { REFERENCE_TOKENIZER_DIR } from '../../shared/backend/reference/byte-tokenizer.js';
 import { VOCAB } from '../../shared/backend/reference/model.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
+import { DEFAULT_BASE_MODEL } from '../../shared/services/api/capabilities.js';
 
 /**
  * The reference backend as an engine process (shared/backend/engine/serve.ts), for the protocol's and

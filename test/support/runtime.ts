@@ -1,5 +1,9 @@
-import { type LocalRuntime, type LocalRuntimeOptions, startLocalRuntime } from '../../local/runtime.js';
-import { topology } from '../../shared/topology.js';
+import {
+  type LocalRuntime,
+  type LocalRuntimeOptions,
+  startLocalRuntime,
+} from '../../local/runtime/lambda-runtime.js';
+import { topology } from '../../shared/base/topology.js';
 import type { TestCloud } from './cloud.js';
 
 export type CloudRuntimeOptions = Partial<Omit<LocalRuntimeOptions, 'queueUrls'>>;

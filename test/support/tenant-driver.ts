@@ -1,7 +1,7 @@
 import type { DatumJson, ForwardBackwardInputJson } from '../../shared/backend/pass-input.js';
+import { deriveSeed } from '../../shared/base/ids.js';
 import { rlDatum } from '../../shared/client/rl-inputs.js';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
-import { deriveSeed } from '../../shared/ids.js';
 import { bytesOf, textDatum, type WorkerHarness } from './worker-harness.js';
 import type { Action, DatumSpec, SampleSpec, TenantScript } from './workload.js';
 

@@ -1,5 +1,5 @@
 import { expect } from 'vitest';
-import { ValidationError } from '../../shared/errors.js';
+import { ValidationError } from '../../shared/base/errors.js';
 
 /** The ValidationError `run` throws; fails the test when it throws anything else or nothing. */
 export function validationErrorOf(run: () => unknown): ValidationError {

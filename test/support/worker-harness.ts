@@ -1,7 +1,5 @@
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { GetCommand, ScanCommand } from '@aws-sdk/lib-dynamodb';
-import * as ops from '../../shared/api/operations.js';
-import { retrieveFuture } from '../../shared/api/retrieve.js';
 import type { Backend, BackendState, SamplingParams } from '../../shared/backend/backend.js';
 import { toSampleResult } from '../../shared/backend/backend.js';
 import {
@@ -11,23 +9,29 @@ import {
   passInputFromJson,
 } from '../../shared/backend/pass-input.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
-import { BASE_MODELS_VAR, config, resetConfig } from '../../shared/config.js';
+import { BASE_MODELS_VAR, config, resetConfig } from '../../shared/base/config.js';
+import { StepUserError } from '../../shared/base/errors.js';
+import { deriveId, deriveSeed, mintRequestId } from '../../shared/base/ids.js';
+import { logger } from '../../shared/base/logger.js';
+import {
+  assembleWorkItem,
+  payloadsToRead,
+  type SampleClaimed,
+} from '../../shared/domain/planning/assemble.js';
+import { claimFor, type ModelClaim, replanFor } from '../../shared/domain/planning/claim.js';
+import { DEFAULT_PLAN_LIMITS, type PlanLimits } from '../../shared/domain/planning/limits.js';
+import { plan } from '../../shared/domain/planning/planner.js';
+import { manifestFor, type WorkItem, type WorkManifest } from '../../shared/domain/planning/work-item.js';
 import type { FutureRow, LiveRow, ModelRow } from '../../shared/domain/records.js';
-import { StepUserError } from '../../shared/errors.js';
-import { deriveId, deriveSeed, mintRequestId } from '../../shared/ids.js';
-import { logger } from '../../shared/logger.js';
-import { readStoredPayload } from '../../shared/payload-store.js';
 import { scanLiveIndex } from '../../shared/repositories/live-index.js';
 import { claimModel, readModelRow, readModels, replanModel } from '../../shared/repositories/models.js';
-import { claimSample, readLiveSampleClaims } from '../../shared/repositories/sample-claims.js';
+import { readStoredPayload } from '../../shared/repositories/payloads.js';
+import { claimSample, readLiveSampleClaims } from '../../shared/repositories/samples/claims.js';
 import { resolveTables } from '../../shared/repositories/tables.js';
-import { writeWorkItem } from '../../shared/scheduler/dispatch.js';
-import { assembleWorkItem, payloadsToRead, type SampleClaimed } from '../../shared/scheduling/assemble.js';
-import { claimFor, type ModelClaim, replanFor } from '../../shared/scheduling/claim.js';
-import { DEFAULT_PLAN_LIMITS, type PlanLimits } from '../../shared/scheduling/limits.js';
-import { plan } from '../../shared/scheduling/planner.js';
-import { manifestFor, type WorkItem, type WorkManifest } from '../../shared/scheduling/work-item.js';
-import { passResult } from '../../shared/worker/results.js';
+import * as ops from '../../shared/services/api/operations.js';
+import { retrieveFuture } from '../../shared/services/api/retrieve.js';
+import { writeWorkItem } from '../../shared/services/scheduler/dispatch.js';
+import { passResult } from '../../shared/services/worker/results.js';
 import { apiDeps, setupTestCloud, type TestCloud } from './cloud.js';
 
 /**

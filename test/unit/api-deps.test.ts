@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { resolveApiDeps } from '../../shared/api/deps.js';
 import { createAwsClients } from '../../shared/aws/clients.js';
-import { readConfig } from '../../shared/config.js';
-import { ConfigError } from '../../shared/errors.js';
+import { readConfig } from '../../shared/base/config.js';
+import { ConfigError } from '../../shared/base/errors.js';
+import { resolveApiDeps } from '../../shared/services/api/deps.js';
 
 /** Only what the api function is granted: no PREFIXES_TABLE (the api never reads prefixes). */
 const API_ENV = {

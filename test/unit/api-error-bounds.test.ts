@@ -1,7 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { boundMessage, describeField, describeValue, MESSAGE_MAX_CHARS } from '../../shared/api/describe.js';
-import { parseRequest } from '../../shared/api/request-checks.js';
-import * as schemas from '../../shared/api/schemas.js';
+import {
+  boundMessage,
+  describeField,
+  describeValue,
+  MESSAGE_MAX_CHARS,
+} from '../../shared/services/api/describe.js';
+import { parseRequest } from '../../shared/services/api/request-checks.js';
+import * as schemas from '../../shared/services/api/schemas.js';
 import { validationErrorOf } from '../support/validation.js';
 
 /** Regression tests for error messages built from attacker-controlled input (hardening finding 4). */

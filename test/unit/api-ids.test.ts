@@ -8,8 +8,8 @@ import {
   mintId,
   mintRequestId,
   requestIdTime,
-} from '../../shared/ids.js';
-import { canonicalJson, serializePayload } from '../../shared/payload-store.js';
+} from '../../shared/base/ids.js';
+import { canonicalJson, serializePayload } from '../../shared/repositories/payloads.js';
 
 describe('request ids', () => {
   it('are 32 lowercase hex digits that carry their minting time', () => {

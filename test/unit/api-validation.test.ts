@@ -1,14 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
+import { passInputFromJson } from '../../shared/backend/pass-input.js';
+import { ValidationError } from '../../shared/base/errors.js';
 import {
   checkForwardInput,
   checkSample,
   parseJsonBody,
   parseRequest,
-} from '../../shared/api/request-checks.js';
-import * as schemas from '../../shared/api/schemas.js';
-import { passInputFromJson } from '../../shared/backend/pass-input.js';
-import { ValidationError } from '../../shared/errors.js';
+} from '../../shared/services/api/request-checks.js';
+import * as schemas from '../../shared/services/api/schemas.js';
 
 const limits = { maxBodyBytes: 10_000, maxDatums: 4, maxTokensPerRequest: 64 };
 

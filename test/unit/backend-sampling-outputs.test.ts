@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { SampleRequest } from '../../shared/backend/backend.js';
 import { modelInputFromJson } from '../../shared/backend/pass-input.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
-import { StepUserError } from '../../shared/errors.js';
+import { StepUserError } from '../../shared/base/errors.js';
 
 /** The SDK 0.26+ sampling outputs on the reference backend (W8): read from the model's distribution. */
 const backend = new ReferenceBackend();

@@ -9,7 +9,7 @@ import {
 import { modelInputFromJson, passInputFromJson } from '../../shared/backend/pass-input.js';
 import { VOCAB } from '../../shared/backend/reference/model.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
-import { InfrastructureError, StepUserError } from '../../shared/errors.js';
+import { InfrastructureError, StepUserError } from '../../shared/base/errors.js';
 
 const backend = new ReferenceBackend();
 const BASE = 'meta-llama/Llama-3.2-1B';

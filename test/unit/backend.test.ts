@@ -7,7 +7,7 @@ import { DIM, VOCAB } from '../../shared/backend/reference/model.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { asReferenceState, type ReferenceState } from '../../shared/backend/reference/state.js';
 import { float32Tensor, int64Tensor } from '../../shared/backend/tensor.js';
-import { InfrastructureError, StepUserError } from '../../shared/errors.js';
+import { InfrastructureError, StepUserError } from '../../shared/base/errors.js';
 import { expectMatchesFiniteDifferences } from '../support/finite-difference.js';
 
 const backend = new ReferenceBackend();

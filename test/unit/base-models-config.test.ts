@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { servedBaseModel, supportedModels } from '../../shared/api/capabilities.js';
 import { MAX_CONTEXT } from '../../shared/backend/reference/model.js';
-import { BASE_MODELS_VAR, DEFAULT_BASE_MODEL, readConfig } from '../../shared/config.js';
-import { ConfigError, ValidationError } from '../../shared/errors.js';
+import { BASE_MODELS_VAR, DEFAULT_BASE_MODEL, readConfig } from '../../shared/base/config.js';
+import { ConfigError, ValidationError } from '../../shared/base/errors.js';
+import { servedBaseModel, supportedModels } from '../../shared/services/api/capabilities.js';
 
 /** G6: the pool's base models come from BASE_MODELS; unset, the reference model alone, as before. */
 describe('base models from configuration (G6)', () => {

@@ -6,7 +6,7 @@ import {
   byteTokenizerFiles,
   REFERENCE_TOKENIZER_DIR,
 } from '../../shared/backend/reference/byte-tokenizer.js';
-import { readConfig, TOKENIZER_ID_VAR } from '../../shared/config.js';
+import { readConfig, TOKENIZER_ID_VAR } from '../../shared/base/config.js';
 
 /** Encodes as the shipped tokenizer.json does: each UTF-8 byte to its character, then to its vocab id. */
 function encode(text: string): number[] {
@@ -21,7 +21,7 @@ function encode(text: string): number[] {
 }
 
 describe('the reference tokenizer files', () => {
-  it('are the committed ones (regenerate with local/generate-tokenizer.ts)', () => {
+  it('are the committed ones (regenerate with local/runtime/generate-tokenizer.ts)', () => {
     for (const [name, text] of Object.entries(byteTokenizerFiles())) {
       expect(readFileSync(path.join(REFERENCE_TOKENIZER_DIR, name), 'utf8'), name).toBe(text);
     }

@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { DeliveryLog } from '../../bench/chaos/delivery-log.js';
 import { CommitEffects } from '../../bench/chaos/effects.js';
 import { isInjected, Processes } from '../../bench/chaos/processes.js';
-import { faultHook } from '../../shared/fault-hook.js';
+import { faultHook } from '../../shared/base/fault-hook.js';
 import { FakeWire } from '../support/faults/fake-wire.js';
 import { CrashPoints, createFaultInjector } from '../support/faults.js';
 

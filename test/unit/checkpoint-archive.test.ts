@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { BLOB_SAMPLER_WEIGHTS, encodeBlob } from '../../shared/backend/reference/codec.js';
 import { DIM } from '../../shared/backend/reference/model.js';
 import { asReferenceState, type ReferenceState } from '../../shared/backend/reference/state.js';
+import { InfrastructureError } from '../../shared/base/errors.js';
 import {
   ADAPTER_CONFIG_FILE,
   ADAPTER_WEIGHTS_FILE,
@@ -11,9 +12,8 @@ import {
   LORA_B_TENSOR,
   PEFT_TARGET_MODULE,
   peftAdapter,
-} from '../../shared/checkpoints/archive.js';
-import { writeTar } from '../../shared/checkpoints/tar.js';
-import { InfrastructureError } from '../../shared/errors.js';
+} from '../../shared/wire/archive/archive.js';
+import { writeTar } from '../../shared/wire/archive/tar.js';
 import { readSafetensors, readTar } from '../support/checkpoint-readers.js';
 import { referenceBackend, trainedReferenceModel } from '../support/reference-checkpoint.js';
 import { seededRandom } from '../support/seeded-random.js';

@@ -3,9 +3,9 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { writeSafetensors } from '../../shared/checkpoints/safetensors.js';
-import { TAR_BLOCK, writeTar } from '../../shared/checkpoints/tar.js';
-import { InfrastructureError } from '../../shared/errors.js';
+import { InfrastructureError } from '../../shared/base/errors.js';
+import { writeSafetensors } from '../../shared/wire/archive/safetensors.js';
+import { TAR_BLOCK, writeTar } from '../../shared/wire/archive/tar.js';
 import { readSafetensors, readTar } from '../support/checkpoint-readers.js';
 
 const text = (value: string) => new TextEncoder().encode(value);

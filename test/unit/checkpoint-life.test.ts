@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import { compileRoutes } from '../../shared/api/route-matcher.js';
 import {
   checkpointKeyFromRoute,
   expiryOf,
@@ -10,7 +9,8 @@ import {
   isLiveCheckpoint,
 } from '../../shared/domain/checkpoint-life.js';
 import { listSortKey } from '../../shared/domain/listing-keys.js';
-import { mayAccess } from '../../shared/repositories/checkpoints.js';
+import { mayAccess } from '../../shared/repositories/checkpoints/names.js';
+import { compileRoutes } from '../../shared/services/api/route-matcher.js';
 
 /** The pure rules of the checkpoint lifecycle (C2-C5): liveness, TTL math, route keys, gc order. */
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { InProcessCommitSignal, NO_COMMIT_SIGNAL } from '../../shared/commit-signal.js';
+import { InProcessCommitSignal, NO_COMMIT_SIGNAL } from '../../shared/base/commit-signal.js';
 
 describe('the in-process commit signal', () => {
   it('wakes a waiting watch of the committed request, and only that one', async () => {

@@ -7,7 +7,7 @@ import { EngineBackend } from '../../shared/backend/engine/engine-backend.js';
 import { EngineProcess, EngineVersionError } from '../../shared/backend/engine/engine-process.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { float32Tensor, int64Tensor } from '../../shared/backend/tensor.js';
-import { InfrastructureError, StepUserError } from '../../shared/errors.js';
+import { InfrastructureError, StepUserError } from '../../shared/base/errors.js';
 import { referenceEngineCommand } from '../support/reference-engine.js';
 
 /**

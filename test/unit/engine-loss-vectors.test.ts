@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { LOSS_VECTORS_FILE, lossVectorsJson, referenceLossVectors } from '../support/loss-vectors.js';
 
 /**
- * The shared loss vectors (test/fixtures/loss-vectors.json) are what the reference backend computes
+ * The shared loss vectors (test/support/fixtures/loss-vectors.json) are what the reference backend computes
  * today, so the torch engine's test against the same file compares it with the reference (L1, G3).
  */
 describe('shared loss test vectors', () => {

@@ -2,15 +2,15 @@ import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { InvocationTimeoutError } from '../../local/triggers/invoker.js';
+import { InvocationTimeoutError } from '../../local/runtime/triggers/invoker.js';
+import { ConditionLostError, InfrastructureError, TinkerError } from '../../shared/base/errors.js';
 import { FutureFailedError, TinkerHttpError } from '../../shared/client/tinker-client.js';
-import { ConditionLostError, InfrastructureError, TinkerError } from '../../shared/errors.js';
-import { BatchWriteStoppedError } from '../../shared/prefix/batch-write.js';
-import { TruncatedInputError } from '../../shared/prefix/codec/varint.js';
-import { ReadBatchError } from '../../shared/prefix/read-batcher.js';
-import { AbandonedError } from '../../shared/worker/context.js';
-import { LeaseLostError, SampleClaimLostError } from '../../shared/worker/lease.js';
-import { MalformedPayloadError } from '../../shared/worker/step-payloads.js';
+import { BatchWriteStoppedError } from '../../shared/repositories/prefix/batch-write.js';
+import { TruncatedInputError } from '../../shared/repositories/prefix/codec/varint.js';
+import { ReadBatchError } from '../../shared/repositories/prefix/read-batcher.js';
+import { AbandonedError } from '../../shared/services/worker/context.js';
+import { LeaseLostError, SampleClaimLostError } from '../../shared/services/worker/lease.js';
+import { MalformedPayloadError } from '../../shared/services/worker/step-payloads.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
@@ -26,7 +26,7 @@ describe('the one error hierarchy', () => {
   it('has no error class in shared/, functions/ or local/ outside it', () => {
     const outside = ['shared', 'functions', 'local']
       .flatMap(sources)
-      .filter((file) => file !== 'shared/errors.ts')
+      .filter((file) => file !== 'shared/base/errors.ts')
       .flatMap((file) =>
         [...readFileSync(path.join(ROOT, file), 'utf8').matchAll(/class (\w+) extends Error\b/g)].map(
           (match) => `${file}: ${match[1]}`,

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { faultHook } from '../../shared/fault-hook.js';
+import { faultHook } from '../../shared/base/fault-hook.js';
 import { CrashPoints, SimulatedCrash } from '../support/faults.js';
 
 /** Crash points: a no-op hook in production code, a seeded crash when a test arms the point. */

@@ -2,9 +2,9 @@ import { QueryCommand as RawQueryCommand } from '@aws-sdk/client-dynamodb';
 import { PutCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { describe, expect, it } from 'vitest';
 import type { AwsClients } from '../../shared/aws/clients.js';
-import { liveKey } from '../../shared/ids.js';
+import { liveKey } from '../../shared/base/ids.js';
+import { LIVE_INDEX } from '../../shared/base/topology.js';
 import { scanLiveIndex } from '../../shared/repositories/live-index.js';
-import { LIVE_INDEX } from '../../shared/topology.js';
 import { FakeWire } from '../support/faults/fake-wire.js';
 import { createFaultInjector, type FaultPlan } from '../support/faults.js';
 

@@ -14,10 +14,10 @@ import {
   TransactWriteCommand,
 } from '@aws-sdk/lib-dynamodb';
 import { describe, expect, it, vi } from 'vitest';
-import { errorResponse } from '../../shared/api/router.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
 import { transactWrite } from '../../shared/aws/transact.js';
-import { logger } from '../../shared/logger.js';
+import { logger } from '../../shared/base/logger.js';
+import { errorResponse } from '../../shared/services/api/router.js';
 import { FakeWire } from '../support/faults/fake-wire.js';
 import {
   createFaultInjector,

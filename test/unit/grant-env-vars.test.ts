@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { grantedEnvVars, resourceEnvVars } from '../../shared/grants.js';
-import { type FunctionGrants, type Topology, topology } from '../../shared/topology.js';
+import { grantedEnvVars, resourceEnvVars } from '../../shared/base/grants.js';
+import { type FunctionGrants, type Topology, topology } from '../../shared/base/topology.js';
 
 /**
  * Which resource variables a function gets from its grants: the one rule the CDK binds and the local

@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { iamRequestsFor, type ResourceIndex, resourceIndex } from '../../local/iam-requests.js';
+import { iamRequestsFor, type ResourceIndex, resourceIndex } from '../../local/runtime/iam-requests.js';
+import { grantsAllow, type IamRequest } from '../../shared/base/grants.js';
+import { type FunctionGrants, type FunctionId, LIVE_INDEX, topology } from '../../shared/base/topology.js';
 import { registryKey, registryPrefix } from '../../shared/domain/records.js';
-import { grantsAllow, type IamRequest } from '../../shared/grants.js';
-import { controlKey } from '../../shared/ops/controls.js';
-import { tickLockKey } from '../../shared/scheduler/tick-lock.js';
-import { type FunctionGrants, type FunctionId, LIVE_INDEX, topology } from '../../shared/topology.js';
-import { localEnvFixture } from './local-env-fixture.js';
+import { controlKey } from '../../shared/services/ops/controls.js';
+import { tickLockKey } from '../../shared/services/scheduler/tick-lock.js';
+import { localEnvFixture } from '../support/local-env-fixture.js';
 
 /** Names as `envFor` provisions them under the prefix `p`. */
 const { env, queueUrls } = localEnvFixture();

@@ -4,9 +4,11 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 /**
- * The edges of the module graph: the entry points in bin/ sit above the local cloud and runtime in
- * local/, neither folder has an import cycle, and the benchmarks import only shared test support,
- * never a suite or a suite's own helper. Relative imports only (packages cannot point back in).
+ * The edges of the module graph: the entry points in bin/ sit above local/, whose three parts stack
+ * as the cloud emulation (local/cloud), the local runtime on it (local/runtime) and the demos on both
+ * (local/demos); no production code (shared/, functions/, cdk/) imports local/; neither bin/ nor local/
+ * has an import cycle; and the benchmarks import only shared test support, never a suite or a suite's
+ * own helper. Relative imports only (packages cannot point back in).
  */
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -69,7 +71,9 @@ describe('import graph', () => {
   const graph = importGraph();
 
   it('finds the modules and their imports', () => {
-    expect(graph.get(path.join('bin', 'worker.ts'))).toContain(path.join('local', 'worker-scope.ts'));
+    expect(graph.get(path.join('bin', 'worker.ts'))).toContain(
+      path.join('local', 'runtime', 'worker-scope.ts'),
+    );
     expect(
       cycles(
         new Map([
@@ -87,6 +91,27 @@ describe('import graph', () => {
       component.some((file) => inFolder(file, 'bin') || inFolder(file, 'local')),
     );
     expect(edges).toEqual([]);
+  });
+
+  it('stacks local/ as cloud, runtime, demos, and keeps production code off it', () => {
+    const parts = ['cloud', 'runtime', 'demos'].map((part) => path.join('local', part));
+    const misplaced = [...graph]
+      .filter(([file]) => inFolder(file, 'local'))
+      .filter(([file]) => !parts.some((part) => inFolder(file, part)))
+      .map(([file]) => file);
+    expect(misplaced).toEqual([]);
+    const wrong = [...graph].flatMap(([file, imports]) => {
+      const production = ['shared', 'functions', 'cdk'].some((folder) => inFolder(file, folder));
+      const rank = parts.findIndex((part) => inFolder(file, part));
+      return imports
+        .filter((target) => {
+          if (!inFolder(target, 'local')) return false;
+          if (production) return true;
+          return rank >= 0 && parts.findIndex((part) => inFolder(target, part)) > rank;
+        })
+        .map((target) => `${file} -> ${target}`);
+    });
+    expect(wrong).toEqual([]);
   });
 
   it('keeps bin/ on top: nothing but tests and benchmarks imports an entry point', () => {

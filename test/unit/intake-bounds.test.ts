@@ -1,10 +1,14 @@
 import { describe, expect, it } from 'vitest';
-import { acceptsProtobuf } from '../../shared/api/bodies.js';
-import { archiveUrlLifetime } from '../../shared/api/checkpoint-lifecycle.js';
-import { checkForwardInput, checkJsonPassParts, parseRequest } from '../../shared/api/request-checks.js';
-import * as schemas from '../../shared/api/schemas.js';
 import { passInputFromJson } from '../../shared/backend/pass-input.js';
-import type { ValidationError } from '../../shared/errors.js';
+import type { ValidationError } from '../../shared/base/errors.js';
+import { acceptsProtobuf } from '../../shared/services/api/bodies.js';
+import { archiveUrlLifetime } from '../../shared/services/api/checkpoint-lifecycle.js';
+import {
+  checkForwardInput,
+  checkJsonPassParts,
+  parseRequest,
+} from '../../shared/services/api/request-checks.js';
+import * as schemas from '../../shared/services/api/schemas.js';
 import { decodeForwardBackwardRequest } from '../../shared/wire/forward-backward-request.js';
 import { CHUNKS_PER_DATUM, partLimits } from '../../shared/wire/request-parts.js';
 import { decompressZstdBounded, MAX_ZSTD_FRAMES } from '../../shared/wire/zstd.js';

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { KeyCache } from '../../shared/api/key-cache.js';
-import { readConfig } from '../../shared/config.js';
+import { readConfig } from '../../shared/base/config.js';
+import { KeyCache } from '../../shared/services/api/key-cache.js';
 
 /**
- * The API's per-container key cache (shared/api/key-cache.ts), on an injected clock: what it keeps,
+ * The API's per-container key cache (shared/services/api/key-cache.ts), on an injected clock: what it keeps,
  * for how long, and that a revoked key is never served past the TTL, however often it is used.
  */
 

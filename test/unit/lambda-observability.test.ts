@@ -2,7 +2,7 @@ import type { Context } from 'aws-lambda';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { observedHandler } from '../../shared/aws/lambda-handler.js';
 import { tracer } from '../../shared/aws/tracer.js';
-import { appendLogKeys, logger, withLogKeys } from '../../shared/logger.js';
+import { appendLogKeys, logger, withLogKeys } from '../../shared/base/logger.js';
 
 /** A Lambda context as the runtime passes it (only what the logger reads matters here). */
 function lambdaContext(awsRequestId: string): Context {

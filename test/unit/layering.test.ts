@@ -5,53 +5,58 @@ import { describe, expect, it } from 'vitest';
 
 /**
  * The layer rule of `shared/`, checked on the import statements of every file so it cannot regress.
- * A unit is a folder of `shared/` or a file at its root. A unit may import itself and any unit of a
+ * The folders of `shared/` are its layers, bottom up: `base/`, the floor `aws/` beside the pure
+ * `domain/`, `backend/` and `wire/`, then `repositories/`, `services/` and `client/`. A unit is the
+ * longest entry of the table below that holds a file (a file of `base/`, a folder such as
+ * `domain/planning` or `services/worker`, else its layer). A unit may import itself and any unit of a
  * lower rank, never one of its own rank or above. The order is what the code is:
- * - 0-2 the base: errors, logging, ids and key shapes, then the topology (which names registry keys
- *   in its stream filters), then config read from it;
+ * - 0-2 `base/`: errors, logging, ids and key shapes, then the topology (which names registry keys
+ *   in its stream filters), then config read from it (and the env files operator tools read);
  * - 3-4 the floor (`aws/`: clients and generic AWS helpers) beside the pure layers (`domain/`
- *   records and paths, `backend/`, then `scheduling/` policy, `wire/` codecs and the `checkpoints/`
- *   archive on top of them);
- * - 5-7 adapters of stored things: S3 payloads and the prefix store, then one repository per
- *   record, then `ops/` (controls, metrics and the status read, built on repositories);
- * - 8-10 the services: scheduler, worker and the status page, then the sweeper (whose round runs the
- *   scheduler's safety tick) and the API, then the TypeScript client built on the API's schemas.
+ *   records and rules, `backend/`, then `domain/planning/` the scheduling policy, `wire/` codecs and
+ *   the checkpoint archive on top of them);
+ * - 5-6 `repositories/`: S3 payloads and the prefix store, then one module per record;
+ * - 7-9 `services/`: ops (controls, metrics and the status read, built on repositories), then the
+ *   scheduler, worker and the status page, then the sweeper (whose round runs the scheduler's safety
+ *   tick) and the API;
+ * - 10 `client/`, the TypeScript client built on the API's schemas.
  */
 const RANKS: Readonly<Record<string, number>> = {
-  'errors.ts': 0,
-  'logger.ts': 0,
-  'ids.ts': 0,
-  'storage-keys.ts': 0,
-  'registry-keys.ts': 0,
-  'payload-bytes.ts': 0,
-  'fault-hook.ts': 0,
-  'commit-signal.ts': 0,
-  'stack-outputs.ts': 0,
-  'topology.ts': 1,
-  'config.ts': 2,
-  'grants.ts': 2,
+  'base/errors.ts': 0,
+  'base/logger.ts': 0,
+  'base/ids.ts': 0,
+  'base/storage-keys.ts': 0,
+  'base/registry-keys.ts': 0,
+  'base/payload-bytes.ts': 0,
+  'base/fault-hook.ts': 0,
+  'base/commit-signal.ts': 0,
+  'base/stack-outputs.ts': 0,
+  'base/topology.ts': 1,
+  'base/config.ts': 2,
+  'base/grants.ts': 2,
+  'base/env-file.ts': 2,
   aws: 3,
   domain: 3,
   backend: 3,
-  scheduling: 4,
+  'domain/planning': 4,
   wire: 4,
-  checkpoints: 4,
-  'payload-store.ts': 5,
-  prefix: 5,
+  'wire/archive': 4,
+  'repositories/payloads.ts': 5,
+  'repositories/prefix': 5,
   repositories: 6,
-  ops: 7,
-  scheduler: 8,
-  worker: 8,
-  'status-page': 8,
-  sweeper: 9,
-  api: 9,
+  'services/ops': 7,
+  'services/scheduler': 8,
+  'services/worker': 8,
+  'services/status-page': 8,
+  'services/sweeper': 9,
+  'services/api': 9,
   client: 10,
 };
 
 /** The floor imports, of the rest of `shared/`, only these (and itself). */
-const FLOOR_MAY_IMPORT = new Set(['aws', 'errors.ts', 'config.ts', 'logger.ts']);
+const FLOOR_MAY_IMPORT = new Set(['aws', 'base/errors.ts', 'base/config.ts', 'base/logger.ts']);
 /** Pure layers: no AWS SDK and no adapter, so they are tested without a cloud. */
-const PURE = new Set(['domain', 'scheduling', 'backend', 'wire', 'checkpoints']);
+const PURE = new Set(['domain', 'domain/planning', 'backend', 'wire', 'wire/archive']);
 /** Folders above `shared/` that nothing in it may import. */
 const OUTSIDE = ['functions', 'local', 'bench', 'test', 'cdk'];
 
@@ -68,11 +73,16 @@ function importSpecifiers(source: string): string[] {
   return patterns.flatMap((pattern) => [...source.matchAll(pattern)].map((match) => match[1] ?? ''));
 }
 
-/** The unit of a path relative to the repository root (`shared/aws/x.ts` -> `aws`), or the top folder outside shared. */
+/** The unit of a path relative to the repository root (`shared/services/worker/x.ts` -> `services/worker`), or the top folder outside shared. */
 function unitOf(relative: string): { readonly inShared: boolean; readonly unit: string } {
   const parts = relative.split('/');
   if (parts[0] !== 'shared') return { inShared: false, unit: parts[0] ?? relative };
-  return { inShared: true, unit: parts[1] ?? relative };
+  const inside = parts.slice(1);
+  for (let length = inside.length; length > 0; length--) {
+    const candidate = inside.slice(0, length).join('/');
+    if (candidate in RANKS) return { inShared: true, unit: candidate };
+  }
+  return { inShared: true, unit: inside[0] ?? relative };
 }
 
 /** Why `from` (a shared file) may not import `to` (a module specifier resolved against it), or undefined. */
@@ -131,20 +141,32 @@ describe('the layers of shared/', () => {
   });
 
   it('rejects each kind of wrong arrow', () => {
-    expect(violation('shared/ops/status-reader.ts', '../scheduler/tick.js')).toMatch(/rank 7.*rank 8/);
-    expect(violation('shared/worker/lease.ts', '../scheduler/tick.js')).toMatch(/rank 8.*rank 8/);
-    expect(violation('shared/aws/batch-get.ts', '../prefix/limiter.js')).toMatch(/floor imports prefix/);
-    expect(violation('shared/aws/clients.ts', '../ids.js')).toMatch(/floor imports ids/);
-    expect(violation('shared/domain/records.ts', '../prefix/types.js')).toMatch(/rank 3.*rank 5/);
-    expect(violation('shared/scheduling/planner.ts', '../aws/limiter.js')).toMatch(/pure scheduling/);
+    expect(violation('shared/services/ops/status-reader.ts', '../scheduler/tick.js')).toMatch(
+      /rank 7.*rank 8/,
+    );
+    expect(violation('shared/services/worker/lease.ts', '../scheduler/tick.js')).toMatch(/rank 8.*rank 8/);
+    expect(violation('shared/aws/batch-get.ts', '../repositories/prefix/limiter.js')).toMatch(
+      /floor imports repositories\/prefix/,
+    );
+    expect(violation('shared/aws/clients.ts', '../base/ids.js')).toMatch(/floor imports base\/ids/);
+    expect(violation('shared/domain/records.ts', '../repositories/prefix/types.js')).toMatch(
+      /rank 3.*rank 5/,
+    );
+    expect(violation('shared/domain/records.ts', './planning/planner.js')).toMatch(/rank 3.*rank 4/);
+    expect(violation('shared/domain/planning/planner.ts', '../../aws/limiter.js')).toMatch(
+      /pure domain\/planning/,
+    );
     expect(violation('shared/wire/results.ts', '@aws-sdk/client-s3')).toMatch(/AWS SDK/);
-    expect(violation('shared/config.ts', '../local/resources.js')).toMatch(/imports local/);
-    expect(violation('shared/worker/runtime.ts', '../../functions/worker/handler.js')).toMatch(
+    expect(violation('shared/wire/archive/tar.ts', '../results.js')).toMatch(/rank 4.*rank 4/);
+    expect(violation('shared/base/topology.ts', './config.js')).toMatch(/rank 1.*rank 2/);
+    expect(violation('shared/base/config.ts', '../../local/cloud/resources.js')).toMatch(/imports local/);
+    expect(violation('shared/services/worker/runtime.ts', '../../../functions/worker/handler.js')).toMatch(
       /imports functions/,
     );
-    expect(violation('shared/newfolder/x.ts', '../errors.js')).toMatch(/no rank/);
-    expect(violation('shared/sweeper/sweep.ts', '../scheduler/tick.js')).toBeUndefined();
-    expect(violation('shared/aws/transact.ts', '../errors.js')).toBeUndefined();
+    expect(violation('shared/newfolder/x.ts', '../base/errors.js')).toMatch(/no rank/);
+    expect(violation('shared/services/sweeper/sweep.ts', '../scheduler/tick.js')).toBeUndefined();
+    expect(violation('shared/repositories/checkpoints/gc.ts', '../models.js')).toBeUndefined();
+    expect(violation('shared/aws/transact.ts', '../base/errors.js')).toBeUndefined();
   });
 
   it('finds every form of import', () => {

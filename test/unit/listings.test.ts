@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { choiceParam, integerParam, parseQuery } from '../../shared/api/query.js';
-import { pageRequest } from '../../shared/api/runs.js';
+import { ValidationError } from '../../shared/base/errors.js';
 import { isLiveCheckpoint } from '../../shared/domain/checkpoint-life.js';
 import { checkpointListingKeys, listSortKey } from '../../shared/domain/listing-keys.js';
 import {
@@ -12,7 +11,8 @@ import {
   trainingRunView,
 } from '../../shared/domain/listing-views.js';
 import { SDK_TINKER_PATH } from '../../shared/domain/tinker-path.js';
-import { ValidationError } from '../../shared/errors.js';
+import { choiceParam, integerParam, parseQuery } from '../../shared/services/api/query.js';
+import { pageRequest } from '../../shared/services/api/runs.js';
 import { seededRandom } from '../support/seeded-random.js';
 
 /** The 400 a bad parameter answers, and the field it names. */

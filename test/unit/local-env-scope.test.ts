@@ -1,12 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { functionEnv, installConfigScope } from '../../local/env-scope.js';
-import { AccessPolicy, runAsFunction } from '../../local/grant-enforcement.js';
-import { resourceIndex } from '../../local/iam-requests.js';
-import { config, resetConfig, setConfigScope } from '../../shared/config.js';
-import { ConfigError } from '../../shared/errors.js';
-import { logger } from '../../shared/logger.js';
-import { type FunctionId, topology } from '../../shared/topology.js';
-import { localEnvFixture } from './local-env-fixture.js';
+import { functionEnv, installConfigScope } from '../../local/runtime/env-scope.js';
+import { AccessPolicy, runAsFunction } from '../../local/runtime/grant-enforcement.js';
+import { resourceIndex } from '../../local/runtime/iam-requests.js';
+import { config, resetConfig, setConfigScope } from '../../shared/base/config.js';
+import { ConfigError } from '../../shared/base/errors.js';
+import { logger } from '../../shared/base/logger.js';
+import { type FunctionId, topology } from '../../shared/base/topology.js';
+import { localEnvFixture } from '../support/local-env-fixture.js';
 
 /**
  * The local runtime's environment scope: inside a function, `config()` sees only the resource

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { matchesAnyPattern, matchesPattern } from '../../local/event-filter.js';
-import { type FilterPattern, type Trigger, topology } from '../../shared/topology.js';
+import { matchesAnyPattern, matchesPattern } from '../../local/runtime/event-filter.js';
+import { type FilterPattern, type Trigger, topology } from '../../shared/base/topology.js';
 
 function streamFilters(index: number): readonly FilterPattern[] {
   const trigger = topology.functions.scheduler.triggers[index] as Extract<Trigger, { kind: 'stream' }>;

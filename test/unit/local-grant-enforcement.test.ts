@@ -3,12 +3,12 @@ import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from 'vitest';
-import { AccessPolicy, enforceGrantsOn, runAsFunction } from '../../local/grant-enforcement.js';
-import { resourceIndex } from '../../local/iam-requests.js';
+import { AccessPolicy, enforceGrantsOn, runAsFunction } from '../../local/runtime/grant-enforcement.js';
+import { resourceIndex } from '../../local/runtime/iam-requests.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
-import { logger } from '../../shared/logger.js';
-import { topology } from '../../shared/topology.js';
-import { localEnvFixture } from './local-env-fixture.js';
+import { logger } from '../../shared/base/logger.js';
+import { topology } from '../../shared/base/topology.js';
+import { localEnvFixture } from '../support/local-env-fixture.js';
 
 /**
  * The enforcement middleware on clients whose transport only counts what reaches it: a denied call

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { createTableInputs, envFor, resourceNames } from '../../local/resources.js';
-import { failedItems } from '../../local/triggers/batch-response.js';
+import { createTableInputs, envFor, resourceNames } from '../../local/cloud/resources.js';
+import { failedItems } from '../../local/runtime/triggers/batch-response.js';
 import {
   LIVE_BY_MODEL_INDEX,
   LIVE_BY_MODEL_PROJECTION,
@@ -8,7 +8,7 @@ import {
   LIVE_PROJECTION,
   type Topology,
   topology,
-} from '../../shared/topology.js';
+} from '../../shared/base/topology.js';
 
 describe('createTableInputs', () => {
   const inputs = createTableInputs(topology, 'px');

@@ -11,7 +11,7 @@ import {
   WORKER_ENV_OUTPUTS,
   WRITER_PID_VARIABLE,
   writeLocalEnvFile,
-} from '../../local/env-file.js';
+} from '../../shared/base/env-file.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'tinker-env-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -1,17 +1,17 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { readConfig, resetConfig } from '../../shared/config.js';
+import { readConfig, resetConfig } from '../../shared/base/config.js';
+import { ConfigError } from '../../shared/base/errors.js';
+import { mintRequestId } from '../../shared/base/ids.js';
 import type { LiveRow, ModelRow, RequestType } from '../../shared/domain/records.js';
-import { ConfigError } from '../../shared/errors.js';
-import { mintRequestId } from '../../shared/ids.js';
-import { cutRequestedSince, cutRequestRecord, drainRecord } from '../../shared/ops/controls.js';
+import { cutRequestedSince, cutRequestRecord, drainRecord } from '../../shared/services/ops/controls.js';
 import {
   deadLetterWarnings,
   formatDeadLetters,
   formatDuration,
   renderStatusText,
-} from '../../shared/ops/format.js';
-import { emitMetric, opsMetrics } from '../../shared/ops/metrics.js';
-import { oldestPendingAgeSeconds, queueStatus } from '../../shared/ops/queue-status.js';
+} from '../../shared/services/ops/format.js';
+import { emitMetric, opsMetrics } from '../../shared/services/ops/metrics.js';
+import { oldestPendingAgeSeconds, queueStatus } from '../../shared/services/ops/queue-status.js';
 
 const NOW = 1_800_000_000_000;
 const LEASE_MS = 60_000;

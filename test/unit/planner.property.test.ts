@@ -1,8 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { plan } from '../../shared/domain/planning/planner.js';
+import { tickPrefixLength } from '../../shared/domain/planning/tick-rule.js';
 import type { LiveRow, ModelRow, RequestType } from '../../shared/domain/records.js';
-import { plan } from '../../shared/scheduling/planner.js';
-import { tickPrefixLength } from '../../shared/scheduling/tick-rule.js';
 import {
   dispatchedIds,
   limitsArb,
@@ -16,8 +16,8 @@ import {
   snapshotOf,
   trainingType,
   UNCAPPED,
-} from './scheduling-fixtures.js';
-import { checkPlanInvariants } from './scheduling-invariants.js';
+} from '../support/scheduling-fixtures.js';
+import { checkPlanInvariants } from '../support/scheduling-invariants.js';
 
 const NOW = 1_000_000;
 

@@ -8,15 +8,19 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import {
+  assembleWorkItem,
+  payloadsToRead,
+  type SampleClaimed,
+} from '../../shared/domain/planning/assemble.js';
+import { claimFor, leaseExpired, type ModelClaim, replanFor } from '../../shared/domain/planning/claim.js';
+import type { PlanLimits } from '../../shared/domain/planning/limits.js';
+import type { Snapshot } from '../../shared/domain/planning/plan-types.js';
+import { plan } from '../../shared/domain/planning/planner.js';
+import { type WorkItem, workItemSchema } from '../../shared/domain/planning/work-item.js';
 import type { FutureStatus, LiveRow, ModelRow, RequestType } from '../../shared/domain/records.js';
-import { assembleWorkItem, payloadsToRead, type SampleClaimed } from '../../shared/scheduling/assemble.js';
-import { claimFor, leaseExpired, type ModelClaim, replanFor } from '../../shared/scheduling/claim.js';
-import type { PlanLimits } from '../../shared/scheduling/limits.js';
-import type { Snapshot } from '../../shared/scheduling/plan-types.js';
-import { plan } from '../../shared/scheduling/planner.js';
-import { type WorkItem, workItemSchema } from '../../shared/scheduling/work-item.js';
-import { limitsArb, modelRow, prng, trainingType } from './scheduling-fixtures.js';
-import { checkPlanInvariants } from './scheduling-invariants.js';
+import { limitsArb, modelRow, prng, trainingType } from '../support/scheduling-fixtures.js';
+import { checkPlanInvariants } from '../support/scheduling-invariants.js';
 
 const TICK_MS = 1000;
 const LEASE_MS = 2500;

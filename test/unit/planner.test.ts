@@ -1,11 +1,11 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { dispatchOrder, fairnessScene } from '../../bench/support/tenant-fairness.js';
+import { ConfigError } from '../../shared/base/errors.js';
+import { DEFAULT_PLAN_LIMITS, type PlanLimits, planLimitsFrom } from '../../shared/domain/planning/limits.js';
+import { plan } from '../../shared/domain/planning/planner.js';
+import { tickPrefixLength } from '../../shared/domain/planning/tick-rule.js';
 import type { LiveRow } from '../../shared/domain/records.js';
-import { ConfigError } from '../../shared/errors.js';
-import { DEFAULT_PLAN_LIMITS, type PlanLimits, planLimitsFrom } from '../../shared/scheduling/limits.js';
-import { plan } from '../../shared/scheduling/planner.js';
-import { tickPrefixLength } from '../../shared/scheduling/tick-rule.js';
 import {
   dispatchedIds,
   modelRow,
@@ -18,8 +18,8 @@ import {
   skyrlSingles,
   snapshotOf,
   UNCAPPED,
-} from './scheduling-fixtures.js';
-import { checkPlanInvariants } from './scheduling-invariants.js';
+} from '../support/scheduling-fixtures.js';
+import { checkPlanInvariants } from '../support/scheduling-invariants.js';
 
 const NOW = 1_000_000;
 

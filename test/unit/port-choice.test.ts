@@ -1,13 +1,13 @@
 import { createServer, type Server } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { freePort } from '../../local/free-port.js';
+import { freePort } from '../../local/cloud/free-port.js';
 import {
   DEFAULT_API_PORT,
   DEFAULT_STATUS_PORT,
   listenOn,
   portNotice,
   portSetting,
-} from '../../local/port-choice.js';
+} from '../../local/runtime/port-choice.js';
 
 const servers: Server[] = [];
 function server(): Server {

@@ -1,18 +1,22 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_MAX_ITEM_BYTES, encodeCutRow } from '../../shared/prefix/codec/cut-row.js';
-import { genesisChain, nextChain, sha256Hex } from '../../shared/prefix/codec/digest.js';
-import { decodeRowItem, encodeRowItem, type RowItem } from '../../shared/prefix/codec/row-item.js';
+import { DEFAULT_MAX_ITEM_BYTES, encodeCutRow } from '../../shared/repositories/prefix/codec/cut-row.js';
+import { genesisChain, nextChain, sha256Hex } from '../../shared/repositories/prefix/codec/digest.js';
+import {
+  decodeRowItem,
+  encodeRowItem,
+  type RowItem,
+} from '../../shared/repositories/prefix/codec/row-item.js';
 import {
   packedSizes,
   packTokens,
   TokenPacking,
   type TokenPackingMode,
   unpackTokens,
-} from '../../shared/prefix/codec/token-packing.js';
-import { ByteReader, ByteWriter, unzigzag, zigzag } from '../../shared/prefix/codec/varint.js';
-import { PrefixCorruptError } from '../../shared/prefix/errors.js';
-import type { CutRow } from '../../shared/prefix/types.js';
+} from '../../shared/repositories/prefix/codec/token-packing.js';
+import { ByteReader, ByteWriter, unzigzag, zigzag } from '../../shared/repositories/prefix/codec/varint.js';
+import { PrefixCorruptError } from '../../shared/repositories/prefix/errors.js';
+import type { CutRow } from '../../shared/repositories/prefix/types.js';
 
 const tokenIds = fc.array(fc.integer({ min: 0, max: 0xffff_ffff }), { maxLength: 300 });
 const smallVocabIds = fc.array(fc.integer({ min: 0, max: 150_000 }), { maxLength: 300 });

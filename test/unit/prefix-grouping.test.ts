@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { BATCH_WRITE_MAX_REQUESTS, batchesOf, groupRows } from '../../shared/prefix/grouping.js';
-import { groupKey, rowItemKey } from '../../shared/prefix/keys.js';
+import { BATCH_WRITE_MAX_REQUESTS, batchesOf, groupRows } from '../../shared/repositories/prefix/grouping.js';
+import { groupKey, rowItemKey } from '../../shared/repositories/prefix/keys.js';
 
 interface Row {
   readonly id: number;

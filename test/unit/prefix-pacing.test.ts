@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { Backlog, Pacer } from '../../shared/prefix/pacing.js';
+import { Backlog, Pacer } from '../../shared/repositories/prefix/pacing.js';
 
 function busy(ms: number): void {
   const until = performance.now() + ms;

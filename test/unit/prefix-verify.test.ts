@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { encodeCutRow } from '../../shared/prefix/codec/cut-row.js';
-import { encodeRowItem } from '../../shared/prefix/codec/row-item.js';
-import { groupKey } from '../../shared/prefix/keys.js';
-import { committedCallOf, pointerAfter } from '../../shared/prefix/pointer.js';
-import type { StoredItem } from '../../shared/prefix/read-batcher.js';
-import type { CommitRecord } from '../../shared/prefix/records.js';
-import type { CutRow, PrefixPointer } from '../../shared/prefix/types.js';
-import { type ReadResult, verifyPrefix } from '../../shared/prefix/verify.js';
+import { encodeCutRow } from '../../shared/repositories/prefix/codec/cut-row.js';
+import { encodeRowItem } from '../../shared/repositories/prefix/codec/row-item.js';
+import { groupKey } from '../../shared/repositories/prefix/keys.js';
+import { committedCallOf, pointerAfter } from '../../shared/repositories/prefix/pointer.js';
+import type { StoredItem } from '../../shared/repositories/prefix/read-batcher.js';
+import type { CommitRecord } from '../../shared/repositories/prefix/records.js';
+import type { CutRow, PrefixPointer } from '../../shared/repositories/prefix/types.js';
+import { type ReadResult, verifyPrefix } from '../../shared/repositories/prefix/verify.js';
 
 const NOW = 1_000_000;
 const TTL = NOW + 3600;

@@ -4,7 +4,7 @@ import { builtinModules } from 'node:module';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PROJECT_ROOT } from '../../local/env-file.js';
+import { PROJECT_ROOT } from '../../shared/base/env-file.js';
 
 /**
  * The production entry points (`npm run build`: bin/worker.ts and bin/cli.ts compiled to JavaScript)
@@ -112,7 +112,7 @@ describe('production build', () => {
   });
 
   it('finds the engine environment and the tiny model under the checkout, not under the build folder', () => {
-    const engines = path.join(outDir, 'local/engines.js');
+    const engines = path.join(outDir, 'shared/backend/engine/installed-engines.js');
     const run = spawnSync(
       process.execPath,
       [

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { readConfig, readDeployContext } from '../../shared/config.js';
+import { readConfig, readDeployContext } from '../../shared/base/config.js';
+import { ConfigError } from '../../shared/base/errors.js';
 import {
   decidePoll,
   FullWindows,
@@ -7,7 +8,6 @@ import {
   POLL_RETRY_AFTER_MS,
   windowAt,
 } from '../../shared/domain/quota-rules.js';
-import { ConfigError } from '../../shared/errors.js';
 
 describe('fixed windows', () => {
   it('every instant of a second names the same window; the next second another', () => {

@@ -1,11 +1,11 @@
 import { beforeAll, describe, expect, it } from 'vitest';
+import { logger } from '../../shared/base/logger.js';
 import type { SamplePrefixRef } from '../../shared/domain/records.js';
-import { logger } from '../../shared/logger.js';
-import type { CutSave } from '../../shared/prefix/save-cut.js';
-import type { CutRow, PrefixPointer, SaveAck } from '../../shared/prefix/types.js';
-import { sampleCutTransaction } from '../../shared/worker/commit-items.js';
-import { WorkItemCut } from '../../shared/worker/cut.js';
-import { parsePrefixRef } from '../../shared/worker/sample-resume.js';
+import type { CutSave } from '../../shared/repositories/prefix/save-cut.js';
+import type { CutRow, PrefixPointer, SaveAck } from '../../shared/repositories/prefix/types.js';
+import { sampleCutTransaction } from '../../shared/services/worker/commit-items.js';
+import { WorkItemCut } from '../../shared/services/worker/cut.js';
+import { parsePrefixRef } from '../../shared/services/worker/sample-resume.js';
 
 beforeAll(() => {
   logger.setLogLevel('SILENT');

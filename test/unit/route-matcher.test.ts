@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { compileRoutes } from '../../shared/api/route-matcher.js';
+import { compileRoutes } from '../../shared/services/api/route-matcher.js';
 
 const matcher = compileRoutes({
   create_session: 'create',

@@ -7,8 +7,8 @@ import {
   pendingFutureRecords,
   recordsToRetry,
   type StreamedRow,
-} from '../../shared/scheduler/stream-check.js';
-import { modelRow } from './scheduling-fixtures.js';
+} from '../../shared/services/scheduler/stream-check.js';
+import { modelRow } from '../support/scheduling-fixtures.js';
 
 function futureRecord(sequenceNumber: string, image: Record<string, unknown>): DynamoDBRecord {
   return {

@@ -7,7 +7,7 @@ import {
   type WakeScope,
   wakeModels,
   wokenBy,
-} from '../../shared/scheduler/wake.js';
+} from '../../shared/services/scheduler/wake.js';
 
 function futureRecord(image: Record<string, unknown>): DynamoDBRecord {
   return {

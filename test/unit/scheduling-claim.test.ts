@@ -7,9 +7,9 @@ import {
   releaseFor,
   replanFor,
   sampleReleaseFor,
-} from '../../shared/scheduling/claim.js';
-import { plan } from '../../shared/scheduling/planner.js';
-import { modelRow, rowsOf, snapshotOf, UNCAPPED } from './scheduling-fixtures.js';
+} from '../../shared/domain/planning/claim.js';
+import { plan } from '../../shared/domain/planning/planner.js';
+import { modelRow, rowsOf, snapshotOf, UNCAPPED } from '../support/scheduling-fixtures.js';
 
 const NOW = 5_000;
 const LEASE_MS = 60_000;

@@ -1,7 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { assembleWorkItem, payloadsToRead, type SampleClaimed } from '../../shared/scheduling/assemble.js';
-import { claimFor, type ModelClaim } from '../../shared/scheduling/claim.js';
-import { plan } from '../../shared/scheduling/planner.js';
+import {
+  assembleWorkItem,
+  payloadsToRead,
+  type SampleClaimed,
+} from '../../shared/domain/planning/assemble.js';
+import { claimFor, type ModelClaim } from '../../shared/domain/planning/claim.js';
+import { plan } from '../../shared/domain/planning/planner.js';
 import {
   manifestFor,
   manifestOf,
@@ -9,9 +13,9 @@ import {
   type WorkItem,
   workItemSchema,
   workManifestSchema,
-} from '../../shared/scheduling/work-item.js';
-import { covers } from '../../shared/worker/opening-reads.js';
-import { modelRow, rid, rowsOf, snapshotOf, UNCAPPED } from './scheduling-fixtures.js';
+} from '../../shared/domain/planning/work-item.js';
+import { covers } from '../../shared/services/worker/opening-reads.js';
+import { modelRow, rid, rowsOf, snapshotOf, UNCAPPED } from '../support/scheduling-fixtures.js';
 
 const NOW = 10_000;
 

@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { clientConfig, clientDynamicConfig } from '../../shared/api/capabilities.js';
-import { parseSdkVersion, sdkConfigFlags, sdkFeatures } from '../../shared/api/sdk-versions.js';
 import {
   parseSampleSequenceId,
   sampleSequenceIds,
   withSequenceIds,
 } from '../../shared/domain/sample-sequences.js';
+import { clientConfig, clientDynamicConfig } from '../../shared/services/api/capabilities.js';
+import { parseSdkVersion, sdkConfigFlags, sdkFeatures } from '../../shared/services/api/sdk-versions.js';
 
 describe('SDK versions (W7)', () => {
   it('parses major.minor.patch and ignores what follows', () => {

@@ -1,7 +1,7 @@
 import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type StatusPageServer, startStatusPage } from '../../local/status-page/server.js';
-import { queueStatus } from '../../shared/ops/queue-status.js';
+import { type StatusPageServer, startStatusPage } from '../../local/runtime/status-page/server.js';
+import { queueStatus } from '../../shared/services/ops/queue-status.js';
 
 interface Answer {
   readonly status: number;

@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { type DeadLetterDepths, queueStatus } from '../../shared/ops/queue-status.js';
-import { statusDisplay } from '../../shared/status-page/display.js';
+import { type DeadLetterDepths, queueStatus } from '../../shared/services/ops/queue-status.js';
+import { statusDisplay } from '../../shared/services/status-page/display.js';
 import {
   handleStatusPageRequest,
   loadStatusPageAssets,
   type StatusPageOptions,
   statusPageSubpath,
-} from '../../shared/status-page/page.js';
+} from '../../shared/services/status-page/page.js';
 
 const assets = loadStatusPageAssets();
 const empty = () =>

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { mintRunId } from '../../shared/ids.js';
-import { checkpointContentId, parseRunKey, storageKeys } from '../../shared/storage-keys.js';
+import { mintRunId } from '../../shared/base/ids.js';
+import { checkpointContentId, parseRunKey, storageKeys } from '../../shared/base/storage-keys.js';
 
 /** E3: every key a worker writes names its run, and the GC reads the run back out of it. */
 describe('run-unique storage keys', () => {

@@ -2,7 +2,7 @@ import { create, toBinary } from '@bufbuild/protobuf';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { Datum } from '../../shared/backend/pass-input.js';
-import { ValidationError } from '../../shared/errors.js';
+import { ValidationError } from '../../shared/base/errors.js';
 import {
   decodeForwardBackwardRequest,
   encodeStoredPass,

@@ -1,7 +1,7 @@
 import { fromBinary } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import type { Datum } from '../../shared/backend/pass-input.js';
-import type { ValidationError } from '../../shared/errors.js';
+import type { ValidationError } from '../../shared/base/errors.js';
 import {
   decodeForwardBackwardRequest,
   encodeStoredPass,

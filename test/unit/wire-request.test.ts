@@ -3,7 +3,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { Datum, ForwardBackwardInput } from '../../shared/backend/pass-input.js';
 import type { Tensor } from '../../shared/backend/tensor.js';
-import type { ValidationError } from '../../shared/errors.js';
+import type { ValidationError } from '../../shared/base/errors.js';
 import {
   decodeForwardBackwardRequest,
   encodeStoredPass,

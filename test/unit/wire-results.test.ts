@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { InfrastructureError } from '../../shared/errors.js';
+import { InfrastructureError } from '../../shared/base/errors.js';
 import {
   encodeForwardBackwardOutput,
   encodeSampleResponse,

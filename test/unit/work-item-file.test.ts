@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { InfrastructureError } from '../../shared/errors.js';
-import { PayloadBytes } from '../../shared/payload-bytes.js';
-import { decodeWorkItemFile, encodeWorkItemFile } from '../../shared/scheduling/work-item-file.js';
+import { InfrastructureError } from '../../shared/base/errors.js';
+import { PayloadBytes } from '../../shared/base/payload-bytes.js';
+import { decodeWorkItemFile, encodeWorkItemFile } from '../../shared/domain/planning/work-item-file.js';
 
 const protoBytes = new Uint8Array([0x0a, 0x01, 0x6d, 0x10, 0x07, 0xff, 0x00]);
 const jsonBytes = new TextEncoder().encode('{"request_type":"optim_step"}');

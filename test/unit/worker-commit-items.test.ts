@@ -1,13 +1,13 @@
 import { describe, expect, it } from 'vitest';
+import { commitActionsOf, TRANSACT_WRITE_MAX_ACTIONS } from '../../shared/domain/planning/limits.js';
 import { TRAINING_REQUEST_TYPES, type TrainingRequestType } from '../../shared/domain/records.js';
-import { commitActionsOf, TRANSACT_WRITE_MAX_ACTIONS } from '../../shared/scheduling/limits.js';
 import {
   commitToken,
   type ModelCommit,
   modelCommitTransaction,
   type StepCommit,
   sampleCommitTransaction,
-} from '../../shared/worker/commit-items.js';
+} from '../../shared/services/worker/commit-items.js';
 
 // Passed in, as the worker's runtime does: the transactions read no configuration.
 const tables = { futures: 'p-futures', models: 'p-models', registry: 'p-registry' };

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { Backend, BackendState, ForwardBackwardInput, PassItem } from '../../shared/backend/backend.js';
 import { passInputFromJson } from '../../shared/backend/pass-input.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
-import { PassBatcher } from '../../shared/worker/pass-batcher.js';
+import { PassBatcher } from '../../shared/services/worker/pass-batcher.js';
 
 const reference = new ReferenceBackend();
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { StateCache } from '../../shared/worker/state-cache.js';
+import { StateCache } from '../../shared/services/worker/state-cache.js';
 
 const bytes = (length: number, fill: number) => new Uint8Array(length).fill(fill);
 

@@ -2,12 +2,12 @@ import { describe, expect, it } from 'vitest';
 import type { Backend, BackendState, ForwardBackwardInput } from '../../shared/backend/backend.js';
 import { type ForwardBackwardInputJson, passInputFromJson } from '../../shared/backend/pass-input.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
-import { InfrastructureError } from '../../shared/errors.js';
-import type { WorkItemModel, WorkItemStep } from '../../shared/scheduling/work-item.js';
-import { checkpointContentId, storageKeys } from '../../shared/storage-keys.js';
-import { PassBatcher } from '../../shared/worker/pass-batcher.js';
-import { passResult } from '../../shared/worker/results.js';
-import { executeStep, type PartState, type StepEnv } from '../../shared/worker/steps.js';
+import { InfrastructureError } from '../../shared/base/errors.js';
+import { checkpointContentId, storageKeys } from '../../shared/base/storage-keys.js';
+import type { WorkItemModel, WorkItemStep } from '../../shared/domain/planning/work-item.js';
+import { PassBatcher } from '../../shared/services/worker/pass-batcher.js';
+import { passResult } from '../../shared/services/worker/results.js';
+import { executeStep, type PartState, type StepEnv } from '../../shared/services/worker/steps.js';
 
 const backend = new ReferenceBackend();
 const MODEL = 'model-1';

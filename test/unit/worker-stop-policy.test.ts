@@ -8,7 +8,7 @@ import {
   GraceStop,
   graceSaveBy,
   type StopTimers,
-} from '../../shared/worker/stop-policy.js';
+} from '../../shared/services/worker/stop-policy.js';
 
 /** Timers driven by hand: `advance` moves the clock and fires what falls due, in order. */
 class ManualTimers implements StopTimers {

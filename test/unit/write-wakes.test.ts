@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { type ItemWrite, itemsWritten, mayMatch, TableWrites } from '../../local/write-wakes.js';
-import { registryKey } from '../../shared/registry-keys.js';
-import { type Trigger, topology } from '../../shared/topology.js';
+import { type ItemWrite, itemsWritten, mayMatch, TableWrites } from '../../local/runtime/write-wakes.js';
+import { registryKey } from '../../shared/base/registry-keys.js';
+import { type Trigger, topology } from '../../shared/base/topology.js';
 
 type StreamTrigger = Extract<Trigger, { kind: 'stream' }>;
 
@@ -113,7 +113,7 @@ describe('which writes may wake a stream trigger (its declared filters)', () => 
         // The values as the document client takes them: strings are stored as S.
         ExpressionAttributeValues: { ':inflight': 'm#2', ':remove': 'm#3', ':live': 'p#0', ':epoch': 2 },
       });
-    // A claim sets inflight: it cannot be the MODIFY that clears it (shared/scheduling/claim.ts).
+    // A claim sets inflight: it cannot be the MODIFY that clears it (shared/domain/planning/claim.ts).
     const claim =
       'SET epoch = :epoch, inflight = :inflight, lease_until = :lease_until, planned_through = :p';
     expect(mayMatch(updateOf('models', claim), models)).toBe(false);

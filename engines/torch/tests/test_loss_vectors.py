@@ -1,5 +1,5 @@
-"""The five losses against the shared vectors the reference backend writes (test/fixtures/
-loss-vectors.json, test/support/loss-vectors.ts): same inputs, same values, slopes d loss / d logprob,
+"""The five losses against the shared vectors the reference backend writes (test/support/
+fixtures/loss-vectors.json, test/support/loss-vectors.ts): same inputs, same values, slopes d loss / d logprob,
 `loss:mean` weights, ratios and clip flags within float32 tolerance (L1, G3)."""
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ import torch
 from tinker_engine.inputs import PassDatum
 from tinker_engine.losses import datum_terms, resolve_loss
 
-VECTORS = json.loads((Path(__file__).resolve().parents[3] / "test" / "fixtures" / "loss-vectors.json").read_text())[
-    "vectors"
-]
+VECTORS_FILE = Path(__file__).resolve().parents[3] / "test" / "support" / "fixtures" / "loss-vectors.json"
+VECTORS = json.loads(VECTORS_FILE.read_text())["vectors"]
 
 
 def _datum(vector: dict[str, Any]) -> PassDatum:

@@ -1,6 +1,6 @@
-import { InfrastructureError } from '../../errors.js';
-import { sha256Hex } from '../../ids.js';
-import { logger } from '../../logger.js';
+import { InfrastructureError } from '../../base/errors.js';
+import { sha256Hex } from '../../base/ids.js';
+import { logger } from '../../base/logger.js';
 import type {
   AdamParams,
   Backend,
@@ -38,7 +38,7 @@ import { EngineProtocolError, type FrameBuilder, type WireTensor } from './frame
  * Resident reuse between work items (G3): `serializeState` remembers, by the SHA-256 of the bytes it
  * returned, the handle they were serialized from. `deserializeState` of exactly those bytes takes that
  * handle instead of loading them into the engine again. The worker hands it the bytes its fenced
- * `base_state_ref` names (from its StateCache when this process committed them, shared/worker/state-cache.ts,
+ * `base_state_ref` names (from its StateCache when this process committed them, shared/services/worker/state-cache.ts,
  * else from S3), so a handle is reused only when the state the row commits to is byte for byte the one
  * the handle holds; any other bytes (another run's, another process's) are loaded as they are. A hit
  * removes the entry: one work item owns a handle, and a duplicate delivery of it loads its own copy.

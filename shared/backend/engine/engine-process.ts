@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { ConfigError, InfrastructureError, StepUserError } from '../../errors.js';
-import { logger } from '../../logger.js';
+import { ConfigError, InfrastructureError, StepUserError } from '../../base/errors.js';
+import { logger } from '../../base/logger.js';
 import {
   EngineProtocolError,
   encodeFrame,

@@ -1,5 +1,5 @@
 import { endianness } from 'node:os';
-import { InfrastructureError } from '../../errors.js';
+import { InfrastructureError } from '../../base/errors.js';
 import type { Tensor } from '../tensor.js';
 
 /**

@@ -1,4 +1,4 @@
-import { StepUserError } from '../../errors.js';
+import { StepUserError } from '../../base/errors.js';
 import type {
   Backend,
   BackendState,

@@ -8,7 +8,7 @@ import { MAX_CONTEXT, VOCAB } from './model.js';
  * pre-tokenizer: ByteLevel turns each UTF-8 byte into one printable character (the usual GPT-2 byte
  * alphabet), the merge-less BPE leaves every character a token, and the vocabulary maps the character
  * of byte i to id i; the ByteLevel decoder maps the characters back to bytes. No special tokens: all
- * 256 ids are bytes. `local/generate-tokenizer.ts` writes these files into `tokenizer/`; a unit test
+ * 256 ids are bytes. `local/runtime/generate-tokenizer.ts` writes these files into `tokenizer/`; a unit test
  * checks the committed files match.
  */
 

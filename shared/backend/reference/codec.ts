@@ -7,7 +7,7 @@
  *   16 weights_version f64             24 adam_step f64
  *   32 name bytes, zero-padded to a multiple of 8; then params, [moment1, moment2], [grad] as f64 arrays
  */
-import { InfrastructureError } from '../../errors.js';
+import { InfrastructureError } from '../../base/errors.js';
 import { adapterSize, DIM, VOCAB } from './model.js';
 import { REFERENCE_STATE_KIND, type ReferenceState } from './state.js';
 

@@ -6,7 +6,7 @@
  * inputs they need.
  */
 
-import { StepUserError } from '../../errors.js';
+import { StepUserError } from '../../base/errors.js';
 import type {
   AdamParams,
   CreateModelInput,

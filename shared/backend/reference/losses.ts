@@ -14,7 +14,7 @@
  *   dro                  -(lp A - beta/2 (lp - q)^2)            slope -A + beta (lp - q)
  */
 
-import { StepUserError } from '../../errors.js';
+import { StepUserError } from '../../base/errors.js';
 import { isLossFn, LOSS_FNS, type LossConfigValue, type LossFn, resolveLossConfig } from '../loss-config.js';
 import { floatLossInput, type PassDatum } from './inputs.js';
 

@@ -3,7 +3,7 @@
  * synchronous inside; the methods are async only to match the interface a GPU engine implements.
  */
 
-import { InfrastructureError, StepUserError } from '../../errors.js';
+import { InfrastructureError, StepUserError } from '../../base/errors.js';
 import type {
   AdamParams,
   Backend,

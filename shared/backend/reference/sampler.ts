@@ -21,7 +21,7 @@
  * `target_prompt_logprobs` reads the asked ids' model logprobs at their prompt positions.
  */
 
-import { InfrastructureError } from '../../errors.js';
+import { InfrastructureError } from '../../base/errors.js';
 import type {
   GeneratedSequence,
   SampleOptions,

@@ -1,4 +1,4 @@
-import { InfrastructureError } from '../../errors.js';
+import { InfrastructureError } from '../../base/errors.js';
 import type { BackendState } from '../backend.js';
 
 export const REFERENCE_STATE_KIND = 'reference-lora';

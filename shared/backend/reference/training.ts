@@ -21,7 +21,7 @@
  * i.e. decoupled weight decay applied to the pre-step weights (PyTorch AdamW order).
  */
 
-import { StepUserError } from '../../errors.js';
+import { StepUserError } from '../../base/errors.js';
 import type {
   AdamParams,
   CreateModelInput,

@@ -1,4 +1,4 @@
-"""The checkpoint archive (shared/checkpoints/archive.ts) as the SDK's CLI and a safetensors reader see it.
+"""The checkpoint archive (shared/wire/archive/archive.ts) as the SDK's CLI and a safetensors reader see it.
 
 The test file writes the archive to CHECKPOINT_ARCHIVE and asserts on what this script reports. The
 download, extraction and push-hf code is the SDK's own (tinker.cli.commands.checkpoint), called

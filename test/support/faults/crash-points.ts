@@ -1,5 +1,5 @@
 import { hashString, seedWords, uniformAt } from '../../../shared/backend/reference/prng.js';
-import { faultHook } from '../../../shared/fault-hook.js';
+import { faultHook } from '../../../shared/base/fault-hook.js';
 
 /** Thrown at an armed crash point: the process "died" there, after everything before it happened. */
 export class SimulatedCrash extends Error {

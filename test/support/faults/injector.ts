@@ -4,7 +4,7 @@ import {
   type InitializeNext,
   type InitializeOutput,
   initializeStackOf,
-} from '../../../local/client-middleware.js';
+} from '../../../local/cloud/client-middleware.js';
 import type { AwsClients } from '../../../shared/aws/clients.js';
 import { hashString, seedWords, uniformAt } from '../../../shared/backend/reference/prng.js';
 import {

@@ -1,5 +1,5 @@
-import { canonicalJson } from '../../../shared/payload-store.js';
-import { LIVE_BY_MODEL_INDEX, LIVE_INDEX } from '../../../shared/topology.js';
+import { LIVE_BY_MODEL_INDEX, LIVE_INDEX } from '../../../shared/base/topology.js';
+import { canonicalJson } from '../../../shared/repositories/payloads.js';
 
 /**
  * Index lag, which DynamoDB Local never shows: a GSI is updated asynchronously, so a Query on it may

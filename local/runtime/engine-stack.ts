@@ -1,0 +1,42 @@
+import { createWorkerHandler } from '../../functions/worker/handler.js';
+import type { EngineBackend } from '../../shared/backend/engine/engine-backend.js';
+import {
+  type EngineName,
+  engineBaseModels,
+  resolveBaseModel,
+  startEngineBackend,
+} from '../../shared/backend/engine/installed-engines.js';
+import { BASE_MODELS_VAR } from '../../shared/base/config.js';
+import type { LocalStackOptions } from './stack.js';
+
+export interface EngineStack {
+  /** The base model as every tool names it (a folder by its absolute path). */
+  readonly baseModel: string;
+  /** Started and greeted; the caller stops it after the stack. */
+  readonly backend: EngineBackend;
+  /** For `startLocalStack`: the pool serves `baseModel` alone, and the worker runs on the engine. */
+  readonly options: Pick<LocalStackOptions, 'extraEnv' | 'runtime'>;
+}
+
+/**
+ * A local stack's worker on an engine, as `npm start -- --engine <name> [--base-model X]` runs it
+ * (the SDK tier's engine scenario starts its stack the same way): the engine started on the base
+ * model (by default the tiny local model), BASE_MODELS naming that model alone (G6), and the worker
+ * handler on the engine's backend.
+ */
+export async function engineStack(
+  name: EngineName,
+  rawBaseModel: string | undefined,
+  worker: string,
+): Promise<EngineStack> {
+  const baseModel = resolveBaseModel(rawBaseModel);
+  const backend = await startEngineBackend(name, { baseModel, worker });
+  return {
+    baseModel,
+    backend,
+    options: {
+      extraEnv: { [BASE_MODELS_VAR]: JSON.stringify(engineBaseModels(baseModel)) },
+      runtime: { handlers: { worker: createWorkerHandler({ backend }) } },
+    },
+  };
+}

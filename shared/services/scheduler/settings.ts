@@ -1,0 +1,30 @@
+import { type Config, config } from '../../base/config.js';
+import { type PlanLimits, planLimitsFrom } from '../../domain/planning/limits.js';
+
+/** What a tick needs from the configuration, resolved once per invocation. */
+export interface SchedulerSettings {
+  readonly pool: string;
+  readonly liveShards: number;
+  readonly tables: { readonly futures: string; readonly models: string; readonly registry: string };
+  readonly bucket: string;
+  readonly workQueueUrl: string;
+  readonly limits: PlanLimits;
+  /** Lease of a claim (model or sample) until a worker renews it (E7). */
+  readonly leaseMs: number;
+}
+
+export function schedulerSettings(source: Config = config()): SchedulerSettings {
+  return {
+    pool: source.pool,
+    liveShards: source.liveShards,
+    tables: {
+      futures: source.table('futures'),
+      models: source.table('models'),
+      registry: source.table('registry'),
+    },
+    bucket: source.bucket,
+    workQueueUrl: source.workQueueUrl,
+    limits: planLimitsFrom(source.tunables),
+    leaseMs: source.tunables.leaseSeconds * 1000,
+  };
+}

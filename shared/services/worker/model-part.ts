@@ -1,0 +1,169 @@
+import { faultHook } from '../../base/fault-hook.js';
+import { logger } from '../../base/logger.js';
+import type { WorkItemModel } from '../../domain/planning/work-item.js';
+import { getBytes, putBytes } from './blobs.js';
+import { commitModel } from './commit.js';
+import type { StepCommit } from './commit-items.js';
+import { AbandonedError, type RunContext, stopIfAborted } from './context.js';
+import { LeaseLostError, releaseForReplan } from './lease.js';
+import { COMMIT_INLINE_BUDGET_BYTES, storeOutcome, storeState } from './outputs.js';
+import { executeStep, type PartState, type StepExecution } from './steps.js';
+import type { ModelOutcome, PartOutcome } from './types.js';
+
+/**
+ * One model's part of a work item, independent of every other part (no tenant waits for another's):
+ * check the work item still holds the model, load exactly `base_state_ref` (E3), run the steps in seq
+ * order, write state, large results and checkpoint blobs under fenced keys, commit in one
+ * transaction (E4), settle an ambiguous commit by re-reading (E5).
+ *
+ * On an infrastructure error the part commits nothing and releases the model for re-plan at once
+ * (`releaseForReplan`), rather than leaving it to lease expiry. A worker that is stopped or loses its
+ * lease abandons the part and releases nothing.
+ */
+export async function runModelPart(model: WorkItemModel, ctx: RunContext): Promise<ModelOutcome> {
+  const { model_id: modelId, inflight } = model;
+  const outcome = await runPart(model, ctx).catch(async (error: unknown): Promise<PartOutcome> => {
+    if (error instanceof LeaseLostError) return { outcome: 'lease_lost' };
+    if (error instanceof AbandonedError || ctx.signal?.aborted) return { outcome: 'abandoned' };
+    const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    logger.error('model part failed; releasing it for re-plan', {
+      model_id: modelId,
+      inflight,
+      error: message,
+    });
+    const released = await releaseForReplan(
+      ctx.clients.doc,
+      ctx.tables.models,
+      modelId,
+      inflight,
+      ctx.now(),
+      ctx.maxAttempts,
+    ).catch(() => false);
+    return { outcome: 'failed', error: message, released };
+  });
+  logger.info('model part finished', { model_id: modelId, inflight, outcome: outcome.outcome });
+  return { model_id: modelId, ...outcome };
+}
+
+async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutcome> {
+  const { clients, backend } = ctx;
+  // The base state is fetched while the row is read: both are reads, and the state key is immutable
+  // (E3), so the GET needs no answer from the row. Its failure counts only if the row says the part
+  // runs (a stale redelivery's base state may be collected already). A state this process committed
+  // is not fetched at all (./state-cache.ts).
+  const baseBytes = model.base_state_ref === undefined ? undefined : readBaseState(model.base_state_ref, ctx);
+  // A redelivered or re-planned work item stops here, before it runs or writes anything. The row was
+  // read with every other part's when the work item started (./opening-reads.ts).
+  const row = (await ctx.opening.models).get(model.model_id);
+  if (row?.inflight !== model.inflight) return { outcome: 'not_inflight' };
+
+  const lease = ctx.leases.hold(model.model_id, model.inflight, row.lease_until ?? 0);
+  try {
+    await ctx.emit({ kind: 'model-started', model_id: model.model_id, inflight: model.inflight });
+    stopIfAborted(ctx.signal, lease);
+    const base = await baseBytes;
+    if (base !== undefined && 'error' in base) throw base.error;
+    const part: PartState = {
+      state: base === undefined ? undefined : await backend.deserializeState(base.bytes),
+      stateChanged: false,
+      unloaded: false,
+      saved: new Map(),
+    };
+    const env = {
+      backend,
+      passes: ctx.passes,
+      clients,
+      tables: ctx.tables,
+      bucket: ctx.bucket,
+      model,
+      run: ctx.run,
+      now: ctx.now,
+    };
+    const executions: StepExecution[] = [];
+    for (const step of model.steps) {
+      stopIfAborted(ctx.signal, lease);
+      const execution = await executeStep(step, part, env);
+      executions.push(execution);
+      await ctx.emit({
+        kind: 'step-done',
+        model_id: model.model_id,
+        seq: step.seq,
+        failed: execution.outcome.status === 'failed',
+      });
+      faultHook.crash('worker:mid-item');
+    }
+
+    // Fence: write nothing unless this work item still holds the model (a zombie stops here).
+    stopIfAborted(ctx.signal, lease);
+    if (!(await ctx.leases.stillHeld(model.inflight))) throw new LeaseLostError(model.inflight);
+    const placement = { inlineMaxBytes: ctx.inlineResultMaxBytes, budget: COMMIT_INLINE_BUDGET_BYTES };
+    const [stored, steps] = await Promise.all([
+      storeState(backend, clients.s3, ctx.bucket, model.model_id, model.epoch, ctx.run, part),
+      Promise.all(
+        executions.map(
+          async (execution): Promise<StepCommit> => ({
+            request_id: execution.request_id,
+            outcome: await storeOutcome(
+              execution.request_id,
+              ctx.run,
+              execution.outcome,
+              placement,
+              clients.s3,
+              ctx.bucket,
+            ),
+            ...(execution.checkpoint === undefined ? {} : { checkpoint: execution.checkpoint }),
+            ...(execution.sampling_session === undefined
+              ? {}
+              : { sampling_session: execution.sampling_session }),
+          }),
+        ),
+      ),
+      ...[...part.saved.values()].flatMap((blob) => [
+        putBytes(clients.s3, ctx.bucket, blob.key, blob.bytes),
+        ...(blob.archive === undefined
+          ? []
+          : [putBytes(clients.s3, ctx.bucket, blob.archive.key, blob.archive.bytes)]),
+      ]),
+    ]);
+    const stateRef = stored?.key;
+    await ctx.emit({ kind: 'model-written', model_id: model.model_id, state_ref: stateRef });
+    faultHook.crash('worker:after-state-write');
+    stopIfAborted(ctx.signal, lease);
+
+    // Renewals stop here: the commit removes the lease, and a renewal racing it would only fail.
+    ctx.leases.release(model.inflight);
+    const last = model.steps[model.steps.length - 1];
+    const result = await commitModel(
+      {
+        model_id: model.model_id,
+        inflight: model.inflight,
+        run: ctx.run,
+        base_applied_through: model.base_applied_through,
+        applied_through: last?.seq ?? model.base_applied_through,
+        ...(stateRef === undefined ? {} : { state_ref: stateRef }),
+        unloaded: part.unloaded,
+        now: ctx.now(),
+        steps,
+      },
+      model.epoch,
+      { doc: clients.doc, tables: ctx.tables },
+    );
+    if (!result.committed) return { outcome: 'lost' };
+    // This run's commit landed (seen, or found by re-reading its run on the row, E5): the key is this
+    // run's alone, so it holds exactly these bytes.
+    if (stored !== undefined) ctx.states.committed(stored.key, stored.bytes, model.base_state_ref);
+    return { outcome: 'committed', settled_by_reread: result.settledByReread };
+  } finally {
+    ctx.leases.release(model.inflight);
+  }
+}
+
+/** The base state's bytes, from this process's committed states or from S3; a failure as a value. */
+function readBaseState(key: string, ctx: RunContext): Promise<{ bytes: Uint8Array } | { error: unknown }> {
+  const kept = ctx.states.get(key);
+  if (kept !== undefined) return Promise.resolve({ bytes: kept });
+  return getBytes(ctx.clients.s3, ctx.bucket, key).then(
+    (bytes) => ({ bytes }),
+    (error: unknown) => ({ error }),
+  );
+}
