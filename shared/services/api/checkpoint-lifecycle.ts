@@ -14,7 +14,7 @@ import { requireLiveCheckpoint } from '../../repositories/checkpoints/names.js';
 import { checkpointArchive } from '../../wire/archive/archive.js';
 import { getBytes, putBytes } from '../worker/blobs.js';
 import { HttpAnswer } from './bodies.js';
-import type { OperationContext } from './operations.js';
+import type { OperationContext } from './operation-context.js';
 import { parseRequest } from './request-checks.js';
 import * as schemas from './schemas.js';
 

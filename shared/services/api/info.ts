@@ -9,7 +9,7 @@ import {
 import { requireModel } from '../../repositories/models.js';
 import { requireSamplingSession } from '../../repositories/sampling-sessions.js';
 import { DEFAULT_BASE_MODEL, ENGINE_ARCH, REFERENCE_ARCH } from './capabilities.js';
-import type { OperationContext } from './operations.js';
+import type { OperationContext } from './operation-context.js';
 import { parseRequest } from './request-checks.js';
 import * as schemas from './schemas.js';
 

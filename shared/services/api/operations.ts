@@ -17,7 +17,6 @@ import { cloneOfSeqId, sessionLogKey } from '../../domain/session-log.js';
 import { formatCheckpointPath } from '../../domain/tinker-path.js';
 import { copyCheckpoint } from '../../repositories/checkpoints/copy.js';
 import { checkpointNotFound, issuedPath, resolveCheckpoint } from '../../repositories/checkpoints/names.js';
-import type { IntakeStore } from '../../repositories/intake/run-intake.js';
 import {
   createSamplingSession as storeSamplingSession,
   submitSample,
@@ -43,6 +42,7 @@ import {
   servedBaseModel,
   supportedModels,
 } from './capabilities.js';
+import type { OperationContext } from './operation-context.js';
 import type {
   CheckpointRef,
   CreateModelPayload,
@@ -68,15 +68,9 @@ import { type SdkFeatures, sdkConfigFlags, sdkFeatures } from './sdk-versions.js
 /**
  * The API's operations, one per endpoint: validate everything first (shape, limits, cross-field
  * rules), then read what the request names (404s), and only then write. Each takes the caller's
- * tenant, never trusting ids in the body to carry it.
+ * tenant (its OperationContext), never trusting ids in the body to carry it.
  */
-export interface OperationContext extends IntakeStore {
-  readonly tenant: string;
-  readonly now: number;
-  readonly tunables: Tunables;
-  /** What the calling SDK release is answered (W7); absent: the newest answers. */
-  readonly sdkFeatures?: SdkFeatures;
-}
+export type { OperationContext } from './operation-context.js';
 
 /** The release a request is answered as (W7); absent from the context: the newest. */
 function featuresOf(ctx: OperationContext): SdkFeatures {

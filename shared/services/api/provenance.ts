@@ -4,7 +4,7 @@ import { invalidField as invalid, NotFoundError } from '../../base/errors.js';
 import type { SampleSequencesRecord } from '../../domain/records.js';
 import { parseSampleSequenceId, sampleSequenceId } from '../../domain/sample-sequences.js';
 import { readSampleSequences } from '../../repositories/samples/sequences.js';
-import type { OperationContext } from './operations.js';
+import type { OperationContext } from './operation-context.js';
 import { parseRequest } from './request-checks.js';
 import { getSampleSequenceParams } from './schemas.js';
 

@@ -13,7 +13,7 @@ import {
 } from '../../repositories/futures.js';
 import { encodeForwardBackwardOutput, encodeSampleResponse } from '../../wire/results.js';
 import { BinaryAnswer, PROTOBUF_CONTENT_TYPE } from './bodies.js';
-import type { OperationContext } from './operations.js';
+import type { OperationContext } from './operation-context.js';
 import { inPollSlot } from './quotas.js';
 import { parseRequest } from './request-checks.js';
 import { retrieveFutureRequest } from './schemas.js';

@@ -11,7 +11,7 @@ import {
 } from '../../domain/listing-views.js';
 import * as listings from '../../repositories/listings.js';
 import { requireSession } from '../../repositories/sessions.js';
-import type { OperationContext } from './operations.js';
+import type { OperationContext } from './operation-context.js';
 import { choiceParam, integerParam, type QueryParams } from './query.js';
 
 /**

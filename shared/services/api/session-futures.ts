@@ -14,7 +14,7 @@ import { readFuture } from '../../repositories/futures.js';
 import { cancelQueuedSample } from '../../repositories/samples/cancel.js';
 import { requireSamplingSession } from '../../repositories/sampling-sessions.js';
 import { readLogAfter, readLogEntry, takeCloneId, voidLogPosition } from '../../repositories/session-log.js';
-import type { OperationContext } from './operations.js';
+import type { OperationContext } from './operation-context.js';
 import { inPollSlot } from './quotas.js';
 import { parseRequest } from './request-checks.js';
 import { FALLBACK_POLL, SHORT_POLL } from './retrieve.js';
