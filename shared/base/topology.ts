@@ -424,7 +424,9 @@ export const topology: Topology = {
             // claim is not held; join_sampling_session takes a clone id.
             { keyPrefixes: [key.sessionLog], actions: ['get', 'put'] },
             { keyPrefixes: [key.sessionLogCounter, key.samplerClones], actions: ['update'] },
-            { keyPrefixes: [key.sampleClaim], actions: ['condition-check'] },
+            // Condition checks: cancel_future's, that no worker holds the sample's claim; every
+            // submit's, that its session has not finished.
+            { keyPrefixes: [key.sampleClaim, key.session], actions: ['condition-check'] },
             // The listings (C1): checkpoints, sessions and runs from the by_owner and by_parent
             // indexes; the session futures' logs (W9) from by_parent.
             'query-index',

@@ -1,5 +1,6 @@
 import { type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { writeIfCondition } from '../aws/conditional.js';
+import type { TransactItem } from '../aws/transact.js';
 import { GoneError, NotFoundError } from '../base/errors.js';
 import { registryKey, type SessionRecord } from '../domain/records.js';
 import { requireOwnItem } from './registry.js';
@@ -46,6 +47,21 @@ export async function requireSession(
   const record = await readOwnSession(doc, table, sessionId, tenant);
   if (record.finished_at !== undefined) throw sessionEnded(sessionId);
   return record;
+}
+
+/**
+ * A submit's check, in its own transaction, that the session has not finished, so a submit racing a
+ * finish either lands before it or is refused (W9). A session record that is absent passes: the
+ * reads before the transaction have already answered 404 for an unknown one.
+ */
+export function sessionOpenCheckItem(table: string, sessionId: string): TransactItem {
+  return {
+    ConditionCheck: {
+      TableName: table,
+      Key: { pk: registryKey.session(sessionId) },
+      ConditionExpression: 'attribute_not_exists(finished_at)',
+    },
+  };
 }
 
 export interface SessionFinish {

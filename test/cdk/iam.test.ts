@@ -310,10 +310,11 @@ describe('IAM', () => {
     ]);
     expect(api.filter((p) => p.startsWith('dynamodb:Scan'))).toEqual([]);
     expect(api.filter((p) => p.includes('table:prefixes'))).toEqual([]);
-    // Its intake transactions are puts and updates (`write`); its one condition check is
-    // cancel_future's, that no worker holds the sample's claim (W9).
+    // Its intake transactions are puts and updates (`write`); its condition checks are
+    // cancel_future's, that no worker holds the sample's claim, and every submit's, that its
+    // session has not finished (W9).
     expect(api.filter((p) => p.startsWith('dynamodb:ConditionCheckItem'))).toEqual([
-      `dynamodb:ConditionCheckItem table:registry.Arn if ${leadingKeysCondition(['claim#'])}`,
+      `dynamodb:ConditionCheckItem table:registry.Arn if ${leadingKeysCondition(['claim#', 'session#'])}`,
     ]);
   });
 

@@ -25,6 +25,10 @@ import { type ApiHarness, startApiHarness } from '../support/api-harness.js';
 
 const BASE = 'reference/byte-lm';
 const prompt = { chunks: [{ type: 'encoded_text' as const, tokens: [72, 105, 33] }] };
+const datum = {
+  model_input: { chunks: [{ type: 'encoded_text', tokens: [72, 105] }] },
+  loss_fn_inputs: { target_tokens: { data: [105, 33], dtype: 'int64' as const, shape: [2] } },
+};
 
 async function samplingSession(client: TinkerClient): Promise<{ session: string; sampler: string }> {
   const { session_id } = await client.createSession({ sdk_version: '0.32.0' });
@@ -324,6 +328,56 @@ describe('session futures with queued samples (api only)', () => {
       .catch((e: unknown) => e);
     expect((unknown as TinkerHttpError).status).toBe(404);
     expect(await client.retrieveFuture(queued.request_id)).toMatchObject({ type: 'try_again' });
+  });
+
+  it('a finished session refuses new steps, samples and samplers (410, nothing stored), answers retries, lets its models unload (W9)', async () => {
+    const { session_id } = await client.createSession({ sdk_version: '0.32.0' });
+    const { model_id } = await client.createModel({
+      session_id,
+      model_seq_id: 0,
+      base_model: BASE,
+      lora_config: { rank: 4 },
+    });
+    const pass = {
+      model_id,
+      seq_id: 1,
+      forward_backward_input: { data: [datum], loss_fn: 'cross_entropy' as const },
+    };
+    const accepted = await client.forwardBackward(pass);
+    const { sampling_session_id } = await client.createSamplingSession({
+      session_id,
+      sampling_session_seq_id: 0,
+      base_model: BASE,
+    });
+    await client.finishSession(session_id, { reason: { type: 'success' } });
+
+    const refusals = [
+      await client.optimStep({ model_id, seq_id: 2, adam_params: {} }).catch((error: unknown) => error),
+      await sample(client, sampling_session_id, 1).catch((error: unknown) => error),
+      await client
+        .createSamplingSession({ session_id, sampling_session_seq_id: 1, base_model: BASE })
+        .catch((error: unknown) => error),
+    ];
+    for (const refusal of refusals) {
+      expect(refusal).toBeInstanceOf(TinkerHttpError);
+      expect((refusal as TinkerHttpError).status).toBe(410);
+      expect(JSON.stringify((refusal as TinkerHttpError).body)).toContain(
+        `session ${session_id} has finished`,
+      );
+    }
+    // Nothing of the refused step was stored: its model's counter still ends at the accepted pass.
+    const counter = await api.cloud.clients.doc.send(
+      new GetCommand({
+        TableName: api.cloud.names.tables.registry,
+        Key: { pk: registryKey.seqCounter(model_id) },
+        ConsistentRead: true,
+      }),
+    );
+    expect(counter.Item).toMatchObject({ seq: 2, last_seq_id: 1 });
+    // A retry of what the session accepted before it finished answers the original future.
+    expect((await client.forwardBackward(pass)).request_id).toBe(accepted.request_id);
+    // Its models can still be unloaded (the SDK's clean-up after close).
+    expect((await client.unloadModel(model_id)).request_id).toEqual(expect.any(String));
   });
 
   it('a finished session answers its heartbeat 410 and takes no new models; the first reason wins', async () => {

@@ -11,6 +11,7 @@ import type { IntakeStore } from '../intake/run-intake.js';
 import { putOnce } from '../intake/run-intake.js';
 import { modelCreateItem, type NewRun, newModelRow } from '../models.js';
 import { newSeqCounter } from '../seq-counters.js';
+import { requireSession, sessionOpenCheckItem } from '../sessions.js';
 import { gcEntry, gcEntryPutItem } from './gc.js';
 import { checkpointObjectKeys, issuedPath, readCheckpointName } from './names.js';
 
@@ -84,6 +85,7 @@ export async function copyCheckpoint(
     putOnce(table, record),
     putOnce(table, counter),
     modelCreateItem(store.tables.models, model),
+    sessionOpenCheckItem(table, copy.sessionId),
   ];
   if (expiresAt !== undefined) items.push(gcEntryPutItem(table, gcEntry(record, expiresAt)));
   for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
@@ -97,6 +99,8 @@ export async function copyCheckpoint(
       // A concurrent retry of the same copy got there first.
       const landed = await readCheckpointName(doc, table, pk);
       if (landed !== undefined && landed.tenant === copy.tenant) return { tinker_path: issuedPath(landed) };
+      // Else the session may have finished since it was read: 410 (W9).
+      await requireSession(doc, table, copy.sessionId, copy.tenant);
     }
     await realSleep(backoffDelay(attempt, BACKOFF, Math.random));
   }

@@ -9,6 +9,7 @@ import type { IdempotencyRecord } from '../../domain/records.js';
 import { type PendingFutureInput, pendingFutureRow } from '../futures.js';
 import { deletePayloadQuietly, putPayload, type SerializedPayload } from '../payloads.js';
 import { readRegistryItem } from '../registry.js';
+import { requireSession } from '../sessions.js';
 import type { Tables } from '../tables.js';
 
 /**
@@ -83,6 +84,18 @@ export async function runIntake<T>(
     if (payloadKey !== undefined && !committed && !outcomeUnknown)
       await deletePayloadQuietly(clients.s3, bucket, payloadKey);
   }
+}
+
+/**
+ * On a re-plan after a lost race: the submit's session may have finished since (its check item,
+ * `sessionOpenCheckItem`, is what failed), and then the submit is refused as one that read it so (410, W9).
+ */
+export async function requireOpenSession(
+  store: IntakeStore,
+  sessionId: string,
+  tenant: string,
+): Promise<void> {
+  await requireSession(store.clients.doc, store.tables.registry, sessionId, tenant);
 }
 
 /** An idempotency record's key, and how a 4xx names it: `describe`, and the request's `field` (R7). */

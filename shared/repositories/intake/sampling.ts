@@ -7,6 +7,7 @@ import {
 import type { SerializedPayload } from '../payloads.js';
 import { sampleSequencesItem } from '../samples/sequences.js';
 import { samplingSessionCreateItem } from '../sampling-sessions.js';
+import { sessionOpenCheckItem } from '../sessions.js';
 import {
   findOriginal,
   findOriginalFuture,
@@ -14,6 +15,7 @@ import {
   type IntakeStore,
   newFutureItems,
   putOnce,
+  requireOpenSession,
   runIntake,
   runSubmit,
 } from './run-intake.js';
@@ -47,10 +49,12 @@ export async function submitSample(input: SampleIntake, store: IntakeStore): Pro
   return runSubmit<FutureAnswer>(input, store, async (contended) => {
     const original = contended ? await findOriginalFuture(store, idempotency, input) : undefined;
     if (original) return { answer: { request_id: original.request_id } };
+    if (contended) await requireOpenSession(store, session.session_id, input.tenant);
     return {
       answer: { request_id: input.requestId },
       items: [
         sampleSequencesItem(store.tables.registry, input.sequences),
+        sessionOpenCheckItem(store.tables.registry, session.session_id),
         ...newFutureItems(store.tables, {
           idempotencyKey: idempotency.pk,
           requestId: input.requestId,
@@ -101,6 +105,7 @@ export async function createSamplingSession(
             )
           : undefined;
         if (original) return { answer: { sampling_session_id: original.sampling_session_id } };
+        if (contended) await requireOpenSession(store, record.session_id, record.tenant);
         const idem: SamplingSessionIdemRecord = {
           pk: idempotency.pk,
           tenant: record.tenant,
@@ -112,6 +117,7 @@ export async function createSamplingSession(
           items: [
             samplingSessionCreateItem(store.tables.registry, record),
             putOnce(store.tables.registry, idem),
+            sessionOpenCheckItem(store.tables.registry, record.session_id),
           ],
         };
       },

@@ -26,12 +26,14 @@ import {
   seqCounterAdvanceItem,
   seqCounterUnloadItem,
 } from '../seq-counters.js';
+import { sessionOpenCheckItem } from '../sessions.js';
 import {
   findOriginalFuture,
   type IdempotencyKey,
   type IntakeStore,
   newFutureItems,
   putOnce,
+  requireOpenSession,
   runSubmit,
 } from './run-intake.js';
 
@@ -61,6 +63,7 @@ export async function submitCreateModel(input: CreateModelIntake, store: IntakeS
   return runSubmit<FutureAnswer>(input, store, async (contended) => {
     const original = contended ? await findOriginalFuture(store, idempotency, input) : undefined;
     if (original) return { answer: { request_id: original.request_id, model_id: original.model_id } };
+    if (contended) await requireOpenSession(store, input.sessionId, input.tenant);
     const model: ModelRow = {
       ...newModelRow(input, 'active'),
       ...(input.userMetadata === undefined ? {} : { user_metadata: input.userMetadata }),
@@ -76,6 +79,7 @@ export async function submitCreateModel(input: CreateModelIntake, store: IntakeS
       items: [
         modelCreateItem(store.tables.models, model),
         putOnce(store.tables.registry, counter),
+        sessionOpenCheckItem(store.tables.registry, input.sessionId),
         ...newFutureItems(store.tables, {
           idempotencyKey: idempotency.pk,
           requestId: input.requestId,
@@ -132,7 +136,7 @@ export async function submitTrainingStep(
   };
   const answer: FutureAnswer = { request_id: input.requestId, model_id: input.modelId };
   const readCounter = counterReader(input, store);
-  return runSubmit<FutureAnswer>(input, store, async () => {
+  return runSubmit<FutureAnswer>(input, store, async (contended) => {
     const counter = await readCounter();
     if (input.seqId <= counter.last_seq_id) {
       const original = await findOriginalFuture(store, idempotency, input);
@@ -145,6 +149,7 @@ export async function submitTrainingStep(
       return { answer: { request_id: original.request_id, model_id: input.modelId } };
     }
     if (counter.unloaded) throw modelNotFound(input.modelId, 'is unloaded');
+    if (contended) await requireOpenSession(store, counter.session_id, input.tenant);
     const reservation =
       input.reservation &&
       (await reserveName(input.reservation, input.modelId, input.overwrite === true, input.now, store));
@@ -168,6 +173,7 @@ export async function submitTrainingStep(
         seqId: input.seqId,
         now: input.now,
       }),
+      sessionOpenCheckItem(store.tables.registry, counter.session_id),
     ];
     if (reservation) items.push(...reservation);
     if (input.reservation && input.ttlSeconds !== undefined) {
