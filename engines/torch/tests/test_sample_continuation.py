@@ -166,6 +166,23 @@ def test_a_resume_the_state_does_not_hold_replays(engine: Engine) -> None:
     )
 
 
+def test_prefixes_of_different_lengths_keep_no_state_and_answer_the_uncut_call(engine: Engine) -> None:
+    sampler = _sampler(engine)
+    request = _request()
+    whole = _call(engine, sampler, request)
+    first = _call(engine, sampler, request, max_new_tokens=SLICE)
+    # As after a cut whose save of sequence 1 failed: it restarts from an older, shorter prefix.
+    resume = _resume(first)
+    resume[1] = {"tokens": resume[1]["tokens"][:2], "logprobs": resume[1]["logprobs"][:2]}
+    run = _call(engine, sampler, request, resume=resume, max_new_tokens=SLICE)
+    assert not run["finished"] and "continuation" not in run
+    while not run["finished"]:
+        run = _call(
+            engine, sampler, request, resume=_resume(run), max_new_tokens=SLICE, continuation=run.get("continuation")
+        )
+    _assert_same_run(run, whole)
+
+
 def test_another_request_or_sampler_does_not_continue_a_state(engine: Engine) -> None:
     sampler = _sampler(engine)
     other = engine.dispatch("load_sampler", {"base_model": engine.base.name, "weights": None})["sampler"]

@@ -21,12 +21,12 @@ token by token in that same lockstep, so every row sees the same operations on t
 uninterrupted call and continues with the same bits; rows that are done are fed a placeholder (a row's
 result does not depend on other rows' values).
 
-Live continuation: a call that stops at its `max_new_tokens` with rows unfinished leaves its loop
-exactly where an uninterrupted call would take its next step (the KV cache, the step's tokens not yet
-fed, the rows so far: `LiveSample`). The next call of the same request whose restored prefixes are
-those rows, token for token and logprob for logprob, takes that step instead of running the prompt
-and replaying the prefixes: the same operations on the same tensors, so the same bits. Any other
-prefix replays.
+Live continuation: a call that stops at its `max_new_tokens` with rows unfinished, each at the loop's
+step, leaves its loop exactly where an uninterrupted call would take its next step (the KV cache, the
+step's tokens not yet fed, the rows so far: `LiveSample`). The next call of the same request whose
+restored prefixes are those rows, token for token and logprob for logprob, takes that step instead of
+running the prompt and replaying the prefixes: the same operations on the same tensors, so the same
+bits. Any other prefix replays.
 """
 
 from __future__ import annotations
@@ -453,10 +453,14 @@ def sample(
         }
         for i in range(n)
     ]
+    # Kept only when every unfinished row stands where an uninterrupted call's would: at `step` tokens.
+    # Rows restored at different lengths (a cut whose save of some sequence failed) step together too,
+    # and a row whose budget ran out while another still replayed was fed placeholders meanwhile.
+    aligned = all(stop_reason[i] is not None or len(tokens[i]) == step for i in range(n))
     kept = (
-        None
-        if finished or pending is None
-        else LiveSample(params, cache, pending, step, tokens, logprobs, stop_reason, topk_rows, dict(result))
+        LiveSample(params, cache, pending, step, tokens, logprobs, stop_reason, topk_rows, dict(result))
+        if not finished and pending is not None and aligned
+        else None
     )
     return {"finished": finished, **result, "sequences": sequences}, kept
 
