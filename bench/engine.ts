@@ -47,6 +47,8 @@ import { AwsCallCounter, type CallCount, callsBetween } from './support/aws-call
  *   its state from S3 (a worker without the state cache, on an EngineBackend that keeps no
  *   resident handles, over the same engine process).
  *
+ * `BENCH_CASES=sample,fixed_cost` runs a subset (for investigating one case); the default runs all.
+ *
  * Engine time per operation comes from the worker's side of the protocol (each request's round
  * trip, from when it is written); `fixed_ms_per_work_item` is a side's wall time less its engine
  * compute (run_passes, optim_step, sample), per work item.
@@ -376,137 +378,149 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     await trainStep(trained, tinyRows);
     await plain.send({ op: 'train_step', batch: 'tiny' });
 
+    const only = process.env.BENCH_CASES?.split(',');
+    const selected = (name: string) => only === undefined || only.includes(name);
     const cases: CaseResult[] = [];
-    cases.push(
-      await runCase({
-        name: 'forward_backward',
-        params: {
-          datums,
-          tokens_per_datum: length,
-          rank: RANK,
-          steps: 'forward_backward + optim_step',
-          plain_step_ms_when_sized: trainSize.plainStepMs,
-        },
-        // The headline ratio: more repeats, since other jobs on the machine swing single steps.
-        repeats: shape.repeats + 2,
-        ours: throughStack(datums * length, () => trainStep(trained, batchRows)),
-        baselines: {
-          plain_peft_loop: plainly(datums * length, { op: 'train_step', batch: `step-${datums}` }),
-        },
-      }),
-    );
-
-    const [samples, firstTokens, maxTokens, promptLength] = shape.sample;
-    const prompt = tokenRows(1, promptLength - 1, 3)[0] as number[];
-    const sampleSize = await calibrate(
-      firstTokens,
-      maxTokens,
-      async (size) =>
-        (await plain.send({ op: 'sample', prompt, num_samples: samples, max_tokens: size, seed: 1 }))
-          .compute_ms ?? 0,
-    );
-    const newTokens = sampleSize.size;
-    const { sampling_session_id } = await client.createSamplingSession({
-      session_id,
-      sampling_session_seq_id: samplingSeq++,
-      base_model: TINY_MODEL_DIR,
-    });
-    let sampleSeq = 0;
-    const sampleOnce = async (worker: typeof mode) => {
-      mode = worker;
-      try {
-        const seq = sampleSeq++;
-        const { request_id } = await client.asample({
-          sampling_session_id,
-          seq_id: seq,
-          num_samples: samples,
-          prompt: { chunks: [{ type: 'encoded_text', tokens: prompt }] },
-          sampling_params: { max_tokens: newTokens, temperature: 1, seed: seq },
-        });
-        await client.waitFor(request_id);
-      } finally {
-        mode = 'default';
-      }
-    };
-    cases.push(
-      await runCase({
-        name: 'sample',
-        params: {
-          num_samples: samples,
-          max_tokens: newTokens,
-          prompt_tokens: promptLength,
-          plain_step_ms_when_sized: sampleSize.plainStepMs,
-        },
-        repeats: shape.repeats,
-        ours: throughStack(samples * newTokens, () => sampleOnce('default')),
-        baselines: {
-          plain_peft_loop: plainly(samples * newTokens, {
-            op: 'sample',
-            prompt,
-            num_samples: samples,
-            max_tokens: newTokens,
-            seed: 1,
-          }),
-          stack_one_slice: throughStack(samples * newTokens, () => sampleOnce('one_slice')),
-        },
-      }),
-    );
-
-    cases.push(
-      await runCase({
-        name: 'fixed_cost',
-        params: { datums: 1, tokens_per_datum: 16, steps: 'forward_backward + optim_step' },
-        repeats: shape.repeats + 2,
-        ours: throughStack(16, () => trainStep(trained, tinyRows)),
-        baselines: { plain_peft_loop: plainly(16, { op: 'train_step', batch: 'tiny' }) },
-      }),
-    );
-
-    const models = await Promise.all(Array.from({ length: shape.models }, (_, m) => createModel(10 + m)));
-    const [modelDatums, modelLength] = shape.modelBatch;
-    const modelRows = models.map((_, m) => tokenRows(modelDatums, modelLength, 100 + m));
-    const modelTokens = shape.models * modelDatums * modelLength;
-    cases.push(
-      await runCase({
-        name: 'eight_models',
-        params: { models: shape.models, datums: modelDatums, tokens_per_datum: modelLength },
-        repeats: shape.repeats,
-        ours: throughStack(modelTokens, async () => {
-          const ids = await Promise.all(models.map((id, m) => forwardBackward(id, modelRows[m] ?? [])));
-          await Promise.all(ids.map((id) => client.waitFor(id)));
+    if (selected('forward_backward')) {
+      cases.push(
+        await runCase({
+          name: 'forward_backward',
+          params: {
+            datums,
+            tokens_per_datum: length,
+            rank: RANK,
+            steps: 'forward_backward + optim_step',
+            plain_step_ms_when_sized: trainSize.plainStepMs,
+          },
+          // The headline ratio: more repeats, since other jobs on the machine swing single steps.
+          repeats: shape.repeats + 2,
+          ours: throughStack(datums * length, () => trainStep(trained, batchRows)),
+          baselines: {
+            plain_peft_loop: plainly(datums * length, { op: 'train_step', batch: `step-${datums}` }),
+          },
         }),
-        baselines: {
-          one_at_a_time: throughStack(modelTokens, async () => {
-            for (const [m, id] of models.entries()) {
-              await client.waitFor(await forwardBackward(id, modelRows[m] ?? []));
-            }
-          }),
-        },
-      }),
-    );
+      );
+    }
 
-    const [stateDatums, stateLength] = shape.stateBatch;
-    const stateRows = tokenRows(stateDatums, stateLength, 4);
-    const moved = await createModel(2);
-    await trainStep(moved, stateRows);
-    const stateStep = (reloaded: boolean) =>
-      throughStack(stateDatums * stateLength, async () => {
-        mode = reloaded ? 'reload' : 'default';
+    if (selected('sample')) {
+      const [samples, firstTokens, maxTokens, promptLength] = shape.sample;
+      const prompt = tokenRows(1, promptLength - 1, 3)[0] as number[];
+      const sampleSize = await calibrate(
+        firstTokens,
+        maxTokens,
+        async (size) =>
+          (await plain.send({ op: 'sample', prompt, num_samples: samples, max_tokens: size, seed: 1 }))
+            .compute_ms ?? 0,
+      );
+      const newTokens = sampleSize.size;
+      const { sampling_session_id } = await client.createSamplingSession({
+        session_id,
+        sampling_session_seq_id: samplingSeq++,
+        base_model: TINY_MODEL_DIR,
+      });
+      let sampleSeq = 0;
+      const sampleOnce = async (worker: typeof mode) => {
+        mode = worker;
         try {
-          await trainStep(moved, stateRows);
+          const seq = sampleSeq++;
+          const { request_id } = await client.asample({
+            sampling_session_id,
+            seq_id: seq,
+            num_samples: samples,
+            prompt: { chunks: [{ type: 'encoded_text', tokens: prompt }] },
+            sampling_params: { max_tokens: newTokens, temperature: 1, seed: seq },
+          });
+          await client.waitFor(request_id);
         } finally {
           mode = 'default';
         }
-      });
-    cases.push(
-      await runCase({
-        name: 'state_moved',
-        params: { datums: stateDatums, tokens_per_datum: stateLength, rank: RANK },
-        repeats: shape.repeats + 2,
-        ours: stateStep(false),
-        baselines: { reloaded_from_s3: stateStep(true) },
-      }),
-    );
+      };
+      cases.push(
+        await runCase({
+          name: 'sample',
+          params: {
+            num_samples: samples,
+            max_tokens: newTokens,
+            prompt_tokens: promptLength,
+            plain_step_ms_when_sized: sampleSize.plainStepMs,
+          },
+          repeats: shape.repeats,
+          ours: throughStack(samples * newTokens, () => sampleOnce('default')),
+          baselines: {
+            plain_peft_loop: plainly(samples * newTokens, {
+              op: 'sample',
+              prompt,
+              num_samples: samples,
+              max_tokens: newTokens,
+              seed: 1,
+            }),
+            stack_one_slice: throughStack(samples * newTokens, () => sampleOnce('one_slice')),
+          },
+        }),
+      );
+    }
+
+    if (selected('fixed_cost')) {
+      cases.push(
+        await runCase({
+          name: 'fixed_cost',
+          params: { datums: 1, tokens_per_datum: 16, steps: 'forward_backward + optim_step' },
+          repeats: shape.repeats + 2,
+          ours: throughStack(16, () => trainStep(trained, tinyRows)),
+          baselines: { plain_peft_loop: plainly(16, { op: 'train_step', batch: 'tiny' }) },
+        }),
+      );
+    }
+
+    if (selected('eight_models')) {
+      const models = await Promise.all(Array.from({ length: shape.models }, (_, m) => createModel(10 + m)));
+      const [modelDatums, modelLength] = shape.modelBatch;
+      const modelRows = models.map((_, m) => tokenRows(modelDatums, modelLength, 100 + m));
+      const modelTokens = shape.models * modelDatums * modelLength;
+      cases.push(
+        await runCase({
+          name: 'eight_models',
+          params: { models: shape.models, datums: modelDatums, tokens_per_datum: modelLength },
+          repeats: shape.repeats,
+          ours: throughStack(modelTokens, async () => {
+            const ids = await Promise.all(models.map((id, m) => forwardBackward(id, modelRows[m] ?? [])));
+            await Promise.all(ids.map((id) => client.waitFor(id)));
+          }),
+          baselines: {
+            one_at_a_time: throughStack(modelTokens, async () => {
+              for (const [m, id] of models.entries()) {
+                await client.waitFor(await forwardBackward(id, modelRows[m] ?? []));
+              }
+            }),
+          },
+        }),
+      );
+    }
+
+    if (selected('state_moved')) {
+      const [stateDatums, stateLength] = shape.stateBatch;
+      const stateRows = tokenRows(stateDatums, stateLength, 4);
+      const moved = await createModel(2);
+      await trainStep(moved, stateRows);
+      const stateStep = (reloaded: boolean) =>
+        throughStack(stateDatums * stateLength, async () => {
+          mode = reloaded ? 'reload' : 'default';
+          try {
+            await trainStep(moved, stateRows);
+          } finally {
+            mode = 'default';
+          }
+        });
+      cases.push(
+        await runCase({
+          name: 'state_moved',
+          params: { datums: stateDatums, tokens_per_datum: stateLength, rank: RANK },
+          repeats: shape.repeats + 2,
+          ours: stateStep(false),
+          baselines: { reloaded_from_s3: stateStep(true) },
+        }),
+      );
+    }
 
     return {
       name: 'engine',

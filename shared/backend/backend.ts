@@ -152,6 +152,11 @@ export interface SampleRun extends SampleExtras {
   readonly sequences: GeneratedSequence[];
   readonly prompt_logprobs?: (number | null)[];
   readonly topk_prompt_logprobs?: ([number, number][] | null)[];
+  /**
+   * An unfinished run whose backend kept its live generation state: the key to pass as the next
+   * slice's `SampleOptions.continuation` (docs/engine-protocol.md, "Live sample continuation").
+   */
+  readonly continuation?: string;
 }
 
 export interface SampleOptions {
@@ -162,6 +167,11 @@ export interface SampleOptions {
    * back with `stop_reason: null` and are resumed later from their tokens. Absent: run to completion.
    */
   readonly maxNewTokens?: number;
+  /**
+   * The previous slice's `SampleRun.continuation`, with `resume` being that run's sequences: the
+   * backend may continue its kept state instead of replaying them; the answer is the same either way.
+   */
+  readonly continuation?: string;
 }
 
 /** What every backend's state exposes; the rest is backend-private. */

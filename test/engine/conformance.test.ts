@@ -261,6 +261,52 @@ suite('engine protocol conformance (docs/engine-protocol.md)', () => {
     expect(String((bad as StepUserError).context.field)).toBe('prompt_alt_tokens_k');
   });
 
+  it('answers a sliced call passed its continuations as it answers an uncut one; stale keys change nothing', async () => {
+    const created = await backend.createModel({ base_model: base, lora_config: { rank: 2, seed: 9 } });
+    const sampler = await backend.loadSampler(base, await backend.exportWeights(created, 'sampler'));
+    const request: SampleRequest = {
+      num_samples: 3,
+      prompt: { chunks: [{ type: 'encoded_text', tokens: Int32Array.from([5, 6, 7, 8]) }] },
+      sampling_params: { max_tokens: 10, temperature: 1, seed: 21 },
+      prompt_logprobs: true,
+      topk_prompt_logprobs: 2,
+      topk_sample_logprobs: 3,
+      prompt_alt_tokens_k: 2,
+      target_prompt_logprobs: { shape: [3, 1], data: [6, -1, 8] },
+    };
+    const { continuation: none, ...full } = await backend.sample(sampler, request);
+    expect(none).toBeUndefined();
+    // The worker's slices: each resumes from the tokens so far and names the previous slice's key.
+    let run = await backend.sample(sampler, request, { maxNewTokens: 3 });
+    const first = run;
+    let slices = 1;
+    while (!run.finished) {
+      run = await backend.sample(sampler, request, {
+        resume: run.sequences,
+        maxNewTokens: 3,
+        ...(run.continuation === undefined ? {} : { continuation: run.continuation }),
+      });
+      slices += 1;
+    }
+    expect(slices).toBe(4);
+    expect(run).toEqual(full);
+    // A key the engine no longer holds, or one whose state does not match the resumed prefixes.
+    expect(
+      await backend.sample(sampler, request, { resume: first.sequences, continuation: 'no-such-key' }),
+    ).toEqual(full);
+    const again = await backend.sample(sampler, request, { maxNewTokens: 3 });
+    const shorter = again.sequences.map((s) => ({
+      tokens: s.tokens.slice(0, 1),
+      logprobs: s.logprobs.slice(0, 1),
+    }));
+    expect(
+      await backend.sample(sampler, request, {
+        resume: shorter,
+        ...(again.continuation === undefined ? {} : { continuation: again.continuation }),
+      }),
+    ).toEqual(full);
+  });
+
   it('forgets released handles', async () => {
     const state = await backend.createModel({ base_model: base, lora_config: { rank: 2 } });
     await engine.call('release', () => ({ handles: [(state as unknown as { handle: string }).handle] }));

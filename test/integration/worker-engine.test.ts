@@ -11,6 +11,7 @@ import { runWorkItem } from '../../shared/services/worker/index.js';
 import { expectClose } from '../support/close.js';
 import { engineUnderTest } from '../support/engine/engine-under-test.js';
 import { referenceEngineCommand } from '../support/reference-engine.js';
+import { cycle } from '../support/resume-harness.js';
 import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
 
 /**
@@ -107,6 +108,74 @@ describe.skipIf(torch.command === undefined)('the worker runtime on the torch en
     expect(losses.length).toBeGreaterThan(3);
     // A model's next work item in this process took its committed state's resident handle (G3).
     expect(backend.reuse.resident).toBeGreaterThan(0);
+  });
+});
+
+describe.skipIf(torch.command === undefined)('sliced samples on the torch engine', () => {
+  let h: WorkerHarness;
+  const engines: EngineBackend[] = [];
+  /** An engine backend that records the continuation each sample call was handed. */
+  const engine = (keys: (string | undefined)[] = []) => {
+    if (torch.command === undefined) throw new Error('no engine');
+    const backend = new (class extends EngineBackend {
+      override sample(...[sampler, request, options]: Parameters<EngineBackend['sample']>) {
+        keys.push(options?.continuation);
+        return super.sample(sampler, request, options);
+      }
+    })(new EngineProcess(torch.command, { requestTimeoutMs: 120_000 }));
+    engines.push(backend);
+    return backend;
+  };
+
+  beforeAll(async () => {
+    h = await WorkerHarness.start({ baseModel: torch.baseModel ?? TINY_MODEL_DIR });
+  });
+  afterAll(async () => {
+    await Promise.all(engines.map((backend) => backend.stop()));
+    h?.cloud.clients.dynamo.destroy();
+  });
+
+  it('continues each slice from the last one, and a sample cut and resumed on another engine answers the same (P6)', {
+    timeout: 300_000,
+  }, async () => {
+    const t = h.tenant('slices');
+    const session = await t.samplingSession({ base_model: h.baseModel });
+    const body = (seed: number) => ({
+      num_samples: 3,
+      prompt: { chunks: [{ type: 'encoded_text' as const, tokens: [72, 105, 33] }] },
+      sampling_params: { max_tokens: 10, temperature: 1, seed },
+      prompt_logprobs: true,
+      topk_prompt_logprobs: 2,
+      topk_sample_logprobs: 3,
+      prompt_alt_tokens_k: 2,
+    });
+    const whole = await t.sample(session, body(3));
+    const cut = await t.sample(session, body(4));
+    const worker = { sampleSliceTokens: 3 };
+
+    // Uncut, in 4 slices of 3 tokens: each slice after the first names the last one's state.
+    const keys: (string | undefined)[] = [];
+    const first = engine(keys);
+    await cycle(h, [whole], { worker: { ...worker, backend: first } });
+    expect(keys).toHaveLength(4);
+    expect(keys[0]).toBeUndefined();
+    expect(keys.slice(1).every((key) => typeof key === 'string')).toBe(true);
+
+    // Cut after 2 slices on this engine; resumed on another, whose first slice replays the prefixes.
+    const cutCycle = await cycle(h, [cut], { cutAt: 2, worker: { ...worker, backend: first } });
+    expect(cutCycle?.samples.map((s) => s.outcome)).toEqual(['cut']);
+    const elsewhere: (string | undefined)[] = [];
+    await cycle(h, [cut], { worker: { ...worker, backend: engine(elsewhere) } });
+    expect(elsewhere[0]).toBeUndefined();
+    expect(elsewhere.length).toBeGreaterThan(1);
+    expect(elsewhere.slice(1).every((key) => typeof key === 'string')).toBe(true);
+
+    // Bit for bit what one uncut call on a fresh engine answers.
+    const expected = await h.oracle({ backend: engine() });
+    const actual = await h.answers();
+    expect(actual.get(whole)).toEqual(expected.get(whole));
+    expect(actual.get(cut)).toEqual(expected.get(cut));
+    expect((actual.get(cut) as { sequences: unknown[] }).sequences).toHaveLength(3);
   });
 });
 

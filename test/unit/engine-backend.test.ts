@@ -2,9 +2,23 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { ForwardBackwardInput } from '../../shared/backend/backend.js';
+import type {
+  ForwardBackwardInput,
+  SampleOptions,
+  SampleRequest,
+  SampleRun,
+  SamplerModel,
+} from '../../shared/backend/backend.js';
 import { EngineBackend } from '../../shared/backend/engine/engine-backend.js';
 import { EngineProcess, EngineVersionError } from '../../shared/backend/engine/engine-process.js';
+import {
+  encodeFrame,
+  type Frame,
+  FrameBuilder,
+  FrameReader,
+  resolveBuffers,
+} from '../../shared/backend/engine/frame.js';
+import { serveEngine } from '../../shared/backend/engine/serve.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { float32Tensor, int64Tensor } from '../../shared/backend/tensor.js';
 import { InfrastructureError, StepUserError } from '../../shared/base/errors.js';
@@ -215,5 +229,73 @@ describe('EngineBackend over the reference engine', () => {
   it('fails with an InfrastructureError naming the command when the engine cannot start', async () => {
     const engine = new EngineProcess({ command: '/nonexistent/engine', args: [] });
     await expect(engine.start()).rejects.toThrow(/\/nonexistent\/engine could not start/);
+  });
+});
+
+describe('serveEngine', () => {
+  it('hands its backend the continuation a sample names, and answers the one the backend returns', async () => {
+    const handed: (string | undefined)[] = [];
+    class KeepingBackend extends ReferenceBackend {
+      override async sample(
+        sampler: SamplerModel,
+        request: SampleRequest,
+        options?: SampleOptions,
+      ): Promise<SampleRun> {
+        handed.push(options?.continuation);
+        return { ...(await super.sample(sampler, request, options)), continuation: `kept-${handed.length}` };
+      }
+    }
+    const reader = new FrameReader();
+    const written: Frame[] = [];
+    let wake: (() => void) | undefined;
+    const answer = async (): Promise<Record<string, unknown>> => {
+      while (written.length === 0) await new Promise<void>((resolve) => (wake = resolve));
+      const frame = written.shift() as Frame;
+      expect(frame.header.ok).toBe(true);
+      return resolveBuffers(frame.header.result, frame.buffers) as Record<string, unknown>;
+    };
+    const sample = (id: number, sampler: unknown, continuation?: string) => {
+      const frame = new FrameBuilder();
+      const tokens = frame.tokens(Int32Array.from([104, 105]));
+      const args = {
+        sampler,
+        request: {
+          num_samples: 1,
+          prompt: { chunks: [{ type: 'encoded_text', tokens }] },
+          sampling_params: { max_tokens: 6, seed: 3 },
+        },
+        resume: [],
+        max_new_tokens: 2,
+        ...(continuation === undefined ? {} : { continuation }),
+      };
+      return encodeFrame({ id, op: 'sample', args }, frame.buffers);
+    };
+    const results: Record<string, unknown>[] = [];
+    async function* requests(): AsyncGenerator<Uint8Array> {
+      yield* encodeFrame({ id: 1, op: 'hello', args: { protocol_version: 1, worker: 'test' } });
+      await answer();
+      yield* encodeFrame({ id: 2, op: 'load_sampler', args: { base_model: BASE, weights: null } });
+      const { sampler } = await answer();
+      yield* sample(3, sampler);
+      results.push(await answer());
+      yield* sample(4, sampler, 'kept-1');
+      results.push(await answer());
+      yield* encodeFrame({ id: 5, op: 'shutdown', args: {} });
+    }
+    await serveEngine(
+      new KeepingBackend(),
+      requests(),
+      (chunk) => {
+        written.push(...reader.push(chunk.slice()));
+        wake?.();
+      },
+      {
+        engine: { name: 'keeping', version: '1' },
+        baseModels: [{ name: BASE, tokenizer_id: BASE, vocab_size: 256 }],
+      },
+    );
+    expect(handed).toEqual([undefined, 'kept-1']);
+    expect(results.map((result) => result.continuation)).toEqual(['kept-1', 'kept-2']);
+    expect(results.every((result) => result.finished === false)).toBe(true);
   });
 });

@@ -5,11 +5,18 @@ sampling.py, optim.py, weights.py and state.py.
 Handles: a state handle is consumed by forward_backward, optim_step and import_weights (the answer
 names a new one); every check that can fail with a `user` error runs before anything changes, so the
 old handle stays valid and unchanged then.
+
+Live samples: a `sample` call that its `max_new_tokens` stopped with sequences unfinished keeps its
+generation state under a continuation key (answered as `continuation`); the next call naming that key,
+on the same sampler with the same request and restored prefixes equal to the state's, continues it
+instead of replaying (sampling.py). At most `max_live_samples` are kept, least recently stored out; a
+key is used once, and releasing a sampler drops its states.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +29,7 @@ from .inputs import parse_pass_data
 from .losses import check_loss_inputs, resolve_loss
 from .models import BaseModel, same_base
 from .optim import adamw_step, parse_adam_params
-from .sampling import parse_sample_request, sample
+from .sampling import LiveSample, parse_sample_request, same_request, sample
 from .state import deserialize_state, serialize_state
 from .training import PassJob, run_passes
 from .weights import check_fits, export_weights, import_into, read_weights
@@ -32,11 +39,19 @@ from .weights import check_fits, export_weights, import_into, read_weights
 class EngineOptions:
     max_resident_adapters: int = 32
     max_batch_tokens: int = 16384
+    # Live sample states kept, each a KV cache of num_samples rows (docs/engine-protocol.md).
+    max_live_samples: int = 8
 
 
 @dataclass
 class Sampler:
     adapter: Adapter | None
+
+
+@dataclass
+class LiveEntry:
+    sampler: str
+    state: LiveSample
 
 
 class Engine:
@@ -46,6 +61,7 @@ class Engine:
         self.pool = AdapterPool(base, options.max_resident_adapters)
         self.states: dict[str, Adapter] = {}
         self.samplers: dict[str, Sampler] = {}
+        self.live_samples: OrderedDict[str, LiveEntry] = OrderedDict()
         self._ids = itertools.count(1)
         self.greeted = False
 
@@ -237,7 +253,24 @@ class Engine:
         if not isinstance(handle, str) or handle not in self.samplers:
             raise ProtocolError(f"sampler: no sampler handle {handle!r} in this engine")
         params = parse_sample_request(args.get("request"), self.base)
-        return sample(self.pool, self.samplers[handle].adapter, params, args.get("resume"), args.get("max_new_tokens"))
+        key = args.get("continuation")
+        if key is not None and not isinstance(key, str):
+            raise ProtocolError("continuation: must be a string or null")
+        # Taken out whether or not it fits: a key is used once, and a failed call leaves nothing behind.
+        entry = self.live_samples.pop(key, None) if key is not None else None
+        live = entry.state if entry is not None and entry.sampler == handle else None
+        if live is not None and not same_request(live.params, params):
+            live = None
+        run, kept = sample(
+            self.pool, self.samplers[handle].adapter, params, args.get("resume"), args.get("max_new_tokens"), live
+        )
+        if kept is not None and self.options.max_live_samples > 0:
+            continuation = f"c{next(self._ids)}"
+            self.live_samples[continuation] = LiveEntry(handle, kept)
+            while len(self.live_samples) > self.options.max_live_samples:
+                self.live_samples.popitem(last=False)
+            run["continuation"] = continuation
+        return run
 
     def op_serialize_state(self, args: dict[str, Any]) -> dict[str, Any]:
         _, adapter = self._state(args)
@@ -268,6 +301,8 @@ class Engine:
                 self.pool.drop(adapter)
             elif handle in self.samplers:
                 sampler = self.samplers.pop(handle)
+                for key in [k for k, entry in self.live_samples.items() if entry.sampler == handle]:
+                    del self.live_samples[key]
                 if sampler.adapter is not None:
                     self.pool.drop(sampler.adapter)
         return {}

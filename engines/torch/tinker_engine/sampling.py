@@ -20,11 +20,18 @@ as one batch of `num_samples` rows at the same position. A resumed call replays 
 token by token in that same lockstep, so every row sees the same operations on the same shapes as in an
 uninterrupted call and continues with the same bits; rows that are done are fed a placeholder (a row's
 result does not depend on other rows' values).
+
+Live continuation: a call that stops at its `max_new_tokens` with rows unfinished, each at the loop's
+step, leaves its loop exactly where an uninterrupted call would take its next step (the KV cache, the
+step's tokens not yet fed, the rows so far: `LiveSample`). The next call of the same request whose
+restored prefixes are those rows, token for token and logprob for logprob, takes that step instead of
+running the prompt and replaying the prefixes: the same operations on the same tensors, so the same
+bits. Any other prefix replays.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -282,6 +289,47 @@ def _restored(resume: Any, index: int, params: SampleParams, vocab: int) -> tupl
     return [int(t) for t in tokens], [float(x) for x in logprobs]
 
 
+def same_request(a: SampleParams, b: SampleParams) -> bool:
+    """Field by field, arrays by shape and values (the request a live state was generated for)."""
+    for field in fields(SampleParams):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and np.array_equal(x, y)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+@dataclass
+class LiveSample:
+    """A call's generation where its `max_new_tokens` stopped it, ready for its next step."""
+
+    params: SampleParams
+    # The KV cache through the step before `pending`, one row per sample.
+    cache: Any
+    # The tokens the last step chose (placeholders for done rows), not yet run through the model.
+    pending: list[int]
+    step: int
+    tokens: list[list[int]]
+    logprobs: list[list[float]]
+    stop_reason: list[str | None]
+    topk_rows: list[list[list[Any]]]
+    # prompt_logprobs, topk_prompt_logprobs, prompt_alt_tokens, target_prompt_logprobs as answered.
+    prompt_outputs: dict[str, Any]
+
+    def holds(self, prefixes: list[tuple[list[int], list[float]]]) -> bool:
+        """Whether `prefixes` are exactly this state's rows (logprobs compared as float32 bits)."""
+
+        def bits(values: list[float]) -> bytes:
+            return np.asarray(values, dtype=np.float32).tobytes()
+
+        return all(
+            tokens == self.tokens[i] and bits(logprobs) == bits(self.logprobs[i])
+            for i, (tokens, logprobs) in enumerate(prefixes)
+        )
+
+
 @torch.no_grad()
 def sample(
     pool: AdapterPool,
@@ -289,7 +337,11 @@ def sample(
     params: SampleParams,
     resume: list[Any] | None,
     max_new_tokens: int | None,
-) -> dict[str, Any]:
+    live: LiveSample | None = None,
+) -> tuple[dict[str, Any], LiveSample | None]:
+    """The SampleRun, and the call's live state when `max_new_tokens` stopped it with rows unfinished.
+    `live` (the previous slice's state of this request, on this sampler) is continued when the
+    restored prefixes are its rows, else ignored."""
     base = pool.base
     if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 0):
         raise InfrastructureError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens}")
@@ -301,59 +353,71 @@ def sample(
     name = adapter.slot if adapter is not None else "__base__"
     assert name is not None
     device = base.device
-
-    prompt = torch.from_numpy(params.prompt.copy()).to(device).unsqueeze(0)
-    out = pool.forward([name], input_ids=prompt, use_cache=True)
-    prompt_lp = torch.log_softmax(upcast(out.logits[0]), dim=-1)
-    cache = out.past_key_values
-    result: dict[str, Any] = {}
-    if params.prompt_logprobs:
-        ids = prompt[0, 1:]
-        picked = prompt_lp[:-1].gather(-1, ids.unsqueeze(-1)).squeeze(-1).cpu().numpy().astype(np.float32)
-        result["prompt_logprobs"] = [None, *(float(x) for x in picked)]
-    if params.topk_prompt_logprobs > 0:
-        k = params.topk_prompt_logprobs
-        values, order = torch.sort(prompt_lp[:-1], dim=-1, descending=True, stable=True)
-        values = values[:, :k].cpu().numpy().astype(np.float32)
-        order = order[:, :k].cpu().numpy()
-        result["topk_prompt_logprobs"] = [None] + [
-            [[int(order[t, j]), float(values[t, j])] for j in range(k)] for t in range(values.shape[0])
-        ]
-
-    result.update(_prompt_extras(prompt_lp, params))
-
     n = params.num_samples
     prefixes = [
         _restored(resume[i] if resume is not None and i < len(resume) else None, i, params, base.vocab_size)
         for i in range(n)
     ]
-    tokens = [list(p[0]) for p in prefixes]
-    logprobs = [list(p[1]) for p in prefixes]
-    replay = [len(p[0]) for p in prefixes]
+    if live is not None and not live.holds(prefixes):
+        live = None
+
+    if live is not None:
+        cache = live.cache
+        pending: list[int] | None = live.pending
+        step = live.step
+        result = dict(live.prompt_outputs)
+        first_rows: torch.Tensor | None = None
+        tokens, logprobs, stop_reason, topk_rows = live.tokens, live.logprobs, live.stop_reason, live.topk_rows
+        replay = [0] * n
+    else:
+        prompt = torch.from_numpy(params.prompt.copy()).to(device).unsqueeze(0)
+        out = pool.forward([name], input_ids=prompt, use_cache=True)
+        prompt_lp = torch.log_softmax(upcast(out.logits[0]), dim=-1)
+        cache = out.past_key_values
+        pending = None
+        step = 0
+        result = _prompt_outputs(prompt, prompt_lp, params)
+        first_rows = prompt_lp[-1].to(torch.float64).unsqueeze(0).expand(n, -1)
+        tokens = [list(p[0]) for p in prefixes]
+        logprobs = [list(p[1]) for p in prefixes]
+        replay = [len(p[0]) for p in prefixes]
+        stop_reason = [None] * n
+        topk_rows = [[] for _ in range(n)]
 
     def finish(i: int) -> str | None:
         if _ends_with_stop(tokens[i], params.stops):
             return "stop"
         return "length" if len(tokens[i]) >= params.max_tokens else None
 
-    stop_reason: list[str | None] = [finish(i) if tokens[i] else None for i in range(n)]
+    if live is None:
+        stop_reason = [finish(i) if tokens[i] else None for i in range(n)]
     generated = [0] * n
 
     def active(i: int) -> bool:
         return stop_reason[i] is None and generated[i] < budget
 
     topk = params.topk_sample_logprobs
-    topk_rows: list[list[list[Any]]] = [[] for _ in range(n)]
 
     def more(step: int) -> bool:
         # Restored tokens are replayed to continue them, and also to recompute their top-k rows.
         return any(active(i) or (topk > 0 and step < replay[i]) for i in range(n))
 
-    if more(0):
-        cache.batch_repeat_interleave(n)
-        rows = prompt_lp[-1].to(torch.float64).unsqueeze(0).expand(n, -1)
-        names = [name] * n
-        step = 0
+    names = [name] * n
+
+    def forward(fed: list[int]) -> torch.Tensor:
+        nonlocal cache
+        ids = torch.tensor(fed, dtype=torch.long, device=device).unsqueeze(1)
+        out = pool.forward(names, input_ids=ids, past_key_values=cache, use_cache=True)
+        cache = out.past_key_values
+        return torch.log_softmax(upcast(out.logits[:, -1]), dim=-1).to(torch.float64)
+
+    if more(step):
+        if first_rows is not None:
+            cache.batch_repeat_interleave(n)
+            rows = first_rows
+        else:
+            assert pending is not None
+            rows = forward(pending)
         while True:
             fed: list[int] = []
             ranked = _topk_rows(rows, topk) if topk > 0 else None
@@ -375,19 +439,46 @@ def sample(
                     fed.append(IDLE_TOKEN)
             step += 1
             if not more(step):
+                pending = fed
                 break
-            ids = torch.tensor(fed, dtype=torch.long, device=device).unsqueeze(1)
-            out = pool.forward(names, input_ids=ids, past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
-            rows = torch.log_softmax(upcast(out.logits[:, -1]), dim=-1).to(torch.float64)
+            rows = forward(fed)
 
+    finished = all(reason is not None for reason in stop_reason)
     sequences = [
         {
             "stop_reason": stop_reason[i],
             "tokens": np.asarray(tokens[i], dtype=np.int32),
             "logprobs": np.asarray(logprobs[i], dtype=np.float32),
-            **({"topk_logprobs": topk_rows[i]} if topk > 0 else {}),
+            **({"topk_logprobs": list(topk_rows[i])} if topk > 0 else {}),
         }
         for i in range(n)
     ]
-    return {"finished": all(reason is not None for reason in stop_reason), **result, "sequences": sequences}
+    # Kept only when every unfinished row stands where an uninterrupted call's would: at `step` tokens.
+    # Rows restored at different lengths (a cut whose save of some sequence failed) step together too,
+    # and a row whose budget ran out while another still replayed was fed placeholders meanwhile.
+    aligned = all(stop_reason[i] is not None or len(tokens[i]) == step for i in range(n))
+    kept = (
+        LiveSample(params, cache, pending, step, tokens, logprobs, stop_reason, topk_rows, dict(result))
+        if not finished and pending is not None and aligned
+        else None
+    )
+    return {"finished": finished, **result, "sequences": sequences}, kept
+
+
+def _prompt_outputs(prompt: torch.Tensor, prompt_lp: torch.Tensor, params: SampleParams) -> dict[str, Any]:
+    """What a SampleRun answers about the prompt: its logprobs, top-k rows, alternatives, targets."""
+    result: dict[str, Any] = {}
+    if params.prompt_logprobs:
+        ids = prompt[0, 1:]
+        picked = prompt_lp[:-1].gather(-1, ids.unsqueeze(-1)).squeeze(-1).cpu().numpy().astype(np.float32)
+        result["prompt_logprobs"] = [None, *(float(x) for x in picked)]
+    if params.topk_prompt_logprobs > 0:
+        k = params.topk_prompt_logprobs
+        values, order = torch.sort(prompt_lp[:-1], dim=-1, descending=True, stable=True)
+        values = values[:, :k].cpu().numpy().astype(np.float32)
+        order = order[:, :k].cpu().numpy()
+        result["topk_prompt_logprobs"] = [None] + [
+            [[int(order[t, j]), float(values[t, j])] for j in range(k)] for t in range(values.shape[0])
+        ]
+    result.update(_prompt_extras(prompt_lp, params))
+    return result

@@ -97,6 +97,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--max-resident-adapters", type=int, default=32, help="LoRA adapters kept on the device at once"
     )
     parser.add_argument("--max-batch-tokens", type=int, default=16384, help="padded tokens per forward in a fused pass")
+    parser.add_argument(
+        "--max-live-samples",
+        type=int,
+        default=8,
+        help="sample calls whose live state (KV cache) is kept for their next slice (0: none; each replays)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log-level", default=os.environ.get("TINKER_ENGINE_LOG", "INFO"))
     return parser.parse_args(argv)
@@ -126,5 +132,5 @@ def main(argv: list[str] | None = None, output: BinaryIO | None = None) -> int:
         str(dtype).removeprefix("torch."),
         time.perf_counter() - started,
     )
-    engine = Engine(base, EngineOptions(args.max_resident_adapters, args.max_batch_tokens))
+    engine = Engine(base, EngineOptions(args.max_resident_adapters, args.max_batch_tokens, args.max_live_samples))
     return serve(engine, sys.stdin.buffer, frames)

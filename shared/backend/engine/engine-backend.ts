@@ -299,6 +299,7 @@ export class EngineBackend implements Backend {
                 },
           ),
           max_new_tokens: options.maxNewTokens ?? null,
+          ...(options.continuation === undefined ? {} : { continuation: options.continuation }),
         }),
         { run: held.run },
       );
@@ -567,6 +568,7 @@ function sampleRun(raw: Record<string, unknown>): SampleRun {
     ...(raw.target_prompt_logprobs == null
       ? {}
       : { target_prompt_logprobs: raw.target_prompt_logprobs as (number | null)[][] }),
+    ...(typeof raw.continuation === 'string' ? { continuation: raw.continuation } : {}),
   };
 }
 

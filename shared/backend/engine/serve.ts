@@ -175,6 +175,7 @@ class EngineServer {
               : { tokens: numbersOf(prefix.tokens), logprobs: numbersOf(prefix.logprobs) },
           ),
           ...(typeof args.max_new_tokens === 'number' ? { maxNewTokens: args.max_new_tokens } : {}),
+          ...(typeof args.continuation === 'string' ? { continuation: args.continuation } : {}),
         });
         return encodeRun(out, run);
       }
@@ -312,5 +313,6 @@ function encodeRun(out: FrameBuilder, run: SampleRun): Record<string, unknown> {
     ...(run.target_prompt_logprobs === undefined
       ? {}
       : { target_prompt_logprobs: run.target_prompt_logprobs }),
+    ...(run.continuation === undefined ? {} : { continuation: run.continuation }),
   };
 }

@@ -198,6 +198,9 @@ async function generate(sample: WorkItemSample, ctx: RunContext): Promise<Genera
     const pointers = new Map<number, PrefixPointer>();
     let progress: ReadonlyMap<number, Progress> = initialProgress(start);
     for (const [index, sequence] of progress) if (sequence.pointer) pointers.set(index, sequence.pointer);
+    // The last slice's live state in the backend, which the next slice continues instead of replaying
+    // `progress` (the answer is the same either way; a cut leaves it behind).
+    let continuation: string | undefined;
     for (;;) {
       // Let timers and I/O run between slices (a CPU backend never yields inside one): a SIGTERM,
       // the cut poll and lease renewals are seen here, and other samples get their turn.
@@ -215,7 +218,9 @@ async function generate(sample: WorkItemSample, ctx: RunContext): Promise<Genera
       const run: SampleRun = await ctx.backend.sample(sampler, request, {
         resume: resumeOf(progress),
         maxNewTokens: sampling.sliceTokens,
+        ...(continuation === undefined ? {} : { continuation }),
       });
+      continuation = run.continuation;
       progress = new Map(
         run.sequences.map((sequence, index) => [
           index,
