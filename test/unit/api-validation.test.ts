@@ -5,6 +5,7 @@ import { ValidationError } from '../../shared/base/errors.js';
 import {
   checkForwardInput,
   checkSample,
+  MAX_SAMPLE_OUTPUT_CELLS,
   parseJsonBody,
   parseRequest,
 } from '../../shared/services/api/request-checks.js';
@@ -552,6 +553,44 @@ describe('bad inputs are refused with a status and a message naming the field', 
     expect(error.message).toMatch(message);
     expect(error.message.startsWith(`${field}:`)).toBe(true);
   });
+});
+
+describe('the optional sample outputs, bounded by the (token, logprob) pairs they add to the answer', () => {
+  // The default token budget (MAX_TOKENS_PER_REQUEST), where k alone no longer bounds the answer.
+  const budget = { ...limits, maxTokensPerRequest: 1_048_576 };
+  const check = (body: unknown) => checkSample(parseRequest(schemas.sampleRequest, body), budget);
+  const longPrompt = { chunks: [{ tokens: Array.from({ length: 8192 }, (_, i) => i % 256) }] };
+  const refusal = (body: unknown) => {
+    try {
+      check(body);
+    } catch (error) {
+      return error as ValidationError;
+    }
+    throw new Error('accepted');
+  };
+
+  it('refuses 2^23 top-k rows of generated tokens (8 samples x 1024 tokens x k 1024) with a 413 naming the field', () => {
+    const sampling_params = { max_tokens: 1024 };
+    const error = refusal(sample({ num_samples: 8, topk_sample_logprobs: 1024, sampling_params }));
+    expect(error).toBeInstanceOf(ValidationError);
+    expect(error.status).toBe(413);
+    expect(error.context.field).toBe('topk_sample_logprobs');
+    expect(error.message).toBe(
+      `topk_sample_logprobs: asks for 8388608 (token, logprob) pairs in the answer, over the limit of ${MAX_SAMPLE_OUTPUT_CELLS}`,
+    );
+    // The same request with half the k is within the bound.
+    expect(check(sample({ num_samples: 8, topk_sample_logprobs: 512, sampling_params }))).toBe(2 + 8 * 1024);
+  });
+
+  it.each(['topk_prompt_logprobs', 'prompt_alt_tokens_k'])(
+    'refuses %s 1024 over a prompt of 8,192 tokens',
+    (field) => {
+      const error = refusal(sample({ prompt: longPrompt, [field]: 1024 }));
+      expect(error.status).toBe(413);
+      expect(error.context.field).toBe(field);
+      expect(check(sample({ prompt: longPrompt, [field]: 256 }))).toBe(8192 + 8);
+    },
+  );
 });
 
 describe('good inputs', () => {

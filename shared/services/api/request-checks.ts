@@ -257,8 +257,32 @@ export function checkSample(request: SampleRequestBody, limits: Limits): number 
       413,
     );
   }
+  const outputs: [field: string, cells: number][] = [
+    [
+      'topk_sample_logprobs',
+      request.num_samples * request.sampling_params.max_tokens * request.topk_sample_logprobs,
+    ],
+    ['topk_prompt_logprobs', promptTokens * request.topk_prompt_logprobs],
+    ['prompt_alt_tokens_k', Math.max(0, promptTokens - 1) * request.prompt_alt_tokens_k],
+  ];
+  for (const [field, cells] of outputs) {
+    if (cells > MAX_SAMPLE_OUTPUT_CELLS) {
+      throw invalid(
+        field,
+        `asks for ${cells} (token, logprob) pairs in the answer, over the limit of ${MAX_SAMPLE_OUTPUT_CELLS}`,
+        413,
+      );
+    }
+  }
   return budget;
 }
+
+/**
+ * (token, logprob) pairs each of a sample's optional outputs may add to its answer: a few bytes of
+ * request must not ask for an answer of gigabytes (a top-k row per generated or prompt token, k
+ * alternatives per prompt position). 2^22 is four times the largest plain answer's logprobs.
+ */
+export const MAX_SAMPLE_OUTPUT_CELLS = 1 << 22;
 
 /** Cells a `target_prompt_logprobs` may have (its answer holds one float per cell). */
 export const MAX_TARGET_PROMPT_CELLS = 1 << 20;
