@@ -151,6 +151,12 @@ function bytesIn(value: unknown): number {
 /** The worker's side of the protocol, timing and sizing each request by op. */
 class MeteredEngineProcess extends EngineProcess {
   readonly ops = new Map<string, OpStats>();
+  /**
+   * `sample` slices that named the previous slice's continuation. The engine continues each key it
+   * still holds; the torch engine holds what it answered unless the state went stale, so these are
+   * the slices that did not replay.
+   */
+  keyedSlices = 0;
 
   override async call(
     op: string,
@@ -167,6 +173,7 @@ class MeteredEngineProcess extends EngineProcess {
         started = performance.now();
         const args = build(frame);
         sent = frame.buffers.reduce((sum, buffer) => sum + buffer.byteLength, 0);
+        if (op === 'sample' && typeof args.continuation === 'string') this.keyedSlices += 1;
         return args;
       },
       options,
@@ -346,6 +353,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     const throughStack = (tokens: number, body: () => Promise<void>) => async (): Promise<Counts> => {
       const itemsBefore = await workItems();
       const opsBefore = engine.snapshot();
+      const keyedBefore = engine.keyedSlices;
       const callsBefore = calls.snapshot();
       const started = performance.now();
       await body();
@@ -354,7 +362,13 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       const ops = opsBetween(opsBefore, engine.snapshot());
       const aws = callsBetween(callsBefore, calls.snapshot());
       load.push(loadavg()[0] ?? 0);
-      return { tokens, tokens_per_s: round3(tokens / (wall / 1000)), ...breakdown(wall, items, ops, aws) };
+      const counts = breakdown(wall, items, ops, aws);
+      const slices = ops.get('sample')?.calls ?? 0;
+      if (slices > 0) {
+        counts.sample_slices = slices;
+        counts.sample_slices_keyed = engine.keyedSlices - keyedBefore;
+      }
+      return { tokens, tokens_per_s: round3(tokens / (wall / 1000)), ...counts };
     };
     const plainly = (tokens: number, command: Record<string, unknown>) => async (): Promise<Counts> => {
       const started = performance.now();
