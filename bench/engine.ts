@@ -38,6 +38,9 @@ import { AwsCallCounter, type CallCount, callsBetween } from './support/aws-call
  *   at least a second here (`minStepMs`; the machine's load moves it several times over). Sampling
  *   has a second baseline, `stack_one_slice`: the same stack with the worker sampling in one slice
  *   instead of 64-token slices, each of which resumes from the tokens so far (P6).
+ * - `sample_rotation`: more sampling calls than the torch engine keeps live states for (8), submitted
+ *   together so one work item runs them side by side, one slice each in turn, against the same calls
+ *   through `generate` one after another, and through the stack in one slice.
  * - `fixed_cost`: the smallest step (one datum of 16 tokens) the same two ways: what a work item
  *   costs besides its compute, with what it is made of: engine round trips, state bytes
  *   serialized and loaded, the engine's time in serialize/deserialize, and AWS calls.
@@ -77,6 +80,11 @@ interface Shape {
   readonly batch: readonly [number, number, number];
   /** sample: sequences x new tokens (the first size tried, the largest), after a prompt of this many tokens. */
   readonly sample: readonly [number, number, number, number];
+  /**
+   * sample_rotation: sampling calls submitted together (more than the torch engine keeps live states
+   * for, 8), each of sequences x new tokens, after sample's prompt.
+   */
+  readonly rotation: readonly [number, number, number];
   readonly models: number;
   readonly modelBatch: readonly [number, number];
   readonly stateBatch: readonly [number, number];
@@ -87,6 +95,7 @@ const FULL: Shape = {
   minStepMs: 1000,
   batch: [16, 512, 128],
   sample: [8, 32, 1024, 64],
+  rotation: [16, 2, 256],
   models: 8,
   modelBatch: [2, 128],
   stateBatch: [4, 128],
@@ -96,6 +105,7 @@ const QUICK: Shape = {
   minStepMs: 250,
   batch: [8, 128, 128],
   sample: [4, 16, 256, 32],
+  rotation: [12, 2, 128],
   models: 8,
   modelBatch: [1, 64],
   stateBatch: [2, 64],
@@ -141,6 +151,12 @@ function bytesIn(value: unknown): number {
 /** The worker's side of the protocol, timing and sizing each request by op. */
 class MeteredEngineProcess extends EngineProcess {
   readonly ops = new Map<string, OpStats>();
+  /**
+   * `sample` slices that named the previous slice's continuation. The engine continues each key it
+   * still holds; the torch engine holds what it answered unless the state went stale, so these are
+   * the slices that did not replay.
+   */
+  keyedSlices = 0;
 
   override async call(
     op: string,
@@ -157,6 +173,7 @@ class MeteredEngineProcess extends EngineProcess {
         started = performance.now();
         const args = build(frame);
         sent = frame.buffers.reduce((sum, buffer) => sum + buffer.byteLength, 0);
+        if (op === 'sample' && typeof args.continuation === 'string') this.keyedSlices += 1;
         return args;
       },
       options,
@@ -336,6 +353,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     const throughStack = (tokens: number, body: () => Promise<void>) => async (): Promise<Counts> => {
       const itemsBefore = await workItems();
       const opsBefore = engine.snapshot();
+      const keyedBefore = engine.keyedSlices;
       const callsBefore = calls.snapshot();
       const started = performance.now();
       await body();
@@ -344,7 +362,13 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       const ops = opsBetween(opsBefore, engine.snapshot());
       const aws = callsBetween(callsBefore, calls.snapshot());
       load.push(loadavg()[0] ?? 0);
-      return { tokens, tokens_per_s: round3(tokens / (wall / 1000)), ...breakdown(wall, items, ops, aws) };
+      const counts = breakdown(wall, items, ops, aws);
+      const slices = ops.get('sample')?.calls ?? 0;
+      if (slices > 0) {
+        counts.sample_slices = slices;
+        counts.sample_slices_keyed = engine.keyedSlices - keyedBefore;
+      }
+      return { tokens, tokens_per_s: round3(tokens / (wall / 1000)), ...counts };
     };
     const plainly = (tokens: number, command: Record<string, unknown>) => async (): Promise<Counts> => {
       const started = performance.now();
@@ -455,6 +479,66 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
               seed: 1,
             }),
             stack_one_slice: throughStack(samples * newTokens, () => sampleOnce('one_slice')),
+          },
+        }),
+      );
+    }
+
+    if (selected('sample_rotation')) {
+      const [calls, samples, newTokens] = shape.rotation;
+      const prompt = tokenRows(1, shape.sample[3] - 1, 5)[0] as number[];
+      const { sampling_session_id } = await client.createSamplingSession({
+        session_id,
+        sampling_session_seq_id: samplingSeq++,
+        base_model: TINY_MODEL_DIR,
+      });
+      let callSeq = 0;
+      const rotation = async (worker: typeof mode) => {
+        mode = worker;
+        try {
+          const first = callSeq;
+          callSeq += calls;
+          const submitted = await Promise.all(
+            Array.from({ length: calls }, (_, c) =>
+              client.asample({
+                sampling_session_id,
+                seq_id: first + c,
+                num_samples: samples,
+                prompt: { chunks: [{ type: 'encoded_text', tokens: prompt }] },
+                sampling_params: { max_tokens: newTokens, temperature: 1, seed: c },
+              }),
+            ),
+          );
+          await Promise.all(submitted.map(({ request_id }) => client.waitFor(request_id)));
+        } finally {
+          mode = 'default';
+        }
+      };
+      const tokens = calls * samples * newTokens;
+      cases.push(
+        await runCase({
+          name: 'sample_rotation',
+          params: { calls, num_samples: samples, max_tokens: newTokens, prompt_tokens: prompt.length },
+          repeats: shape.repeats,
+          ours: throughStack(tokens, () => rotation('default')),
+          baselines: {
+            plain_peft_loop: async (): Promise<Counts> => {
+              const started = performance.now();
+              let computeMs = 0;
+              for (let c = 0; c < calls; c++) {
+                const answer = await plain.send({
+                  op: 'sample',
+                  prompt,
+                  num_samples: samples,
+                  max_tokens: newTokens,
+                  seed: c,
+                });
+                computeMs += answer.compute_ms ?? 0;
+              }
+              const wall = performance.now() - started;
+              return { tokens, tokens_per_s: round3(tokens / (wall / 1000)), compute_ms: round3(computeMs) };
+            },
+            stack_one_slice: throughStack(tokens, () => rotation('one_slice')),
           },
         }),
       );

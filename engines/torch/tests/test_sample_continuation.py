@@ -1,7 +1,9 @@
 """Live sample continuation (sampling.py, engine.py): a sliced call that passes each slice's
 `continuation` back answers the same bits as one uncut call and as the same slices replayed from their
 prefixes (P6), SDK 0.26+ outputs included, without replaying; anything that does not fit the kept
-state (another prefix, request or sampler, an evicted or released key) replays."""
+state (another prefix, request or sampler, a dropped or released key) replays. The states kept are
+bounded by count and bytes; a state that does not fit is not kept unless stale ones make room
+(live_samples.py), so calls rotating through more slices than the store holds keep the states they have."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ def _sampler(engine: Engine) -> str:
     return engine.dispatch("load_sampler", {"base_model": engine.base.name, "weights": weights})["sampler"]
 
 
-def _request(stop: list[list[int]] | None = None, num_samples: int = 4) -> dict[str, Any]:
+def _request(stop: list[list[int]] | None = None, num_samples: int = 4, seed: int = 424242) -> dict[str, Any]:
     target = np.asarray(
         [[(5 * r + c) % 256 if (r + c) % 2 else -1 for c in range(2)] for r in range(len(PROMPT) - 1)], dtype=np.int32
     )
@@ -41,7 +43,7 @@ def _request(stop: list[list[int]] | None = None, num_samples: int = 4) -> dict[
             "temperature": 0.8,
             "top_k": 50,
             "top_p": 0.95,
-            "seed": 424242,
+            "seed": seed,
             **({"stop": stop} if stop is not None else {}),
         },
         "prompt_logprobs": True,
@@ -85,17 +87,26 @@ def _assert_same_run(got: dict[str, Any], expected: dict[str, Any]) -> None:
 
 
 @pytest.fixture
-def forwards(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The batch size of every model forward the engine runs."""
-    sizes: list[int] = []
-    inner = engine.pool.forward
+def forwards_of(monkeypatch: pytest.MonkeyPatch) -> Callable[[Engine], list[int]]:
+    """The batch size of every model forward an engine runs."""
 
-    def counted(names: list[str], **inputs: Any) -> Any:
-        sizes.append(len(names))
-        return inner(names, **inputs)
+    def count(engine: Engine) -> list[int]:
+        sizes: list[int] = []
+        inner = engine.pool.forward
 
-    monkeypatch.setattr(engine.pool, "forward", counted)
-    return sizes
+        def counted(names: list[str], **inputs: Any) -> Any:
+            sizes.append(len(names))
+            return inner(names, **inputs)
+
+        monkeypatch.setattr(engine.pool, "forward", counted)
+        return sizes
+
+    return count
+
+
+@pytest.fixture
+def forwards(engine: Engine, forwards_of: Callable[[Engine], list[int]]) -> list[int]:
+    return forwards_of(engine)
 
 
 def _stop_ending_one_row_early(engine: Engine, sampler: str) -> list[list[int]]:
@@ -206,14 +217,122 @@ def test_live_states_are_bounded_and_dropped_with_their_sampler(engine: Engine) 
     whole = _call(engine, sampler, request)
     bound = engine.options.max_live_samples
     assert bound == 8
-    keys = [_call(engine, sampler, request, max_new_tokens=2)["continuation"] for _ in range(bound + 2)]
-    assert list(engine.live_samples) == keys[-bound:]
-    # An evicted key replays, to the same answer.
-    first = _call(engine, sampler, request, max_new_tokens=2)
-    assert keys[0] not in engine.live_samples
-    _assert_same_run(_call(engine, sampler, request, resume=_resume(first), continuation=keys[0]), whole)
+    firsts = [_call(engine, sampler, request, max_new_tokens=2) for _ in range(bound + 2)]
+    keys = [run.get("continuation") for run in firsts]
+    # The first `bound` are kept; the store being full, the others keep nothing and answer no key.
+    assert all(isinstance(key, str) for key in keys[:bound]) and keys[bound:] == [None, None]
+    assert list(engine.live_samples) == keys[:bound]
+    # A call that got no key replays, to the same answer.
+    _assert_same_run(_call(engine, sampler, request, resume=_resume(firsts[-1])), whole)
+    assert engine.live_samples.bytes > 0
     engine.dispatch("release", {"handles": [sampler]})
+    assert not engine.live_samples and engine.live_samples.bytes == 0
+
+
+def _rotate(engine: Engine, sampler: str, requests: list[dict[str, Any]], forwards: list[int]) -> list[Any]:
+    """The calls sliced side by side, one slice each in turn, as the worker runs a work item's samples:
+    per call, its last answer and the model forwards its slices ran."""
+    runs: list[dict[str, Any] | None] = [None] * len(requests)
+    spent = [0] * len(requests)
+    while any(run is None or not run["finished"] for run in runs):
+        for c, request in enumerate(requests):
+            run = runs[c]
+            if run is not None and run["finished"]:
+                continue
+            before = len(forwards)
+            if run is None:
+                runs[c] = _call(engine, sampler, request, max_new_tokens=SLICE)
+            else:
+                key = run.get("continuation")
+                runs[c] = _call(engine, sampler, request, resume=_resume(run), max_new_tokens=SLICE, continuation=key)
+            spent[c] += len(forwards) - before
+    return list(zip(runs, spent, strict=True))
+
+
+def test_a_rotation_of_more_calls_than_the_bound_keeps_the_states_it_has(
+    make_engine: Callable[..., Engine], forwards_of: Callable[[Engine], list[int]]
+) -> None:
+    bound = 3
+    engine = make_engine(max_live_samples=bound)
+    forwards = forwards_of(engine)
+    sampler = _sampler(engine)
+    requests = [_request(num_samples=2, seed=100 + c) for c in range(bound + 2)]
+    forwards.clear()
+    wholes = [_call(engine, sampler, request) for request in requests]
+    one_slice = len(forwards) // len(requests)
+    forwards.clear()
+    rotated = _rotate(engine, sampler, requests, forwards)
+    for (run, _), whole in zip(rotated, wholes, strict=True):
+        _assert_same_run(run, whole)
+    spent = [count for _, count in rotated]
+    # The first `bound` calls hold their states through every slice: no prefix replayed, as one slice.
+    assert spent[:bound] == [one_slice] * bound
+    # The others are never kept while those run, so each of their slices replays.
+    assert all(count > one_slice for count in spent[bound:])
     assert not engine.live_samples
+
+
+def test_a_byte_bound_smaller_than_two_states_keeps_one(make_engine: Callable[..., Engine]) -> None:
+    probe = make_engine()
+    sampler = _sampler(probe)
+    request, other = _request(seed=1), _request(seed=2)
+    _call(probe, sampler, request, max_new_tokens=SLICE)
+    one_state = probe.live_samples.bytes
+    assert one_state > 0
+
+    engine = make_engine(live_sample_bytes=2 * one_state - 1)
+    sampler = _sampler(engine)
+    wholes = [_call(engine, sampler, r) for r in (request, other)]
+    first = _call(engine, sampler, request, max_new_tokens=SLICE)
+    second = _call(engine, sampler, other, max_new_tokens=SLICE)
+    assert isinstance(first.get("continuation"), str) and "continuation" not in second
+    assert list(engine.live_samples) == [first["continuation"]] and engine.live_samples.bytes == one_state
+    # The kept call continues (its state growing within the bound); the other replays; both exact.
+    runs = [first, second]
+    while not all(run["finished"] for run in runs):
+        runs = [
+            run
+            if run["finished"]
+            else _call(
+                engine,
+                sampler,
+                r,
+                resume=_resume(run),
+                max_new_tokens=SLICE,
+                continuation=run.get("continuation"),
+            )
+            for r, run in zip((request, other), runs, strict=True)
+        ]
+        assert engine.live_samples.bytes <= 2 * one_state - 1
+    for run, whole in zip(runs, wholes, strict=True):
+        _assert_same_run(run, whole)
+
+
+def test_a_state_not_continued_within_the_idle_limit_makes_room(make_engine: Callable[..., Engine]) -> None:
+    now = [0.0]
+    engine = make_engine(max_live_samples=1, live_sample_idle_s=30.0, clock=lambda: now[0])
+    sampler = _sampler(engine)
+    request, other = _request(seed=1), _request(seed=2)
+    whole = _call(engine, sampler, request)
+    abandoned = _call(engine, sampler, request, max_new_tokens=SLICE)
+    now[0] = 30.0
+    # Idle for the limit, not longer: still live, so the other call is not kept.
+    assert "continuation" not in _call(engine, sampler, other, max_new_tokens=SLICE)
+    assert list(engine.live_samples) == [abandoned["continuation"]]
+    now[0] = 30.5
+    kept = _call(engine, sampler, other, max_new_tokens=SLICE)
+    assert list(engine.live_samples) == [kept["continuation"]]
+    # The dropped key replays, to the same answer.
+    _assert_same_run(
+        _call(engine, sampler, request, resume=_resume(abandoned), continuation=abandoned["continuation"]), whole
+    )
+
+
+def test_an_engine_that_keeps_no_live_bytes_answers_no_key(make_engine: Callable[..., Engine]) -> None:
+    engine = make_engine(live_sample_bytes=0)
+    sampler = _sampler(engine)
+    first = _call(engine, sampler, _request(), max_new_tokens=SLICE)
+    assert not first["finished"] and "continuation" not in first and not engine.live_samples
 
 
 def test_an_engine_that_keeps_no_live_states_answers_no_key(make_engine: Callable[..., Engine]) -> None:

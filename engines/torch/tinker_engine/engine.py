@@ -9,14 +9,16 @@ old handle stays valid and unchanged then.
 Live samples: a `sample` call that its `max_new_tokens` stopped with sequences unfinished keeps its
 generation state under a continuation key (answered as `continuation`); the next call naming that key,
 on the same sampler with the same request and restored prefixes equal to the state's, continues it
-instead of replaying (sampling.py). At most `max_live_samples` are kept, least recently stored out; a
-key is used once, and releasing a sampler drops its states.
+instead of replaying (sampling.py). The states are bounded by count and bytes (live_samples.py: a state
+that does not fit is not kept unless stale ones make room); a key is used once, and releasing a sampler
+drops its states.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +28,11 @@ from . import ENGINE_NAME, ENGINE_VERSION, PROTOCOL_VERSIONS
 from .adapters import Adapter, AdapterPool, parse_lora_request
 from .errors import EngineError, InfrastructureError, ProtocolError, UserError, user_error
 from .inputs import parse_pass_data
+from .live_samples import LiveSampleStore
 from .losses import check_loss_inputs, resolve_loss
 from .models import BaseModel, same_base
 from .optim import adamw_step, parse_adam_params
-from .sampling import LiveSample, parse_sample_request, same_request, sample
+from .sampling import parse_sample_request, same_request, sample
 from .state import deserialize_state, serialize_state
 from .training import PassJob, run_passes
 from .weights import check_fits, export_weights, import_into, read_weights
@@ -39,19 +42,18 @@ from .weights import check_fits, export_weights, import_into, read_weights
 class EngineOptions:
     max_resident_adapters: int = 32
     max_batch_tokens: int = 16384
-    # Live sample states kept, each a KV cache of num_samples rows (docs/engine-protocol.md).
+    # Live sample states kept, each a KV cache of num_samples rows (docs/engine-protocol.md): at most
+    # this many, holding at most this many bytes of tensors; a state not continued for longer than the
+    # idle limit is stale (dropped to make room for a new one).
     max_live_samples: int = 8
+    live_sample_bytes: int = 1 << 30
+    live_sample_idle_s: float = 30.0
+    clock: Callable[[], float] = time.monotonic
 
 
 @dataclass
 class Sampler:
     adapter: Adapter | None
-
-
-@dataclass
-class LiveEntry:
-    sampler: str
-    state: LiveSample
 
 
 class Engine:
@@ -61,7 +63,9 @@ class Engine:
         self.pool = AdapterPool(base, options.max_resident_adapters)
         self.states: dict[str, Adapter] = {}
         self.samplers: dict[str, Sampler] = {}
-        self.live_samples: OrderedDict[str, LiveEntry] = OrderedDict()
+        self.live_samples = LiveSampleStore(
+            options.max_live_samples, options.live_sample_bytes, options.live_sample_idle_s, options.clock
+        )
         self._ids = itertools.count(1)
         self.greeted = False
 
@@ -257,19 +261,17 @@ class Engine:
         if key is not None and not isinstance(key, str):
             raise ProtocolError("continuation: must be a string or null")
         # Taken out whether or not it fits: a key is used once, and a failed call leaves nothing behind.
-        entry = self.live_samples.pop(key, None) if key is not None else None
+        entry = self.live_samples.take(key) if key is not None else None
         live = entry.state if entry is not None and entry.sampler == handle else None
         if live is not None and not same_request(live.params, params):
             live = None
         run, kept = sample(
             self.pool, self.samplers[handle].adapter, params, args.get("resume"), args.get("max_new_tokens"), live
         )
-        if kept is not None and self.options.max_live_samples > 0:
+        if kept is not None:
             continuation = f"c{next(self._ids)}"
-            self.live_samples[continuation] = LiveEntry(handle, kept)
-            while len(self.live_samples) > self.options.max_live_samples:
-                self.live_samples.popitem(last=False)
-            run["continuation"] = continuation
+            if self.live_samples.put(continuation, handle, kept):
+                run["continuation"] = continuation
         return run
 
     def op_serialize_state(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -301,8 +303,7 @@ class Engine:
                 self.pool.drop(adapter)
             elif handle in self.samplers:
                 sampler = self.samplers.pop(handle)
-                for key in [k for k, entry in self.live_samples.items() if entry.sampler == handle]:
-                    del self.live_samples[key]
+                self.live_samples.drop_sampler(handle)
                 if sampler.adapter is not None:
                     self.pool.drop(sampler.adapter)
         return {}

@@ -306,7 +306,7 @@ class LiveSample:
     """A call's generation where its `max_new_tokens` stopped it, ready for its next step."""
 
     params: SampleParams
-    # The KV cache through the step before `pending`, one row per sample.
+    # The KV cache through the step before `pending`, one row per sample (the only tensors held).
     cache: Any
     # The tokens the last step chose (placeholders for done rows), not yet run through the model.
     pending: list[int]

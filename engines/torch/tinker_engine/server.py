@@ -103,6 +103,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=8,
         help="sample calls whose live state (KV cache) is kept for their next slice (0: none; each replays)",
     )
+    parser.add_argument(
+        "--live-sample-bytes",
+        type=int,
+        default=1 << 30,
+        help="bytes of tensors (KV caches) the kept live sample states may hold together (default 1 GiB)",
+    )
+    parser.add_argument(
+        "--live-sample-idle-s",
+        type=float,
+        default=30.0,
+        help="seconds after which a live sample state not continued may be dropped to make room (default 30)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log-level", default=os.environ.get("TINKER_ENGINE_LOG", "INFO"))
     return parser.parse_args(argv)
@@ -132,5 +144,12 @@ def main(argv: list[str] | None = None, output: BinaryIO | None = None) -> int:
         str(dtype).removeprefix("torch."),
         time.perf_counter() - started,
     )
-    engine = Engine(base, EngineOptions(args.max_resident_adapters, args.max_batch_tokens, args.max_live_samples))
+    options = EngineOptions(
+        max_resident_adapters=args.max_resident_adapters,
+        max_batch_tokens=args.max_batch_tokens,
+        max_live_samples=args.max_live_samples,
+        live_sample_bytes=args.live_sample_bytes,
+        live_sample_idle_s=args.live_sample_idle_s,
+    )
+    engine = Engine(base, options)
     return serve(engine, sys.stdin.buffer, frames)
