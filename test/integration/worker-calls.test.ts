@@ -50,19 +50,19 @@ async function runNext(
 
 const sorted = (calls: string[]) => [...calls].sort();
 
-/** The backend, with each of the first `count` samples answered only once all of them have been generated. */
+/** The backend, with each sample answered only once `count` samples have been generated (a barrier). */
 function samplesFinishingTogether(backend: Backend, count: number): Backend {
-  const finished: Promise<unknown>[] = [];
+  let generated = 0;
+  let releaseAll = () => {};
+  const allGenerated = new Promise<void>((resolve) => {
+    releaseAll = resolve;
+  });
   return Object.assign(Object.create(backend) as Backend, {
     sample: async (...args: Parameters<Backend['sample']>) => {
-      const run = backend.sample(...args);
-      finished.push(run);
-      const answer = await run;
-      if (finished.length <= count) {
-        while (finished.length < count) await new Promise((resolve) => setTimeout(resolve, 1));
-        await Promise.all(finished);
-      }
-      return answer;
+      const run = await backend.sample(...args);
+      if (++generated === count) releaseAll();
+      await allGenerated;
+      return run;
     },
   });
 }

@@ -24,6 +24,24 @@ import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harnes
 
 const torch = engineUnderTest();
 
+const engines: EngineBackend[] = [];
+afterAll(async () => {
+  await Promise.all(engines.map((backend) => backend.stop()));
+});
+
+/** A torch engine backend, stopped after the file; it records the continuation each sample call was handed. */
+function engine(keys: (string | undefined)[] = []): EngineBackend {
+  if (torch.command === undefined) throw new Error('no engine');
+  const backend = new (class extends EngineBackend {
+    override sample(...[sampler, request, options]: Parameters<EngineBackend['sample']>) {
+      keys.push(options?.continuation);
+      return super.sample(sampler, request, options);
+    }
+  })(new EngineProcess(torch.command, { requestTimeoutMs: 120_000 }));
+  engines.push(backend);
+  return backend;
+}
+
 /** Dispatches and runs work items until the planner finds nothing. */
 async function drain(h: WorkerHarness, backend: Backend) {
   const outcomes = [];
@@ -35,19 +53,11 @@ async function drain(h: WorkerHarness, backend: Backend) {
 
 describe.skipIf(torch.command === undefined)('the worker runtime on the torch engine', () => {
   let h: WorkerHarness;
-  const engines: EngineBackend[] = [];
-  const engine = () => {
-    if (torch.command === undefined) throw new Error('no engine');
-    const backend = new EngineBackend(new EngineProcess(torch.command, { requestTimeoutMs: 120_000 }));
-    engines.push(backend);
-    return backend;
-  };
 
   beforeAll(async () => {
     h = await WorkerHarness.start({ baseModel: torch.baseModel ?? TINY_MODEL_DIR });
   });
-  afterAll(async () => {
-    await Promise.all(engines.map((backend) => backend.stop()));
+  afterAll(() => {
     h?.cloud.clients.dynamo.destroy();
   });
 
@@ -113,25 +123,11 @@ describe.skipIf(torch.command === undefined)('the worker runtime on the torch en
 
 describe.skipIf(torch.command === undefined)('sliced samples on the torch engine', () => {
   let h: WorkerHarness;
-  const engines: EngineBackend[] = [];
-  /** An engine backend that records the continuation each sample call was handed. */
-  const engine = (keys: (string | undefined)[] = []) => {
-    if (torch.command === undefined) throw new Error('no engine');
-    const backend = new (class extends EngineBackend {
-      override sample(...[sampler, request, options]: Parameters<EngineBackend['sample']>) {
-        keys.push(options?.continuation);
-        return super.sample(sampler, request, options);
-      }
-    })(new EngineProcess(torch.command, { requestTimeoutMs: 120_000 }));
-    engines.push(backend);
-    return backend;
-  };
 
   beforeAll(async () => {
     h = await WorkerHarness.start({ baseModel: torch.baseModel ?? TINY_MODEL_DIR });
   });
-  afterAll(async () => {
-    await Promise.all(engines.map((backend) => backend.stop()));
+  afterAll(() => {
     h?.cloud.clients.dynamo.destroy();
   });
 
