@@ -74,6 +74,11 @@ describe('random workloads through API -> streams -> scheduler -> SQS -> two wor
     timeout: 120_000,
   }, async () => {
     const second = pipeline.startProcessWorker(sampling);
+    // The worker Lambda waits (20 s at most) until the process worker has taken a work item, so both
+    // consumers take some whichever poller the queue answers first.
+    pipeline.holdLambdaWorkerUntil(
+      waitFor('the process worker to take a work item', () => second.lines.length > 0, 20_000),
+    );
     let settled = false;
     const cutting = (async () => {
       const cut = () =>

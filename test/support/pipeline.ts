@@ -56,6 +56,8 @@ export class Pipeline {
   /** SQS messages the worker Lambda was invoked with. */
   lambdaMessages = 0;
   readonly #workers = new Set<ProcessWorker>();
+  /** What the worker Lambda waits for before it runs a batch (see `holdLambdaWorkerUntil`). */
+  #lambdaHold: Promise<void> = Promise.resolve();
 
   private constructor(
     readonly harness: WorkerHarness,
@@ -74,7 +76,10 @@ export class Pipeline {
             ...(options.lambdaWorkerOptions === undefined ? {} : { worker: options.lambdaWorkerOptions }),
           });
     const countedWorker = async (event: SQSEvent, context: Context): Promise<SQSBatchResponse> => {
-      if (pipeline) pipeline.lambdaMessages += event.Records.length;
+      if (pipeline) {
+        pipeline.lambdaMessages += event.Records.length;
+        await pipeline.#lambdaHold;
+      }
       return worker(event, context);
     };
     const functions: FunctionId[] = options.lambdaWorker
@@ -91,6 +96,17 @@ export class Pipeline {
     }
     pipeline = new Pipeline(harness, runtime, runtime.apiUrl, options.backend);
     return pipeline;
+  }
+
+  /**
+   * The worker Lambda runs no batch until `released` settles (its messages stay in flight meanwhile),
+   * so another consumer of the queue gets work items however the pollers' timing falls.
+   */
+  holdLambdaWorkerUntil(released: Promise<unknown>): void {
+    this.#lambdaHold = released.then(
+      () => {},
+      () => {},
+    );
   }
 
   get queueUrl(): string {
