@@ -37,7 +37,7 @@ import { parseRequest } from '../shared/services/api/request-checks.js';
 import { forwardBackwardRequest } from '../shared/services/api/schemas.js';
 import { type SchedulerAdapters, schedulerAdapters } from '../shared/services/scheduler/adapters.js';
 import { MULTIPART_PART_BYTES, putInParts } from '../shared/services/scheduler/dispatch.js';
-import { type PayloadReads, readPayloads } from '../shared/services/scheduler/payloads.js';
+import { type PayloadReads, readPayloads } from '../shared/repositories/payloads.js';
 import { type SchedulerSettings, schedulerSettings } from '../shared/services/scheduler/settings.js';
 import {
   dispatchSnapshot,

@@ -240,6 +240,13 @@ export interface Backend {
   sample(sampler: SamplerModel, request: SampleRequest, options?: SampleOptions): Promise<SampleRun>;
   serializeState(state: BackendState): Promise<Uint8Array>;
   deserializeState(bytes: Uint8Array): Promise<BackendState>;
+  /**
+   * Whether a state this backend issued can still be used (an engine restarted or released it: no).
+   * Absent: always, as for a backend whose states are plain values.
+   */
+  holds?(state: BackendState): boolean;
+  /** Frees a state the worker keeps no longer (a resident model let go, S1). Absent: nothing to free. */
+  release?(state: BackendState): void;
 }
 
 /** The client's answer for a finished run. Throws if any sequence is still unfinished. */

@@ -101,6 +101,19 @@ export interface Tunables {
    * waited this long (POLL_SLOT_AFTER_MS, 0: at once): most polls end sooner and write nothing.
    */
   readonly pollSlotAfterMs: number;
+  /**
+   * Models whose state a worker process keeps resident in its engine between work items (S1;
+   * RESIDENT_MODELS, 0: none, every commit writes the whole state as the Lambda worker does).
+   */
+  readonly residentModels: number;
+  /** A resident model's state is snapshotted at the commit that brings its replay log to this many steps (S3). */
+  readonly snapshotEverySteps: number;
+  /** ... or at the first commit this long after its oldest step not in a snapshot (S3). */
+  readonly snapshotEverySeconds: number;
+  /** A resident model not used for this long is snapshotted (if needed) and let go (S3). */
+  readonly holdIdleSeconds: number;
+  /** `holder_until` is set this far ahead by each commit and renewal; past it, the holder is gone (S1, S2). */
+  readonly holdSeconds: number;
 }
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -129,10 +142,23 @@ const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number
   // 1 s: a closed-loop step's poll ends within a few hundred ms (bench/README.md#e2e), so
   // nearly every poll ends before it would take a slot; a poll held longer still takes one.
   pollSlotAfterMs: ['POLL_SLOT_AFTER_MS', 1_000],
+  // 32: below the engine backend's 64 live state handles, so residency never makes it release one.
+  residentModels: ['RESIDENT_MODELS', 32],
+  // 64 steps or 10 minutes: a killed holder's model is rebuilt by replaying at most about that much
+  // (S4), while a snapshot (16 B per trainable parameter) is written at most once per 64 steps.
+  snapshotEverySteps: ['SNAPSHOT_EVERY_STEPS', 64],
+  snapshotEverySeconds: ['SNAPSHOT_EVERY_SECONDS', 600],
+  holdIdleSeconds: ['HOLD_IDLE_SECONDS', 300],
+  // 60 s, renewed every 20 s: a killed holder's models go back to the shared queue within a minute.
+  holdSeconds: ['HOLD_SECONDS', 60],
 };
 
 /** Tunables for which 0 means "off" (any other tunable must be positive). */
-const ZERO_ALLOWED: ReadonlySet<keyof Tunables> = new Set(['apiKeyCacheSeconds', 'pollSlotAfterMs']);
+const ZERO_ALLOWED: ReadonlySet<keyof Tunables> = new Set([
+  'apiKeyCacheSeconds',
+  'pollSlotAfterMs',
+  'residentModels',
+]);
 
 /**
  * What only the stack can enforce, set at deploy time with `-c <context key>=<value>` (cdk/app.ts):

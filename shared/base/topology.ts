@@ -484,7 +484,7 @@ export const topology: Topology = {
           { prefix: 'work/', actions: ['put'] },
           // list (the bucket, unconditioned): S3 answers a GET of a missing object with 404 only to a
           // caller that may list the bucket, 403 otherwise; a missing payload must read as missing so the
-          // tick fails that one step (R5) instead of failing every pass (shared/services/scheduler/payloads.ts).
+          // tick fails that one step (R5) instead of failing every pass (shared/repositories/payloads.ts).
           { prefix: '', actions: ['list'] },
         ],
         queues: { work: ['send'] },

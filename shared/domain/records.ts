@@ -109,8 +109,21 @@ export interface ModelRow {
   readonly epoch: number;
   readonly planned_through: number;
   readonly applied_through: number;
-  /** S3 key of the committed model state; absent until create_model commits. */
+  /**
+   * S3 key of the model's last snapshot (S3 of docs/design.md#s1): the state after seq
+   * `snapshot_through`; the committed state is it plus the `replay` steps. Absent until create_model commits.
+   */
   readonly state_ref?: string;
+  /** The seq `state_ref` is the state after; absent on rows written before snapshots (then: `applied_through`). */
+  readonly snapshot_through?: number;
+  /**
+   * The committed steps after the snapshot that changed the state, in seq order: what a worker that
+   * does not hold the state replays from their stored payloads to rebuild it (S4). Absent: none.
+   */
+  readonly replay?: readonly ReplayEntry[];
+  /** The worker that holds the committed state in its engine (S1), while `holder_until` is ahead. */
+  readonly holder?: ModelHolder;
+  readonly holder_until?: number;
   /** Work item id in flight (`<model_id>@<epoch>`); absent when idle (R3). */
   readonly inflight?: string;
   readonly lease_until?: number;
@@ -122,6 +135,21 @@ export interface ModelRow {
   readonly created_at: number;
   /** create_model's, as sent (any JSON values; the TrainingRun answer stringifies them, C1). */
   readonly user_metadata?: Readonly<Record<string, unknown>>;
+}
+
+/** A committed step to replay over the snapshot (S4): its payload is `payloads/<request_id>.json`. */
+export interface ReplayEntry {
+  readonly seq: number;
+  readonly request_id: string;
+  readonly request_type: TrainingRequestType;
+}
+
+/** Who holds a model's state (S1): a worker process, and the lane queue routed to it (S2), if any. */
+export interface ModelHolder {
+  /** The worker process's id (`mintRunId` at its start): unique per process. */
+  readonly worker: string;
+  /** The work lane it consumes (`WORK_LANE_QUEUE_URLS[lane]`); absent: it takes work from the shared queue only. */
+  readonly lane?: number;
 }
 
 export interface LoraConfig {

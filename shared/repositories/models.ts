@@ -4,7 +4,7 @@ import { writeIfCondition } from '../aws/conditional.js';
 import { getItem } from '../aws/get-item.js';
 import type { TransactItem } from '../aws/transact.js';
 import type { ModelClaim, ModelRelease, ModelReplan } from '../domain/planning/claim.js';
-import type { LoraConfig, ModelRow } from '../domain/records.js';
+import type { LoraConfig, ModelHolder, ModelRow, ReplayEntry } from '../domain/records.js';
 import { modelNotFound } from './seq-counters.js';
 
 /**
@@ -222,8 +222,15 @@ export interface ModelAdvance {
   readonly base_applied_through: number;
   /** The last step's seq. */
   readonly applied_through: number;
-  /** The new state's key, when this work item changed the state (else state_ref stays). */
+  /**
+   * A snapshot of the state after `applied_through`, when this commit writes one (S3): it becomes
+   * `state_ref` and empties `replay`. Else state_ref stays, and `replay` gains `replay_append`.
+   */
   readonly state_ref?: string;
+  /** The steps of this work item that changed the state, when no snapshot is written (S4). */
+  readonly replay_append?: readonly ReplayEntry[];
+  /** The worker that now holds the state (S1) and until when; absent: nobody holds it. */
+  readonly holder?: { readonly holder: ModelHolder; readonly until: number };
   /** An unload_model step completed. */
   readonly unloaded: boolean;
   readonly now: number;
@@ -231,7 +238,9 @@ export interface ModelAdvance {
 
 /**
  * The commit's model row action: `SET applied_through, last_completed_at, attempts = 0, last_run
- * [, state_ref] [, status] REMOVE inflight, lease_until` on `inflight = :token AND applied_through = :base`.
+ * [, state_ref, snapshot_through | , replay = replay + :entries] [, holder, holder_until] [, status]
+ * REMOVE inflight, lease_until [, replay] [, holder, holder_until]` on
+ * `inflight = :token AND applied_through = :base`.
  */
 export function modelAdvanceItem(table: string, advance: ModelAdvance): TransactItem {
   const sets = [
@@ -240,6 +249,7 @@ export function modelAdvanceItem(table: string, advance: ModelAdvance): Transact
     'attempts = :zero',
     'last_run = :run',
   ];
+  const removes = ['inflight', 'lease_until'];
   const values: Record<string, unknown> = {
     ':run': advance.run,
     ':applied': advance.applied_through,
@@ -249,8 +259,20 @@ export function modelAdvanceItem(table: string, advance: ModelAdvance): Transact
     ':base': advance.base_applied_through,
   };
   if (advance.state_ref !== undefined) {
-    sets.push('state_ref = :state');
+    sets.push('state_ref = :state', 'snapshot_through = :applied');
     values[':state'] = advance.state_ref;
+    removes.push('replay');
+  } else if (advance.replay_append !== undefined && advance.replay_append.length > 0) {
+    sets.push('replay = list_append(if_not_exists(replay, :no_entries), :entries)');
+    values[':no_entries'] = [];
+    values[':entries'] = advance.replay_append;
+  }
+  if (advance.holder !== undefined) {
+    sets.push('holder = :holder', 'holder_until = :holder_until');
+    values[':holder'] = advance.holder.holder;
+    values[':holder_until'] = advance.holder.until;
+  } else {
+    removes.push('holder', 'holder_until');
   }
   if (advance.unloaded) {
     sets.push('#status = :unloaded');
@@ -260,12 +282,71 @@ export function modelAdvanceItem(table: string, advance: ModelAdvance): Transact
     Update: {
       TableName: table,
       Key: modelKey(advance.model_id),
-      UpdateExpression: `SET ${sets.join(', ')} REMOVE inflight, lease_until`,
+      UpdateExpression: `SET ${sets.join(', ')} REMOVE ${removes.join(', ')}`,
       ConditionExpression: 'inflight = :token AND applied_through = :base',
       ...(advance.unloaded ? { ExpressionAttributeNames: { '#status': 'status' } } : {}),
       ExpressionAttributeValues: values,
     },
   };
+}
+
+/**
+ * The holder extends its hold (S1): `SET holder_until IF holder.worker = :me`. `false` when another
+ * worker's commit took the model (it ran a work item the holder did not get).
+ */
+export async function renewHold(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  modelId: string,
+  worker: string,
+  until: number,
+): Promise<boolean> {
+  return writeIfCondition(() =>
+    doc.send(
+      new UpdateCommand({
+        TableName: table,
+        Key: modelKey(modelId),
+        UpdateExpression: 'SET holder_until = :until',
+        ConditionExpression: 'holder.worker = :me',
+        ExpressionAttributeValues: { ':until': until, ':me': worker },
+      }),
+    ),
+  );
+}
+
+/** A holder letting go of a model (S3): with the snapshot it wrote of the state after `applied_through`, if any. */
+export interface LetGo {
+  readonly model_id: string;
+  readonly worker: string;
+  readonly applied_through: number;
+  /** Absent when the row's snapshot is already the held state (nothing to replay). */
+  readonly state_ref?: string;
+}
+
+/**
+ * `[SET state_ref, snapshot_through REMOVE replay,] REMOVE holder, holder_until` on
+ * `holder.worker = :me AND applied_through = :applied`: fenced like a commit (E4), so a holder that
+ * lost the model (another worker committed since) changes nothing, and its snapshot is garbage.
+ */
+export async function letGoModel(doc: DynamoDBDocumentClient, table: string, letGo: LetGo): Promise<boolean> {
+  const snapshot = letGo.state_ref !== undefined;
+  return writeIfCondition(() =>
+    doc.send(
+      new UpdateCommand({
+        TableName: table,
+        Key: modelKey(letGo.model_id),
+        UpdateExpression: snapshot
+          ? 'SET state_ref = :state, snapshot_through = :applied REMOVE replay, holder, holder_until'
+          : 'REMOVE holder, holder_until',
+        ConditionExpression: 'holder.worker = :me AND applied_through = :applied',
+        ExpressionAttributeValues: {
+          ':me': letGo.worker,
+          ':applied': letGo.applied_through,
+          ...(snapshot ? { ':state': letGo.state_ref } : {}),
+        },
+      }),
+    ),
+  );
 }
 
 /**

@@ -15,12 +15,12 @@ import { mintRequestId } from '../../shared/base/ids.js';
 import { type FunctionId, LIVE_INDEX } from '../../shared/base/topology.js';
 import { registryKey } from '../../shared/domain/records.js';
 import { createApiKey, createOperatorKey, revokeApiKey } from '../../shared/repositories/api-keys.js';
+import { type PayloadReads, readPayloads } from '../../shared/repositories/payloads.js';
 import {
   claimSample,
   releaseSampleClaim,
   renewSampleClaim,
 } from '../../shared/repositories/samples/claims.js';
-import { type PayloadReads, readPayloads } from '../../shared/services/scheduler/payloads.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { type ProbeRuntime, startProbeRuntime } from '../support/probe-runtime.js';
 

@@ -3,8 +3,7 @@ import { localAwsClients } from '../../local/cloud/aws-clients.js';
 import type { AwsClients } from '../../shared/aws/clients.js';
 import { mintRequestId } from '../../shared/base/ids.js';
 import { PayloadBytes } from '../../shared/base/payload-bytes.js';
-import { putPayload, serializePayload } from '../../shared/repositories/payloads.js';
-import { readPayloads } from '../../shared/services/scheduler/payloads.js';
+import { putPayload, readPayloads, serializePayload } from '../../shared/repositories/payloads.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 import { serverError } from '../support/faults/errors.js';
 

@@ -76,7 +76,7 @@ describe('the model commit transaction (E4)', () => {
         TableName: 'p-models',
         Key: { model_id: 'model-a' },
         UpdateExpression:
-          'SET applied_through = :applied, last_completed_at = :now, attempts = :zero, last_run = :run, state_ref = :state REMOVE inflight, lease_until',
+          'SET applied_through = :applied, last_completed_at = :now, attempts = :zero, last_run = :run, state_ref = :state, snapshot_through = :applied REMOVE inflight, lease_until, replay, holder, holder_until',
         ConditionExpression: 'inflight = :token AND applied_through = :base',
         ExpressionAttributeValues: {
           ':run': 'run-1',
@@ -89,6 +89,24 @@ describe('the model commit transaction (E4)', () => {
         },
       },
     });
+  });
+
+  it('a holder appends its state-changing steps to the replay log and renews its hold, writing no state (S1)', () => {
+    const entries = [{ seq: 5, request_id: 'r5', request_type: 'forward_backward' as const }];
+    const [row] = modelCommitTransaction(
+      { ...base, replay_append: entries, holder: { holder: { worker: 'w-1', lane: 2 }, until: 9999 } },
+      tables,
+    ).items;
+    expect(row?.Update?.UpdateExpression).toBe(
+      'SET applied_through = :applied, last_completed_at = :now, attempts = :zero, last_run = :run, replay = list_append(if_not_exists(replay, :no_entries), :entries), holder = :holder, holder_until = :holder_until REMOVE inflight, lease_until',
+    );
+    expect(row?.Update?.ExpressionAttributeValues).toMatchObject({
+      ':entries': entries,
+      ':no_entries': [],
+      ':holder': { worker: 'w-1', lane: 2 },
+      ':holder_until': 9999,
+    });
+    expect(row?.Update?.ConditionExpression).toBe('inflight = :token AND applied_through = :base');
   });
 
   it('keeps state_ref when the work item changed no state, and marks an unloaded model', () => {

@@ -345,6 +345,19 @@ export class EngineBackend implements Backend {
     return this.#issued(result.state, run);
   }
 
+  holds(state: BackendState): boolean {
+    if (state.kind !== ENGINE_STATE_KIND) return false;
+    const held = state as EngineState;
+    return held.run === this.#engine.run && this.#live.has(held.handle);
+  }
+
+  release(state: BackendState): void {
+    if (!this.holds(state)) return;
+    const held = state as EngineState;
+    this.#consumed(held);
+    this.#release([held.handle], held.run);
+  }
+
   /** Live state handles held (for tests and logs). */
   get liveStates(): number {
     return this.#live.size;

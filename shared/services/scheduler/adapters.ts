@@ -5,10 +5,10 @@ import type { LiveRow, ModelRow, SampleClaimRecord } from '../../domain/records.
 import { readSampleRows, type SampleRowFacts } from '../../repositories/futures.js';
 import { queryLiveOfModels, scanLiveIndex } from '../../repositories/live-index.js';
 import { claimModel, readModels, releaseModel } from '../../repositories/models.js';
+import { type PayloadReads, readPayloads } from '../../repositories/payloads.js';
 import { claimSample, readLiveSampleClaims, releaseSampleClaim } from '../../repositories/samples/claims.js';
 import { isPoolDraining } from '../ops/control-store.js';
 import { sendManifest, writeWorkItem } from './dispatch.js';
-import { type PayloadReads, readPayloads } from './payloads.js';
 import type { SchedulerSettings } from './settings.js';
 import { type TickLock, tickLock } from './tick-lock.js';
 

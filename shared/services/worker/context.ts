@@ -5,6 +5,7 @@ import type { WorkItemCut } from './cut.js';
 import type { LeaseKeeper } from './lease.js';
 import type { OpeningReads } from './opening-reads.js';
 import type { PassBatcher } from './pass-batcher.js';
+import type { Residency } from './residency.js';
 import type { SampleStart } from './sample-resume.js';
 import type { SamplerCache } from './sampler-cache.js';
 import type { StateCache } from './state-cache.js';
@@ -35,6 +36,8 @@ export interface RunContext {
   readonly opening: OpeningReads;
   /** States this process committed, so a base state it wrote is not read back from S3. */
   readonly states: StateCache;
+  /** The process's resident model states (S1); absent on a worker that holds nothing between work items. */
+  readonly residency?: Residency;
   /** Samples only (absent when the work item has none). */
   readonly sampling?: SamplingContext;
 }

@@ -15,14 +15,16 @@ import { getBytes } from './blobs.js';
  * step decodes them into typed arrays (W4).
  */
 function withJsonPayloadsParsed(item: unknown): unknown {
-  const text = new TextDecoder();
-  for (const entry of entriesOf(item as ItemShape)) {
-    const payload = entry.payload;
-    if (payload instanceof PayloadBytes && payload.format === 'json') {
-      entry.payload = JSON.parse(text.decode(payload.bytes)) as unknown;
-    }
-  }
+  for (const entry of entriesOf(item as ItemShape)) entry.payload = stepPayloadOf(entry.payload);
   return item;
+}
+
+/** A stored payload as a step takes it: JSON parsed, protobuf left as bytes (also for a replayed step, S4). */
+export function stepPayloadOf(payload: unknown): unknown {
+  if (payload instanceof PayloadBytes && payload.format === 'json') {
+    return JSON.parse(new TextDecoder().decode(payload.bytes)) as unknown;
+  }
+  return payload;
 }
 
 /** A work item by value (tests, a driver that already holds it) or the manifest naming it in S3. */

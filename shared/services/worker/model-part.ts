@@ -7,6 +7,7 @@ import type { StepCommit } from './commit-items.js';
 import { AbandonedError, type RunContext, stopIfAborted } from './context.js';
 import { LeaseLostError, releaseForReplan } from './lease.js';
 import { COMMIT_INLINE_BUDGET_BYTES, storeOutcome, storeState } from './outputs.js';
+import { changesState, forcesSnapshot, rebuildState } from './recovery.js';
 import { executeStep, type PartState, type StepExecution } from './steps.js';
 import type { ModelOutcome, PartOutcome } from './types.js';
 
@@ -47,38 +48,63 @@ export async function runModelPart(model: WorkItemModel, ctx: RunContext): Promi
 
 async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutcome> {
   const { clients, backend } = ctx;
-  // The base state is fetched while the row is read: both are reads, and the state key is immutable
-  // (E3), so the GET needs no answer from the row. Its failure counts only if the row says the part
-  // runs (a stale redelivery's base state may be collected already). A state this process committed
-  // is not fetched at all (./state-cache.ts).
-  const baseBytes = model.base_state_ref === undefined ? undefined : readBaseState(model.base_state_ref, ctx);
+  const residency = ctx.residency?.enabled ? ctx.residency : undefined;
+  // The base state is fetched while the row is read, unless this process holds the model: both are
+  // reads, and the state key is immutable (E3), so the GET needs no answer from the row. Its failure
+  // counts only if the row says the part runs (a stale redelivery's base state may be collected
+  // already). A state this process committed is not fetched at all (./state-cache.ts).
+  const prefetchKey = residency?.has(model.model_id) ? undefined : model.base_state_ref;
+  const prefetched = prefetchKey === undefined ? undefined : readBaseState(prefetchKey, ctx);
   // A redelivered or re-planned work item stops here, before it runs or writes anything. The row was
   // read with every other part's when the work item started (./opening-reads.ts).
   const row = (await ctx.opening.models).get(model.model_id);
   if (row?.inflight !== model.inflight) return { outcome: 'not_inflight' };
 
   const lease = ctx.leases.hold(model.model_id, model.inflight, row.lease_until ?? 0);
+  const env = {
+    backend,
+    passes: ctx.passes,
+    clients,
+    tables: ctx.tables,
+    bucket: ctx.bucket,
+    model,
+    run: ctx.run,
+    now: ctx.now,
+  };
+  // The state after base_applied_through: resident in this process (S1), else rebuilt from the row's
+  // snapshot and replay log (S4). The row was read strongly after the claim, so its snapshot and log
+  // are the committed state's.
+  const resident = residency?.take(model.model_id, model.base_applied_through);
+  const part: PartState = {
+    state: resident?.state,
+    stateChanged: false,
+    unloaded: false,
+    saved: new Map(),
+  };
+  let committed = false;
   try {
     await ctx.emit({ kind: 'model-started', model_id: model.model_id, inflight: model.inflight });
     stopIfAborted(ctx.signal, lease);
-    const base = await baseBytes;
-    if (base !== undefined && 'error' in base) throw base.error;
-    const part: PartState = {
-      state: base === undefined ? undefined : await backend.deserializeState(base.bytes),
-      stateChanged: false,
-      unloaded: false,
-      saved: new Map(),
-    };
-    const env = {
-      backend,
-      passes: ctx.passes,
-      clients,
-      tables: ctx.tables,
-      bucket: ctx.bucket,
-      model,
-      run: ctx.run,
-      now: ctx.now,
-    };
+    if (resident === undefined) {
+      const rebuilt = await rebuildState(
+        row,
+        async (key) => {
+          const base = await (key === prefetchKey && prefetched !== undefined
+            ? prefetched
+            : readBaseState(key, ctx));
+          if ('error' in base) throw base.error;
+          return backend.deserializeState(base.bytes);
+        },
+        env,
+      );
+      part.state = rebuilt.state;
+      if (rebuilt.replayed > 0) {
+        logger.info('model state rebuilt by replay', {
+          model_id: model.model_id,
+          replayed: rebuilt.replayed,
+        });
+      }
+    }
     const executions: StepExecution[] = [];
     for (const step of model.steps) {
       stopIfAborted(ctx.signal, lease);
@@ -93,12 +119,33 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
       faultHook.crash('worker:mid-item');
     }
 
+    // What the commit records of the state (S1, S3): a holder appends the steps that changed it to the
+    // replay log and writes a snapshot only when one is due; without residency every change is written.
+    const changed = model.steps.filter(
+      (step, index) => changesState(step.request_type) && executions[index]?.outcome.status === 'completed',
+    );
+    const replayBefore = row.replay?.length ?? 0;
+    const keep = residency !== undefined && !part.unloaded && part.state !== undefined;
+    const forced = model.steps.some(
+      (step, index) => forcesSnapshot(step.request_type) && executions[index]?.outcome.status === 'completed',
+    );
+    const snapshot = keep
+      ? (part.stateChanged || replayBefore > 0) &&
+        (forced ||
+          residency.snapshotDue(replayBefore + changed.length, resident?.unsnapshottedSince ?? ctx.now()))
+      : part.stateChanged;
+
     // Fence: write nothing unless this work item still holds the model (a zombie stops here).
     stopIfAborted(ctx.signal, lease);
     if (!(await ctx.leases.stillHeld(model.inflight))) throw new LeaseLostError(model.inflight);
     const placement = { inlineMaxBytes: ctx.inlineResultMaxBytes, budget: COMMIT_INLINE_BUDGET_BYTES };
     const [stored, steps] = await Promise.all([
-      storeState(backend, clients.s3, ctx.bucket, model.model_id, model.epoch, ctx.run, part),
+      snapshot
+        ? storeState(backend, clients.s3, ctx.bucket, model.model_id, model.epoch, ctx.run, {
+            state: part.state,
+            stateChanged: true,
+          })
+        : undefined,
       Promise.all(
         executions.map(
           async (execution): Promise<StepCommit> => ({
@@ -133,14 +180,24 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
     // Renewals stop here: the commit removes the lease, and a renewal racing it would only fail.
     ctx.leases.release(model.inflight);
     const last = model.steps[model.steps.length - 1];
+    const appliedThrough = last?.seq ?? model.base_applied_through;
     const result = await commitModel(
       {
         model_id: model.model_id,
         inflight: model.inflight,
         run: ctx.run,
         base_applied_through: model.base_applied_through,
-        applied_through: last?.seq ?? model.base_applied_through,
-        ...(stateRef === undefined ? {} : { state_ref: stateRef }),
+        applied_through: appliedThrough,
+        ...(stateRef === undefined
+          ? {
+              replay_append: changed.map((step) => ({
+                seq: step.seq,
+                request_id: step.request_id,
+                request_type: step.request_type,
+              })),
+            }
+          : { state_ref: stateRef }),
+        ...(keep ? { holder: { holder: residency.holder, until: residency.holdUntil() } } : {}),
         unloaded: part.unloaded,
         now: ctx.now(),
         steps,
@@ -151,10 +208,25 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
     if (!result.committed) return { outcome: 'lost' };
     // This run's commit landed (seen, or found by re-reading its run on the row, E5): the key is this
     // run's alone, so it holds exactly these bytes.
-    if (stored !== undefined) ctx.states.committed(stored.key, stored.bytes, model.base_state_ref);
+    if (stored !== undefined) ctx.states.committed(stored.key, stored.bytes, row.state_ref);
+    if (keep && part.state !== undefined) {
+      const replayLength = stateRef === undefined ? replayBefore + changed.length : 0;
+      residency.keep({
+        modelId: model.model_id,
+        state: part.state,
+        appliedThrough,
+        epoch: model.epoch,
+        replayLength,
+        // A rebuilt state's log has no known age here: its age counts from now.
+        unsnapshottedSince: replayLength === 0 ? undefined : (resident?.unsnapshottedSince ?? ctx.now()),
+      });
+      committed = true;
+    }
     return { outcome: 'committed', settled_by_reread: result.settledByReread };
   } finally {
     ctx.leases.release(model.inflight);
+    // A state not kept is freed: the part failed, was lost, or the model is unloaded.
+    if (residency !== undefined && !committed) residency.discard(part.state);
   }
 }
 

@@ -122,6 +122,7 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
     samplers: new SamplerCache(options.backend, clients, bucket, tables.registry),
     opening,
     states: options.states ?? processStateCache(),
+    ...(options.residency === undefined ? {} : { residency: options.residency }),
     ...(sampling === undefined ? {} : { sampling }),
   };
 

@@ -3,6 +3,7 @@ import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { Backend } from '../../backend/backend.js';
 import type { CommitSignal } from '../../base/commit-signal.js';
 import type { PrefixStore } from '../../repositories/prefix/store.js';
+import type { Residency } from './residency.js';
 import type { StateCache } from './state-cache.js';
 
 /** The two clients the runtime uses; tests inject ones with fault-injecting middleware. */
@@ -95,6 +96,11 @@ export interface WorkerOptions {
   readonly runId?: string;
   /** Committed states kept in memory for the next work item (default: the process's `processStateCache()`). */
   readonly states?: StateCache;
+  /**
+   * The process's resident model states (S1, ./residency.ts): a worker process that keeps its backend
+   * between work items passes one; without it every commit writes the whole state.
+   */
+  readonly residency?: Residency;
 }
 
 /**
