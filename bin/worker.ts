@@ -21,15 +21,18 @@ import {
 import { ReferenceBackend } from '../shared/backend/reference/reference-backend.js';
 import { config, resetConfig } from '../shared/base/config.js';
 import { type ResolvedEnvironment, resolveEnvironment, WORKER_ENV_OUTPUTS } from '../shared/base/env-file.js';
+import { mintRunId } from '../shared/base/ids.js';
 import { logger } from '../shared/base/logger.js';
 import { STACK_ENV_OUTPUTS } from '../shared/base/stack-outputs.js';
-import { topology } from '../shared/base/topology.js';
+import { laneQueueId, topology } from '../shared/base/topology.js';
 import {
   describeVerdict,
   GraceStop,
   processWorkMessage,
   type WorkerOptions,
 } from '../shared/services/worker/index.js';
+import { Residency } from '../shared/services/worker/residency.js';
+import { WorkLane } from '../shared/services/worker/work-lane.js';
 
 /**
  * `npm run worker`: the worker runtime as a long-running process, for GPU hosts (or any host) that
@@ -58,6 +61,11 @@ import {
 
 export interface WorkerProcessOptions {
   readonly queueUrl: string;
+  /**
+   * The process's work lane (S2): its queue is polled beside `queueUrl`, both long polls in flight at
+   * once, until `lost` aborts (the lease was taken).
+   */
+  readonly lane?: { readonly queueUrl: string; readonly lost?: AbortSignal };
   readonly backend: Backend;
   readonly sqs: SQSClient;
   /** Stop polling; the current work item still finishes. */
@@ -75,64 +83,101 @@ export interface WorkerProcessOptions {
    * fails the process takes no work item it could not compute, and retries with backoff.
    */
   readonly healthCheck?: () => Promise<void>;
-  /** Runtime options (clients, lease, hooks); `backend` and `signal` are set by the process. */
+  /** Runtime options (clients, lease, hooks, residency); `backend` and `signal` are set by the process. */
   readonly worker?: Omit<WorkerOptions, 'backend' | 'signal' | 'cut' | 'cutDeadline'>;
   readonly print?: (line: string) => void;
 }
 
 const RECEIVE_BACKOFF = { baseMs: 200, capMs: 10_000, maxRetries: Number.POSITIVE_INFINITY };
 
+/** One long poll's answer, from the queue it polled; `error` when the receive failed. */
+interface Received {
+  readonly queueUrl: string;
+  readonly messages: readonly Message[];
+  readonly error?: unknown;
+}
+
 /** Polls until `stop` aborts; resolves with the number of work items handled. */
 export async function runWorkerProcess(options: WorkerProcessOptions): Promise<number> {
   const waitTimeSeconds = options.waitTimeSeconds ?? 20;
   const visibility = options.visibilityTimeoutSeconds ?? topology.queues.work.visibilityTimeoutSeconds;
   const print = options.print ?? ((line: string) => process.stdout.write(`${line}\n`));
-  let handled = 0;
-  let errors = 0;
-  while (!options.stop.aborted) {
-    let messages: Message[];
-    try {
-      await options.healthCheck?.();
-      // A stop lets the poll in flight finish: an aborted long poll may still take a message off the
-      // queue (until its visibility timeout) with nobody left to run it. Abandoning aborts it anyway.
-      const answer = await options.sqs.send(
+  // A stop lets the polls in flight finish: an aborted long poll may still take a message off the
+  // queue (until its visibility timeout) with nobody left to run it. Abandoning aborts them anyway.
+  const receive = (queueUrl: string): Promise<Received> =>
+    options.sqs
+      .send(
         new ReceiveMessageCommand({
-          QueueUrl: options.queueUrl,
+          QueueUrl: queueUrl,
           MaxNumberOfMessages: 1,
           WaitTimeSeconds: waitTimeSeconds,
           VisibilityTimeout: visibility,
         }),
         options.abandon === undefined ? {} : { abortSignal: options.abandon },
+      )
+      .then(
+        (answer): Received => ({ queueUrl, messages: answer.Messages ?? [] }),
+        (error: unknown): Received => ({ queueUrl, messages: [], error }),
       );
-      messages = answer.Messages ?? [];
-      errors = 0;
+  const queues = (): string[] =>
+    options.lane === undefined || options.lane.lost?.aborted
+      ? [options.queueUrl]
+      : [options.lane.queueUrl, options.queueUrl];
+  // At most one poll per queue in flight; the one that answers first is handled, the other keeps
+  // waiting and is handled on a later turn (its message, if any, stays invisible meanwhile).
+  const polls = new Map<string, Promise<Received>>();
+  let handled = 0;
+  let errors = 0;
+  while (!options.stop.aborted) {
+    try {
+      await options.healthCheck?.();
     } catch (error) {
-      if (options.stop.aborted || options.abandon?.aborted) break;
       errors += 1;
-      logger.warn('receive or health check failed; retrying', {
+      logger.warn('health check failed; retrying', {
         error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
       });
       await realSleep(backoffDelay(errors, RECEIVE_BACKOFF, Math.random) + 100, options.stop);
       continue;
     }
-    for (const message of messages) {
+    for (const queueUrl of queues()) if (!polls.has(queueUrl)) polls.set(queueUrl, receive(queueUrl));
+    const answer = await Promise.race(polls.values());
+    polls.delete(answer.queueUrl);
+    if (answer.error !== undefined) {
+      if (options.stop.aborted || options.abandon?.aborted) break;
+      errors += 1;
+      logger.warn('receive failed; retrying', {
+        queue: answer.queueUrl,
+        error:
+          answer.error instanceof Error
+            ? `${answer.error.name}: ${answer.error.message}`
+            : String(answer.error),
+      });
+      await realSleep(backoffDelay(errors, RECEIVE_BACKOFF, Math.random) + 100, options.stop);
+      continue;
+    }
+    errors = 0;
+    for (const message of answer.messages) {
       if (options.stop.aborted) {
-        await giveBack(options, message);
+        await giveBack(options, answer.queueUrl, message);
         continue;
       }
-      await handleMessage(message, options, visibility, print);
+      await handleMessage(message, answer.queueUrl, options, visibility, print);
       handled += 1;
     }
+  }
+  // Polls still in flight end within their wait; what they bring goes back at once.
+  for (const answer of await Promise.all(polls.values())) {
+    for (const message of answer.messages) await giveBack(options, answer.queueUrl, message);
   }
   return handled;
 }
 
 /** A message received after the stop: visible again at once for another worker. */
-async function giveBack(options: WorkerProcessOptions, message: Message): Promise<void> {
+async function giveBack(options: WorkerProcessOptions, queueUrl: string, message: Message): Promise<void> {
   await options.sqs
     .send(
       new ChangeMessageVisibilityCommand({
-        QueueUrl: options.queueUrl,
+        QueueUrl: queueUrl,
         ReceiptHandle: message.ReceiptHandle,
         VisibilityTimeout: 0,
       }),
@@ -142,11 +187,12 @@ async function giveBack(options: WorkerProcessOptions, message: Message): Promis
 
 async function handleMessage(
   message: Message,
+  queueUrl: string,
   options: WorkerProcessOptions,
   visibility: number,
   print: (line: string) => void,
 ): Promise<void> {
-  const { sqs, queueUrl } = options;
+  const { sqs } = options;
   const receiptHandle = message.ReceiptHandle;
   const setVisibility = (seconds: number) =>
     sqs.send(
@@ -242,18 +288,48 @@ async function main(args: readonly string[]): Promise<number> {
   process.on('SIGINT', onSignal);
   const run = async () => {
     const queueUrl = config().workQueueUrl;
-    process.stdout.write(`worker (${backend.name} backend) polling ${queueUrl}\n`);
-    return runWorkerProcess({
-      queueUrl,
-      backend,
-      sqs: awsClients().sqs,
-      stop: policy.stop,
-      abandon: policy.abandon,
-      cut: policy.cut,
-      cutDeadline: policy.cutDeadline,
-      waitTimeSeconds,
-      ...(backend instanceof EngineBackend ? { healthCheck: () => backend.ping() } : {}),
-    });
+    // Models stay resident in this process (S1) when it leases a work lane, so their work reaches it
+    // (S2); without one (every lane held, or RESIDENT_MODELS=0) it writes the state at every commit.
+    const worker = `w-${mintRunId()}`;
+    const lane =
+      config().tunables.residentModels > 0
+        ? await WorkLane.acquire(
+            { doc: awsClients().doc, registryTable: config().table('registry'), pool: config().pool },
+            worker,
+          )
+        : undefined;
+    const residency =
+      lane === undefined
+        ? undefined
+        : new Residency(backend, undefined, undefined, { worker, lane: lane.lane });
+    const laneQueueUrl = lane === undefined ? undefined : config().queueUrl(laneQueueId(lane.lane));
+    process.stdout.write(
+      `worker (${backend.name} backend) polling ${queueUrl}${laneQueueUrl === undefined ? '; no work lane: models are not kept resident' : ` and its lane ${lane?.lane} (${laneQueueUrl}); models stay resident`}\n`,
+    );
+    try {
+      return await runWorkerProcess({
+        queueUrl,
+        ...(laneQueueUrl === undefined || lane === undefined
+          ? {}
+          : { lane: { queueUrl: laneQueueUrl, lost: lane.lost } }),
+        backend,
+        sqs: awsClients().sqs,
+        stop: policy.stop,
+        abandon: policy.abandon,
+        cut: policy.cut,
+        cutDeadline: policy.cutDeadline,
+        waitTimeSeconds,
+        ...(residency === undefined ? {} : { worker: { residency } }),
+        ...(backend instanceof EngineBackend ? { healthCheck: () => backend.ping() } : {}),
+      });
+    } finally {
+      // Snapshots of what it holds, then the lane back: another worker takes both at once (S3).
+      if (residency !== undefined) {
+        process.stdout.write(`letting go of ${residency.size} resident models\n`);
+        await residency.letGoAll();
+      }
+      await lane?.release();
+    }
   };
   let handled: number;
   if (environment.localStack) {

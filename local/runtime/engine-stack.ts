@@ -7,6 +7,7 @@ import {
   startEngineBackend,
 } from '../../shared/backend/engine/installed-engines.js';
 import { BASE_MODELS_VAR } from '../../shared/base/config.js';
+import { Residency } from '../../shared/services/worker/residency.js';
 import type { LocalStackOptions } from './stack.js';
 
 export interface EngineStack {
@@ -14,6 +15,11 @@ export interface EngineStack {
   readonly baseModel: string;
   /** Started and greeted; the caller stops it after the stack. */
   readonly backend: EngineBackend;
+  /**
+   * The worker's resident model states (S1): the local worker keeps the engine between work items, as
+   * a GPU host's worker does. The caller lets go of them (`letGoAll`) before the local cloud stops.
+   */
+  readonly residency: Residency;
   /** For `startLocalStack`: the pool serves `baseModel` alone, and the worker runs on the engine. */
   readonly options: Pick<LocalStackOptions, 'extraEnv' | 'runtime'>;
 }
@@ -31,12 +37,15 @@ export async function engineStack(
 ): Promise<EngineStack> {
   const baseModel = resolveBaseModel(rawBaseModel);
   const backend = await startEngineBackend(name, { baseModel, worker });
+  // Its store is resolved at the first let-go or renewal, once the stack has set the environment.
+  const residency = new Residency(backend);
   return {
     baseModel,
     backend,
+    residency,
     options: {
       extraEnv: { [BASE_MODELS_VAR]: JSON.stringify(engineBaseModels(baseModel)) },
-      runtime: { handlers: { worker: createWorkerHandler({ backend }) } },
+      runtime: { handlers: { worker: createWorkerHandler({ backend, worker: { residency } }) } },
     },
   };
 }

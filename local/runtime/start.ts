@@ -12,6 +12,7 @@ import {
   writeLocalEnvFile,
 } from '../../shared/base/env-file.js';
 import { logger } from '../../shared/base/logger.js';
+import type { Residency } from '../../shared/services/worker/residency.js';
 import { engineStack } from './engine-stack.js';
 import { printDevelopmentApiKey, readyHooks } from './on-ready.js';
 import { DEFAULT_API_PORT, DEFAULT_STATUS_PORT, portNotice, portSetting } from './port-choice.js';
@@ -74,6 +75,7 @@ let envFile: string | undefined;
 
 let stack: LocalStack | undefined;
 let engineBackend: EngineBackend | undefined;
+let residency: Residency | undefined;
 let statusPage: StatusPageServer | undefined;
 let stopping = false;
 
@@ -83,6 +85,8 @@ async function shutdown(exitCode: number): Promise<never> {
   try {
     if (envFile !== undefined) removeLocalEnvFile(envFile);
     await statusPage?.stop();
+    // Resident models are snapshotted and let go while the local cloud still runs (S3).
+    await residency?.letGoAll();
   } finally {
     await stack?.stop();
     await engineBackend?.stop();
@@ -121,6 +125,7 @@ async function main(): Promise<void> {
     process.stdout.write(`starting the ${settings.engine.name} engine on ${baseModel}...\n`);
     const started = await engineStack(settings.engine.name, baseModel, 'npm start');
     engineBackend = started.backend;
+    residency = started.residency;
     engineOptions = started.options;
     engineLines = [
       `Worker: the ${settings.engine.name} engine; base model (base_model in requests):`,

@@ -38,6 +38,8 @@ export const registryPrefix = {
   sessionLog: 'sfl#',
   sessionLogCounter: 'sfc#',
   samplerClones: 'sfj#',
+  /** A worker process's lease of a work lane (S2). */
+  workLane: 'lane#',
 } as const;
 
 const p = registryPrefix;
@@ -87,4 +89,6 @@ export const registryKey = {
   sessionLogCounter: (logKey: string) => `${p.sessionLogCounter}${logKey}`,
   /** The last clone id join_sampling_session gave out for a sampling session. */
   samplerClones: (samplingSessionId: string) => `${p.samplerClones}${samplingSessionId}`,
+  /** A pool's work lane `lane`, leased by the worker process that consumes its queue (S2). */
+  workLane: (pool: string, lane: number) => `${p.workLane}${pool}#${lane}`,
 } as const;

@@ -178,7 +178,9 @@ export interface FunctionDecl {
 }
 
 export type TableId = 'futures' | 'models' | 'registry' | 'prefixes';
-export type QueueId = 'work' | 'workDlq' | 'streamDlq';
+export type QueueId = 'work' | 'workDlq' | 'streamDlq' | LaneQueueId;
+/** A work lane: the queue of the worker process holding the lane (S2), one per lane of `WORK_LANES`. */
+export type LaneQueueId = `lane${0 | 1 | 2 | 3 | 4 | 5 | 6 | 7}`;
 export type FunctionId = 'api' | 'scheduler' | 'worker' | 'sweeper';
 
 export interface Topology {
@@ -252,6 +254,47 @@ export const LIVE_BY_MODEL_INDEX = 'live_by_model';
 export const LIVE_BY_MODEL_PROJECTION = LIVE_PROJECTION.filter((name) => name !== 'model_id');
 
 const WORKER_TIMEOUT_SECONDS = 300;
+
+/**
+ * Work lanes (S2 of docs/design.md#s1): one queue per worker process that holds models, so the work
+ * of a model whose state a worker holds goes to that worker and no other. A worker process leases a
+ * free lane at start (a `lane#` registry record) and polls it beside the shared `work` queue; workers
+ * beyond this many get no lane and hold nothing. An idle queue costs nothing.
+ */
+export const WORK_LANES = 8;
+
+export const LANE_QUEUE_IDS: readonly LaneQueueId[] = Array.from(
+  { length: WORK_LANES },
+  (_, lane) => `lane${lane}` as LaneQueueId,
+);
+
+/** The queue of lane `lane`; throws for a lane the topology does not declare. */
+export function laneQueueId(lane: number): LaneQueueId {
+  const id = LANE_QUEUE_IDS[lane];
+  if (id === undefined) throw new RangeError(`lane ${lane} is not one of the ${WORK_LANES} work lanes`);
+  return id;
+}
+
+/** The lanes' queue declarations: like `work`'s, and redriven to the same dead-letter queue. */
+function laneQueues(): Record<LaneQueueId, QueueDecl> {
+  return Object.fromEntries(
+    LANE_QUEUE_IDS.map((id, lane) => [
+      id,
+      {
+        name: `work-lane-${lane}`,
+        envVar: `WORK_LANE_${lane}_QUEUE_URL`,
+        visibilityTimeoutSeconds: WORKER_TIMEOUT_SECONDS * 2,
+        retentionSeconds: 4 * 24 * 3600,
+        deadLetter: { queue: 'workDlq', maxReceiveCount: 5 },
+      } satisfies QueueDecl,
+    ]),
+  ) as Record<LaneQueueId, QueueDecl>;
+}
+
+/** The same actions on every lane's queue. */
+function onLanes(actions: readonly QueueAction[]): Partial<Record<LaneQueueId, readonly QueueAction[]>> {
+  return Object.fromEntries(LANE_QUEUE_IDS.map((id) => [id, actions]));
+}
 
 /** The pool this stack's scheduler serves (the `POOL` setting). */
 const POOL = 'default';
@@ -374,6 +417,7 @@ export const topology: Topology = {
       visibilityTimeoutSeconds: 30,
       retentionSeconds: 14 * 24 * 3600,
     },
+    ...laneQueues(),
   },
   functions: {
     api: {
@@ -487,7 +531,8 @@ export const topology: Topology = {
           // tick fails that one step (R5) instead of failing every pass (shared/repositories/payloads.ts).
           { prefix: '', actions: ['list'] },
         ],
-        queues: { work: ['send'] },
+        // A held model's work item goes to its holder's lane (S2).
+        queues: { work: ['send'], ...onLanes(['send']) },
       },
       triggers: [
         {
@@ -572,6 +617,8 @@ export const topology: Topology = {
             { keyPrefixes: [key.sessionLog], actions: ['put'] },
             // It polls its pool's cut request while it runs (P1).
             { keyPrefixes: [key.cutRequest], actions: ['get'] },
+            // A worker process leases a work lane, renews and gives it back (S2).
+            { keyPrefixes: [key.workLane], actions: ['get', 'put', 'update', 'delete'] },
           ],
           prefixes: ['get', 'batch-get', 'put', 'batch-write'],
         },
@@ -584,7 +631,8 @@ export const topology: Topology = {
           // The checkpoint's archive, built at save (C2).
           { prefix: 'archives/', actions: ['put'] },
         ],
-        queues: { work: ['consume'] },
+        // A worker process that holds models consumes its lane too (S2; the Lambda never leases one).
+        queues: { work: ['consume'], ...onLanes(['consume']) },
       },
       triggers: [
         {

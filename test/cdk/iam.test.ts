@@ -11,6 +11,7 @@ import {
 } from '../../shared/base/grants.js';
 import {
   FUNCTION_IDS,
+  LANE_QUEUE_IDS,
   type FunctionId,
   physicalName,
   QUEUE_IDS,
@@ -318,11 +319,13 @@ describe('IAM', () => {
     ]);
   });
 
-  it('lets the scheduler write failure records to the stream DLQ, and nothing else to any queue but work', () => {
+  it('lets the scheduler write failure records to the stream DLQ, and nothing else to any queue but work and the lanes', () => {
     const sqs = sorted(permissions('scheduler')).filter((p) => p.startsWith('sqs:'));
     expect(sqs).toEqual(
       sorted([
         'sqs:SendMessage queue:work.Arn',
+        // A held model's work item goes to its holder's lane (S2).
+        ...LANE_QUEUE_IDS.map((lane) => `sqs:SendMessage queue:${lane}.Arn`),
         ...SQS_ON_FAILURE.map((action) => `${action} queue:streamDlq.Arn`),
       ]),
     );
@@ -398,6 +401,10 @@ describe('IAM', () => {
         // A sample's commit: its session log's position and entry (W9).
         `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['sfc#'])}`,
         `dynamodb:PutItem table:registry.Arn if ${leadingKeysCondition(['sfl#'])}`,
+        // Its work lane's lease (S2).
+        ...['GetItem', 'PutItem', 'UpdateItem', 'DeleteItem'].map(
+          (action) => `dynamodb:${action} table:registry.Arn if ${leadingKeysCondition(['lane#'])}`,
+        ),
       ]),
     );
   });

@@ -6,6 +6,7 @@ import { parseEnvFile } from '../../shared/base/env-file.js';
 import { STACK_ENV_OUTPUTS } from '../../shared/base/stack-outputs.js';
 import {
   FUNCTION_IDS,
+  LANE_QUEUE_IDS,
   physicalName,
   QUEUE_IDS,
   type QueueId,
@@ -336,10 +337,13 @@ describe('the worker switch (context referenceWorker)', () => {
       ...TABLE_IDS.filter((id) => grants.tables[id]?.length).map((id) => topology.tables[id].envVar),
       topology.bucket.envVar,
       topology.queues.work.envVar!,
+      // The work lanes a worker process leases and polls (S2).
+      ...LANE_QUEUE_IDS.map((id) => topology.queues[id].envVar!),
     ];
     expect(Object.keys(env).sort()).toEqual(expected.sort());
     for (const [name, value] of Object.entries(topology.settings)) expect(env[name]).toBe(value);
     expect(env.WORK_QUEUE_URL).toBe(`<Ref ${queueId(template, 'work')}>`);
+    expect(env.WORK_LANE_0_QUEUE_URL).toBe(`<Ref ${queueId(template, 'lane0')}>`);
   });
 
   it.each([
@@ -431,6 +435,11 @@ describe('the worker switch (context referenceWorker)', () => {
         { keys: ['sfc#*'], actions: ['dynamodb:UpdateItem'] },
         { keys: ['sfl#*'], actions: ['dynamodb:PutItem'] },
         { keys: ['cut#*'], actions: ['dynamodb:GetItem'] },
+        // Its work lane's lease (S2).
+        {
+          keys: ['lane#*'],
+          actions: ['dynamodb:DeleteItem', 'dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
+        },
       ]);
     },
   );
@@ -477,6 +486,7 @@ describe('limits that keep the system operable', () => {
         'WorkQueueUrl',
         'WorkDlqQueueUrl',
         'StreamDlqQueueUrl',
+        ...LANE_QUEUE_IDS.map((lane) => `Lane${lane.slice('lane'.length)}QueueUrl`),
         'AlarmTopicArn',
         'DashboardUrl',
         STACK_ENV_OUTPUTS.operator,

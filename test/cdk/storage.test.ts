@@ -3,7 +3,7 @@ import { Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
 import { WORK_ITEM_PREFIX } from '../../cdk/constructs/bucket.js';
 import { storageKeys } from '../../shared/base/storage-keys.js';
-import { physicalName, QUEUE_IDS, topology } from '../../shared/base/topology.js';
+import { LANE_QUEUE_IDS, physicalName, QUEUE_IDS, topology } from '../../shared/base/topology.js';
 import { logicalIdWhere, properties, synth, TEST_PREFIX } from '../support/cdk/synth.js';
 
 const { template } = synth();
@@ -126,6 +126,8 @@ describe('outputs', () => {
         'WorkQueueUrl',
         'WorkDlqQueueUrl',
         'StreamDlqQueueUrl',
+        // The work lanes (S2).
+        ...LANE_QUEUE_IDS.map((lane) => `Lane${lane.slice('lane'.length)}QueueUrl`),
         // Operating outputs (test/cdk/operate.test.ts checks what they hold).
         'AlarmTopicArn',
         'DashboardUrl',

@@ -9,13 +9,16 @@ import { type FunctionGrants, type Topology, topology } from '../../shared/base/
 
 const TABLES = ['FUTURES_TABLE', 'MODELS_TABLE', 'REGISTRY_TABLE'];
 
+const LANES = [0, 1, 2, 3, 4, 5, 6, 7].map((lane) => `WORK_LANE_${lane}_QUEUE_URL`);
+
 describe('grantedEnvVars', () => {
   it('gives each function of the topology exactly the variables of the resources it is granted', () => {
     const of = (id: keyof Topology['functions']) => grantedEnvVars(topology, topology.functions[id].grants);
     expect(of('api')).toEqual([...TABLES, 'DATA_BUCKET', 'WORK_QUEUE_URL', 'WORK_DLQ_URL', 'STREAM_DLQ_URL']);
     // The scheduler never touches the prefixes table, so it never learns its name.
-    expect(of('scheduler')).toEqual([...TABLES, 'DATA_BUCKET', 'WORK_QUEUE_URL']);
-    expect(of('worker')).toEqual([...TABLES, 'PREFIXES_TABLE', 'DATA_BUCKET', 'WORK_QUEUE_URL']);
+    // Both send or consume on the work lanes (S2).
+    expect(of('scheduler')).toEqual([...TABLES, 'DATA_BUCKET', 'WORK_QUEUE_URL', ...LANES]);
+    expect(of('worker')).toEqual([...TABLES, 'PREFIXES_TABLE', 'DATA_BUCKET', 'WORK_QUEUE_URL', ...LANES]);
     // Nor does the sweeper: prefix rows expire by TTL.
     expect(of('sweeper')).toEqual([...TABLES, 'DATA_BUCKET', 'WORK_QUEUE_URL']);
   });
@@ -44,6 +47,7 @@ describe('resourceEnvVars', () => {
       'WORK_QUEUE_URL',
       'WORK_DLQ_URL',
       'STREAM_DLQ_URL',
+      ...LANES,
     ]);
   });
 });

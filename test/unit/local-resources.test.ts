@@ -2,10 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { createTableInputs, envFor, resourceNames } from '../../local/cloud/resources.js';
 import { failedItems } from '../../local/runtime/triggers/batch-response.js';
 import {
+  LANE_QUEUE_IDS,
   LIVE_BY_MODEL_INDEX,
   LIVE_BY_MODEL_PROJECTION,
   LIVE_INDEX,
   LIVE_PROJECTION,
+  type QueueId,
   type Topology,
   topology,
 } from '../../shared/base/topology.js';
@@ -74,7 +76,12 @@ describe('createTableInputs', () => {
 
 describe('envFor', () => {
   const names = resourceNames(topology, 'px');
-  const queueUrls = { work: 'http://q/work', workDlq: 'http://q/dlq', streamDlq: 'http://q/stream-dlq' };
+  const queueUrls = {
+    work: 'http://q/work',
+    workDlq: 'http://q/dlq',
+    streamDlq: 'http://q/stream-dlq',
+    ...Object.fromEntries(LANE_QUEUE_IDS.map((id) => [id, `http://q/${id}`])),
+  } as Record<QueueId, string>;
   const endpoints = { dynamodb: 'http://d', s3: 'http://s', sqs: 'http://s' };
 
   it('names every resource through the topology variables, with settings and endpoints', () => {
@@ -86,6 +93,9 @@ describe('envFor', () => {
       PREFIXES_TABLE: 'px-prefixes',
       DATA_BUCKET: 'px-data',
       WORK_QUEUE_URL: 'http://q/work',
+      // The scheduler sends to the lanes, the worker consumes them (S2).
+      WORK_LANE_0_QUEUE_URL: 'http://q/lane0',
+      WORK_LANE_7_QUEUE_URL: 'http://q/lane7',
       // The api function reads both dead-letter queues' depths for the status page (grant `depth`).
       WORK_DLQ_URL: 'http://q/dlq',
       STREAM_DLQ_URL: 'http://q/stream-dlq',

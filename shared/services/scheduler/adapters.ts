@@ -31,7 +31,8 @@ export interface SchedulerAdapters {
   readSampleRows(requestIds: Iterable<string>): Promise<Map<string, SampleRowFacts>>;
   readPayloads(requestIds: readonly string[]): Promise<PayloadReads>;
   writeWorkItem(workItem: WorkItem): Promise<number>;
-  sendManifest(manifest: WorkManifest): Promise<void>;
+  /** To the shared `work` queue, or to a holder's lane (S2). */
+  sendManifest(manifest: WorkManifest, lane?: number): Promise<void>;
   /** The operator's `drain` switch for the pool: while on, ticks read and report but dispatch nothing. */
   isDraining(): Promise<boolean>;
   readonly lock: TickLock;
@@ -58,7 +59,8 @@ export function schedulerAdapters(
     readSampleRows: (ids) => readSampleRows(doc, tables.futures, ids),
     readPayloads: (ids) => readPayloads(s3, settings.bucket, ids),
     writeWorkItem: (workItem) => writeWorkItem(s3, settings.bucket, workItem),
-    sendManifest: (manifest) => sendManifest(sqs, settings.workQueueUrl, manifest),
+    sendManifest: (manifest, lane) =>
+      sendManifest(sqs, lane === undefined ? settings.workQueueUrl : settings.laneQueueUrl(lane), manifest),
     isDraining: () => isPoolDraining(doc, tables.registry, settings.pool),
     lock: tickLock(doc, tables.registry, settings.pool),
   };

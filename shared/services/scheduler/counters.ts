@@ -25,6 +25,8 @@ export interface TickCounters {
   /** Samples dispatched only to be failed (payload missing): their worker commits the error. */
   fail_samples_dispatched: number;
   work_items: number;
+  /** Of those, sent to a holder's lane (S2). */
+  work_items_to_lanes: number;
   work_item_bytes: number;
   /** Model and sample claims a failed pass gave back (it failed after claiming, before sending). */
   claims_released: number;
@@ -56,6 +58,7 @@ export function emptyTickCounters(): TickCounters {
     samples_dispatched: 0,
     fail_samples_dispatched: 0,
     work_items: 0,
+    work_items_to_lanes: 0,
     work_item_bytes: 0,
     claims_released: 0,
     releases_refused: 0,

@@ -1,4 +1,5 @@
 import { type Config, config } from '../../base/config.js';
+import { laneQueueId } from '../../base/topology.js';
 import { type PlanLimits, planLimitsFrom } from '../../domain/planning/limits.js';
 
 /** What a tick needs from the configuration, resolved once per invocation. */
@@ -8,6 +9,8 @@ export interface SchedulerSettings {
   readonly tables: { readonly futures: string; readonly models: string; readonly registry: string };
   readonly bucket: string;
   readonly workQueueUrl: string;
+  /** A work lane's queue (S2), read when a work item goes there. */
+  readonly laneQueueUrl: (lane: number) => string;
   readonly limits: PlanLimits;
   /** Lease of a claim (model or sample) until a worker renews it (E7). */
   readonly leaseMs: number;
@@ -24,6 +27,7 @@ export function schedulerSettings(source: Config = config()): SchedulerSettings 
     },
     bucket: source.bucket,
     workQueueUrl: source.workQueueUrl,
+    laneQueueUrl: (lane) => source.queueUrl(laneQueueId(lane)),
     limits: planLimitsFrom(source.tunables),
     leaseMs: source.tunables.leaseSeconds * 1000,
   };

@@ -8,6 +8,7 @@ import { assembleWorkItem, payloadsToRead, type SampleClaimed } from '../../doma
 import { claimFor, type ModelClaim } from '../../domain/planning/claim.js';
 import type { Plan, Snapshot } from '../../domain/planning/plan-types.js';
 import { plan } from '../../domain/planning/planner.js';
+import { routePlan } from '../../domain/planning/routing.js';
 import { manifestOf, type WorkItem } from '../../domain/planning/work-item.js';
 import type { LiveRow, ModelRow } from '../../domain/records.js';
 import type { PayloadReads } from '../../repositories/payloads.js';
@@ -325,6 +326,31 @@ async function dispatchPlan(
     readonly claimed: () => void;
   },
 ): Promise<void> {
+  // One work item per destination (S2): a held model's to its holder's lane, the rest to `work`. The
+  // pass's hook fires once, after the last part's claims, when every claim of the plan is settled.
+  const parts = routePlan(planned, round.models, round.now);
+  for (const [index, part] of parts.entries()) {
+    const last = index === parts.length - 1;
+    await dispatchPart(ctx, part.plan, part.lane, {
+      ...round,
+      claimed: last ? round.claimed : () => undefined,
+    });
+  }
+  if (parts.length === 0) round.claimed();
+}
+
+async function dispatchPart(
+  ctx: TickContext,
+  planned: Plan,
+  lane: number | undefined,
+  round: {
+    readonly models: Map<string, ModelRow>;
+    readonly sampleClaims: Set<string>;
+    readonly now: number;
+    readonly counters: TickCounters;
+    readonly claimed: () => void;
+  },
+): Promise<void> {
   const { models, sampleClaims, now, counters } = round;
   const workItemId = `wi-${mintRequestId(now)}`;
   const held = noClaimsHeld();
@@ -333,7 +359,7 @@ async function dispatchPlan(
     workItem = await claimAndSend(
       ctx,
       planned,
-      { models, sampleClaims, now, workItemId, held, claimed: round.claimed },
+      { models, sampleClaims, now, workItemId, held, claimed: round.claimed, lane },
       counters,
     );
   } catch (error) {
@@ -353,6 +379,7 @@ async function dispatchPlan(
   }
   if (workItem === undefined) return;
   counters.work_items++;
+  if (lane !== undefined) counters.work_items_to_lanes++;
   for (const model of workItem.models) {
     for (const step of model.steps) {
       if (step.fail === undefined) counters.steps_dispatched++;
@@ -365,6 +392,7 @@ async function dispatchPlan(
   }
   logger.info('work item dispatched', {
     work_item_id: workItem.work_item_id,
+    ...(lane === undefined ? {} : { lane }),
     models: workItem.models.map((model) => model.model_id),
     steps: workItem.models.reduce((sum, model) => sum + model.steps.length, 0),
     samples: workItem.samples.length,
@@ -380,6 +408,8 @@ interface PassState {
   readonly held: HeldClaims;
   /** Called once the claims are settled (see `PassHooks.claimed`). */
   readonly claimed: () => void;
+  /** The holder's lane the work item goes to (S2); undefined: the shared queue. */
+  readonly lane: number | undefined;
 }
 
 /**
@@ -491,7 +521,7 @@ async function claimAndSend(
   if (workItem === undefined) return undefined;
   counters.work_item_bytes += await adapters.writeWorkItem(workItem);
   faultHook.crash('scheduler:after-write-work-item');
-  await adapters.sendManifest(manifestOf(workItem));
+  await adapters.sendManifest(manifestOf(workItem), pass.lane);
   return workItem;
 }
 

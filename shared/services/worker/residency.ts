@@ -1,5 +1,6 @@
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { awsClients } from '../../aws/clients.js';
 import type { Backend, BackendState } from '../../backend/backend.js';
 import { config } from '../../base/config.js';
 import { mintRunId } from '../../base/ids.js';
@@ -50,6 +51,12 @@ export function configuredResidencyPolicy(): ResidencyPolicy {
   };
 }
 
+/** The configured models table and bucket, through the process's clients. */
+export function configuredResidencyStore(): ResidencyStore {
+  const { doc, s3 } = awsClients();
+  return { doc, s3, modelsTable: config().table('models'), bucket: config().bucket };
+}
+
 /** One resident model: its state after `appliedThrough`, as committed by this process. */
 export interface ResidentModel {
   readonly modelId: string;
@@ -94,12 +101,20 @@ export class Residency {
   readonly #timer: NodeJS.Timeout | undefined;
   #stopped = false;
 
+  readonly #store: ResidencyStore | (() => ResidencyStore);
+
+  /**
+   * `store`: where let-goes and renewals write; a function is called at the first write (a driver
+   * that builds its residency before its environment is set), default: the configured table and
+   * bucket through the process's clients.
+   */
   constructor(
     readonly backend: Backend,
-    private readonly store: ResidencyStore,
+    store: ResidencyStore | (() => ResidencyStore) = configuredResidencyStore,
     readonly policy: ResidencyPolicy = configuredResidencyPolicy(),
     options: { readonly lane?: number; readonly worker?: string; readonly now?: () => number } = {},
   ) {
+    this.#store = store;
     this.holder = {
       worker: options.worker ?? `w-${mintRunId()}`,
       ...(options.lane === undefined ? {} : { lane: options.lane }),
@@ -233,6 +248,10 @@ export class Residency {
     this.#models.delete(modelId);
     const done = this.#letGo(entry, reason).finally(() => this.#letting.delete(done));
     this.#letting.add(done);
+  }
+
+  get store(): ResidencyStore {
+    return typeof this.#store === 'function' ? this.#store() : this.#store;
   }
 
   async #letGo(entry: ResidentModel, reason: string): Promise<void> {
