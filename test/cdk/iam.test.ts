@@ -11,8 +11,8 @@ import {
 } from '../../shared/base/grants.js';
 import {
   FUNCTION_IDS,
-  LANE_QUEUE_IDS,
   type FunctionId,
+  LANE_QUEUE_IDS,
   physicalName,
   QUEUE_IDS,
   TABLE_IDS,

@@ -15,7 +15,9 @@ import { getBytes } from './blobs.js';
  * step decodes them into typed arrays (W4).
  */
 function withJsonPayloadsParsed(item: unknown): unknown {
-  for (const entry of entriesOf(item as ItemShape)) entry.payload = stepPayloadOf(entry.payload);
+  for (const entry of entriesOf(item as ItemShape)) {
+    if (entry.payload !== undefined) entry.payload = stepPayloadOf(entry.payload);
+  }
   return item;
 }
 
