@@ -38,15 +38,18 @@ import { WorkLane } from '../shared/services/worker/work-lane.js';
  * `npm run worker`: the worker runtime as a long-running process, for GPU hosts (or any host) that
  * consume the `work` queue instead of the Lambda. Same runtime, same commit protocol; only the driver
  * differs:
- * - long polling (ReceiveMessage, WaitTimeSeconds 20), one work item at a time;
+ * - a work lane leased at start (S2): the models it trains stay resident in its backend (S1), and the
+ *   scheduler sends their work to the lane's queue; without a free lane it holds nothing;
+ * - long polling (ReceiveMessage, WaitTimeSeconds 20) of its lane and the shared queue at once, one work
+ *   item at a time;
  * - the message's visibility is extended while its work item runs, so a long step is not redelivered;
  * - the message is deleted when the work item ended (committed, or found to be someone else's);
  * - SIGTERM / SIGINT: stop polling (the poll in flight ends within `--wait-seconds`; a message it
  *   brings is made visible again at once) and cut the running samples at once (their prefixes are
  *   saved within the grace period, and they go back to pending to resume elsewhere, P1-P6); let the
  *   rest of the current work item finish for up to `--grace-seconds`, then abandon it without
- *   committing (its message is made visible at once so another worker continues it), and exit 0. A
- *   second signal abandons at once.
+ *   committing (its message is made visible at once so another worker continues it), snapshot and let
+ *   go of the models it holds (S3), give the lane back, and exit 0. A second signal abandons at once.
  *
  * Options: `--engine torch --base-model <hub id or folder>` runs the PyTorch + PEFT engine process
  * (shared/backend/engine/installed-engines.ts; `--device`, `--dtype` pass to it; install it with `npm run engine:install`), the
