@@ -6,8 +6,11 @@ import type { Backend } from '../../shared/backend/backend.js';
 import { EngineBackend } from '../../shared/backend/engine/engine-backend.js';
 import { EngineProcess } from '../../shared/backend/engine/engine-process.js';
 import { TINY_MODEL_DIR } from '../../shared/backend/engine/installed-engines.js';
+import { config } from '../../shared/base/config.js';
 import type { ModelRow } from '../../shared/domain/records.js';
 import { runWorkItem } from '../../shared/services/worker/index.js';
+import { Residency } from '../../shared/services/worker/residency.js';
+import { StateCache } from '../../shared/services/worker/state-cache.js';
 import { expectClose } from '../support/close.js';
 import { engineUnderTest } from '../support/engine/engine-under-test.js';
 import { referenceEngineCommand } from '../support/reference-engine.js';
@@ -118,6 +121,62 @@ describe.skipIf(torch.command === undefined)('the worker runtime on the torch en
     expect(losses.length).toBeGreaterThan(3);
     // A model's next work item in this process took its committed state's resident handle (G3).
     expect(backend.reuse.resident).toBeGreaterThan(0);
+  });
+});
+
+describe.skipIf(torch.command === undefined)('resident state on the torch engine (S1, S4)', () => {
+  let h: WorkerHarness;
+
+  beforeAll(async () => {
+    h = await WorkerHarness.start({ baseModel: torch.baseModel ?? TINY_MODEL_DIR });
+  });
+  afterAll(() => {
+    h?.cloud.clients.dynamo.destroy();
+  });
+
+  it('keeps the state in the engine between work items, and another engine rebuilds it by replay', {
+    timeout: 300_000,
+  }, async () => {
+    const t = h.tenant('resident');
+    const { model_id: modelId } = await t.createModel(4, 21);
+    const holderBackend = engine();
+    const { doc, s3 } = h.cloud.clients;
+    const residency = new Residency(holderBackend, {
+      doc,
+      s3,
+      modelsTable: config().table('models'),
+      bucket: config().bucket,
+    });
+    const run = async (backend: Backend, held?: Residency) => {
+      for (let dispatched = await h.dispatch(); dispatched; dispatched = await h.dispatch()) {
+        await runWorkItem(dispatched.manifest, {
+          backend,
+          states: new StateCache(0),
+          ...(held === undefined ? {} : { residency: held }),
+        });
+      }
+    };
+    await run(holderBackend, residency);
+    for (const text of ['resident one', 'resident two']) {
+      await t.pass('forward_backward', modelId, crossEntropy(textDatum(text)));
+      await run(holderBackend, residency);
+      await t.optimStep(modelId, { learning_rate: 0.02 });
+      await run(holderBackend, residency);
+    }
+    const held = (await h.modelRow(modelId)) as ModelRow;
+    expect(held.state_ref).toBeUndefined();
+    expect(held.replay).toHaveLength(5);
+    expect(residency.counters).toMatchObject({ hits: 4, misses: 1 });
+
+    // Another engine process (another host) runs the next step: create_model and four steps replayed.
+    await t.pass('forward', modelId, crossEntropy(textDatum('resident one')));
+    await run(engine());
+    // The holder's entry is stale now; letting go writes nothing (the row is no longer its).
+    await residency.letGoAll();
+    expect(residency.counters.lost).toBe(1);
+
+    const expected = await h.oracle({ backend: engine() });
+    expectClose(await h.answers(), expected, 1e-4);
   });
 });
 
