@@ -23,6 +23,7 @@ import { type In, TinkerClient } from '../shared/client/tinker-client.js';
 import { createApiKey } from '../shared/repositories/api-keys.js';
 import type { datum } from '../shared/services/api/schemas.js';
 import { StateCache } from '../shared/services/worker/state-cache.js';
+import { modelSizeCases } from './engine-sizes.js';
 import { type BenchResult, type CaseResult, type Counts, machine, runCase } from './harness.js';
 import { AwsCallCounter, type CallCount, callsBetween } from './support/aws-calls.js';
 
@@ -49,6 +50,10 @@ import { AwsCallCounter, type CallCount, callsBetween } from './support/aws-call
  * - `state_moved`: a model's next work item reusing its resident engine handle (G3) against loading
  *   its state from S3 (a worker without the state cache, on an EngineBackend that keeps no
  *   resident handles, over the same engine process).
+ *
+ * - `model_sizes`: one SDK step (256 tokens, rank 32) on random Llama models of about 0.1M, 13M and
+ *   100M parameters, each through a stack of its own with the state resident, beside a plain PEFT loop
+ *   (./engine-sizes.ts).
  *
  * `BENCH_CASES=sample,fixed_cost` runs a subset (for investigating one case); the default runs all.
  *
@@ -253,6 +258,33 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
   }
   const python = torchEnginePython(TORCH_ENGINE_VENV);
   const shape = options.quick ? QUICK : FULL;
+  const only = process.env.BENCH_CASES?.split(',');
+  const selected = (name: string) => only === undefined || only.includes(name);
+  // The size sweep runs first, each size on a stack and engine of its own (S1's figures).
+  const sizeCases = selected('model_sizes')
+    ? await modelSizeCases({
+        python,
+        threads: TORCH_THREADS,
+        repeats: shape.repeats,
+        steps: options.quick ? 2 : 3,
+        tokenRows,
+        meteredEngine: (command) => {
+          const metered = new MeteredEngineProcess(command, { worker: 'bench engine sizes' });
+          const sum = (pick: (op: string, stats: OpStats) => number) =>
+            [...metered.snapshot()].reduce((total, [op, stats]) => total + pick(op, stats), 0);
+          return {
+            process: metered,
+            computeMs: () => sum((op, stats) => (COMPUTE_OPS.includes(op) ? stats.ms : 0)),
+            stateBytesSerialized: () =>
+              sum((op, stats) => (op === 'serialize_state' ? stats.bytesReceived : 0)),
+          };
+        },
+        plainLoop: () => new PlainLoop(python),
+      })
+    : [];
+  if (only?.every((name) => name === 'model_sizes')) {
+    return { name: 'engine', machine: machine(), quick: options.quick, cases: sizeCases };
+  }
   const command = torchEngineCommand({ baseModel: TINY_MODEL_DIR, device: 'cpu', dtype: 'float32' });
   const engine = new MeteredEngineProcess(
     { ...command, args: [...command.args, '--threads', String(TORCH_THREADS)] },
@@ -402,9 +434,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     await trainStep(trained, tinyRows);
     await plain.send({ op: 'train_step', batch: 'tiny' });
 
-    const only = process.env.BENCH_CASES?.split(',');
-    const selected = (name: string) => only === undefined || only.includes(name);
-    const cases: CaseResult[] = [];
+    const cases: CaseResult[] = [...sizeCases];
     if (selected('forward_backward')) {
       cases.push(
         await runCase({

@@ -26,8 +26,10 @@ import { pendingFutureRow } from '../shared/repositories/futures.js';
 import { scanLiveIndex } from '../shared/repositories/live-index.js';
 import { readModels } from '../shared/repositories/models.js';
 import {
+  type PayloadReads,
   payloadMetadata,
   putPayload,
+  readPayloads,
   type SerializedPayload,
   serializeBinaryPayload,
   serializePayload,
@@ -37,7 +39,6 @@ import { parseRequest } from '../shared/services/api/request-checks.js';
 import { forwardBackwardRequest } from '../shared/services/api/schemas.js';
 import { type SchedulerAdapters, schedulerAdapters } from '../shared/services/scheduler/adapters.js';
 import { MULTIPART_PART_BYTES, putInParts } from '../shared/services/scheduler/dispatch.js';
-import { type PayloadReads, readPayloads } from '../shared/repositories/payloads.js';
 import { type SchedulerSettings, schedulerSettings } from '../shared/services/scheduler/settings.js';
 import {
   dispatchSnapshot,
