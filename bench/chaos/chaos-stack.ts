@@ -7,6 +7,7 @@ import { RolloutCuts } from '../../local/demos/parts/rollout-cuts.js';
 import type { HandlerOverrides, LocalRuntime } from '../../local/runtime/lambda-runtime.js';
 import { type AwsClients, awsClients } from '../../shared/aws/clients.js';
 import type { Backend } from '../../shared/backend/backend.js';
+import { LANE_QUEUE_IDS, laneQueueId } from '../../shared/base/topology.js';
 import type { ModelRow } from '../../shared/domain/records.js';
 import { requestCut } from '../../shared/services/ops/control-store.js';
 import { createSchedulerHandler, type SchedulerEvent } from '../../shared/services/scheduler/invocation.js';
@@ -144,6 +145,13 @@ export class ChaosStack {
       sliceTokens: settings.sliceTokens,
       cutPollMs: settings.cutPollMs,
       onEvent,
+      residency: {
+        policy: settings.residency,
+        laneLeaseMs: settings.leaseSeconds * 1000,
+        registryTable: names.tables.registry,
+        pool: target.env.POOL ?? 'default',
+        laneQueueUrl: (lane) => names.queueUrls[laneQueueId(lane)],
+      },
     });
     this.processes.onKill = (process) => {
       if (process.kind === 'process-worker') this.fleet.killed(process);
@@ -173,13 +181,16 @@ export class ChaosStack {
         this.processes.run(this.processes.create('sweeper', false), () => sweeperHandler(event, context)),
       worker: this.lambda.handler,
     };
-    // An unacknowledged message comes back after seconds, not the deployed 10 minutes.
-    await admin.sqs.send(
-      new SetQueueAttributesCommand({
-        QueueUrl: names.queueUrls.work,
-        Attributes: { VisibilityTimeout: String(this.settings.visibilitySeconds) },
-      }),
-    );
+    // An unacknowledged message comes back after seconds, not the deployed 10 minutes: on the shared
+    // queue and on the lanes of the worker processes' held models (S2).
+    for (const queueUrl of [names.queueUrls.work, ...LANE_QUEUE_IDS.map((id) => names.queueUrls[id])]) {
+      await admin.sqs.send(
+        new SetQueueAttributesCommand({
+          QueueUrl: queueUrl,
+          Attributes: { VisibilityTimeout: String(this.settings.visibilitySeconds) },
+        }),
+      );
+    }
     this.#runtime = await this.target.startRuntime({ handlers, env: chaosEnv(this.settings, logLevel) });
 
     // The handlers' shared clients (the runtime reset them): the death check outermost, then the

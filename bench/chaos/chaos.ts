@@ -278,6 +278,8 @@ export async function runChaos(target: ChaosTarget, options: ChaosOptions): Prom
       unexplained_failed_deliveries: deliveryFailures.unexplained,
       unexplained_details: stack.log.unexplainedDetails,
       worker_processes_started: stack.fleet.started,
+      worker_processes_with_lanes: stack.fleet.lanes,
+      resident: stack.fleet.residency,
       sample_cuts: stack.worker.sample_cuts,
       sample_resumes: stack.worker.sample_resumes,
       zombies: stack.zombies.report,

@@ -1,3 +1,4 @@
+import { parseRunKey } from '../../shared/base/storage-keys.js';
 import type { FutureRow, ModelRow, RequestType } from '../../shared/domain/records.js';
 import { reportedStateTag, stateTagOf } from '../../test/support/noisy-backend.js';
 
@@ -9,6 +10,8 @@ import { reportedStateTag, stateTagOf } from '../../test/support/noisy-backend.j
  * completed state-changing step reports. A losing run's PUT landing on the committed key after the
  * winner's commit (what same-key writes allowed) shows as a mismatch. Models whose last
  * state-changing step reports no tag (create_model, load_weights) are only checked for readability.
+ * With resident state (S3) the row's `state_ref` is a snapshot: it is compared with the last
+ * state-changing step at or before `snapshot_through`, when the run that wrote it ran that step.
  */
 export interface LineageReport {
   /** Model rows that name a state. */
@@ -40,7 +43,8 @@ export async function checkLineage(input: {
     if (row.status !== 'completed' || row.seq === undefined || !STATE_CHANGING.has(row.request_type))
       continue;
     const model = input.models.get(row.model_id);
-    if (model === undefined || row.seq > model.applied_through) continue;
+    // The snapshot is the state after `snapshot_through` (S3); later steps are in the replay log.
+    if (model === undefined || row.seq > (model.snapshot_through ?? model.applied_through)) continue;
     const last = lastStateStep.get(row.model_id);
     if (last === undefined || (last.seq ?? 0) < row.seq) lastStateStep.set(row.model_id, row);
   }
@@ -63,6 +67,10 @@ export async function checkLineage(input: {
     readable++;
     const step = lastStateStep.get(model.model_id);
     if (step === undefined) continue;
+    // Only a snapshot written by the run that ran the step carries that step's state: a holder's
+    // let-go snapshot, or one written after rebuilding by replay (S4: a noisy replay draws fresh
+    // tags), holds the same model state under another tag.
+    if (step.run !== undefined && parseRunKey(model.state_ref)?.run !== step.run) continue;
     const reported = reportedStateTag(await input.readResult(step));
     if (reported === undefined) continue;
     compared++;

@@ -1,3 +1,4 @@
+import type { ResidencyPolicy } from '../../shared/services/worker/residency.js';
 import type { CrashArming, FaultRates } from '../../test/support/faults.js';
 
 /**
@@ -72,6 +73,11 @@ export interface ChaosSettings {
   readonly operatorCuts: number;
   /** Period of the workers' `cut#<pool>` poll: short, so an operator cut lands mid-sample. */
   readonly cutPollMs: number;
+  /**
+   * The worker processes' resident state (S1-S4): few models held, short holds, frequent snapshots
+   * and idle let-goes, so a short run kills holders, replays logs and lets go many times.
+   */
+  readonly residency: ResidencyPolicy;
 }
 
 export function chaosSettings(requests: number): ChaosSettings {
@@ -92,6 +98,7 @@ export function chaosSettings(requests: number): ChaosSettings {
     sliceTokens: 2,
     operatorCuts: Math.max(3, Math.round(requests / 200)),
     cutPollMs: 100,
+    residency: { maxModels: 4, snapshotEverySteps: 3, snapshotEveryMs: 5_000, idleMs: 2_000, holdMs: 3_000 },
   };
 }
 

@@ -1,7 +1,11 @@
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import { runWorkerProcess } from '../../bin/worker.js';
+import { awsClients } from '../../shared/aws/clients.js';
 import type { Backend } from '../../shared/backend/backend.js';
+import { mintRunId } from '../../shared/base/ids.js';
 import type { WorkerEvent } from '../../shared/services/worker/index.js';
+import { Residency, type ResidencyPolicy } from '../../shared/services/worker/residency.js';
+import { WorkLane } from '../../shared/services/worker/work-lane.js';
 import type { DeliveryLog } from './delivery-log.js';
 import type { Processes, SimProcess } from './processes.js';
 
@@ -25,6 +29,17 @@ export interface ProcessFleetOptions {
   readonly sliceTokens: number;
   readonly cutPollMs: number;
   readonly onEvent: (event: WorkerEvent) => void | Promise<void>;
+  /**
+   * Each loop leases a work lane and keeps its models resident (S1, S2), with this policy (short
+   * holds and frequent snapshots, so kills, let-goes and replays all happen in a short run).
+   */
+  readonly residency?: {
+    readonly policy: ResidencyPolicy;
+    readonly laneLeaseMs: number;
+    readonly registryTable: string;
+    readonly pool: string;
+    readonly laneQueueUrl: (lane: number) => string;
+  };
 }
 
 interface Slot {
@@ -39,6 +54,18 @@ export class ProcessFleet {
   #stopping = false;
   /** Loops started (the first ones and every restart). */
   started = 0;
+  /** Loops that leased a work lane (and kept their models resident). */
+  lanes = 0;
+  readonly #residencies: Residency[] = [];
+
+  /** The holders' counters summed over every loop (hits, rebuilds, let-goes, lost holds). */
+  get residency(): Record<string, number> {
+    const sum: Record<string, number> = {};
+    for (const residency of this.#residencies) {
+      for (const [name, value] of Object.entries(residency.counters)) sum[name] = (sum[name] ?? 0) + value;
+    }
+    return sum;
+  }
 
   constructor(private readonly options: ProcessFleetOptions) {}
 
@@ -80,24 +107,56 @@ export class ProcessFleet {
     this.started++;
     const running = processes
       .run(process, () =>
-        this.options.runAsWorker(() =>
-          runWorkerProcess({
-            queueUrl: this.options.queueUrl,
-            backend: this.options.backend(),
-            sqs: this.options.sqs(),
-            stop: stop.signal,
-            abandon: abandon.signal,
-            waitTimeSeconds: 1,
-            visibilityTimeoutSeconds: this.options.visibilitySeconds,
-            extendEveryMs: (this.options.visibilitySeconds * 1000) / 3,
-            worker: {
-              sampleSliceTokens: this.options.sliceTokens,
-              cutPollMs: this.options.cutPollMs,
-              onEvent: this.options.onEvent,
-            },
-            print,
-          }),
-        ),
+        this.options.runAsWorker(async () => {
+          const backend = this.options.backend();
+          const resident = this.options.residency;
+          const worker = `w-${mintRunId()}`;
+          const lane =
+            resident === undefined
+              ? undefined
+              : await WorkLane.acquire(
+                  { doc: awsClients().doc, registryTable: resident.registryTable, pool: resident.pool },
+                  worker,
+                  { leaseMs: resident.laneLeaseMs },
+                );
+          const residency =
+            resident === undefined || lane === undefined
+              ? undefined
+              : new Residency(backend, undefined, resident.policy, { worker, lane: lane.lane });
+          if (lane !== undefined) this.lanes++;
+          if (residency !== undefined) this.#residencies.push(residency);
+          try {
+            return await runWorkerProcess({
+              queueUrl: this.options.queueUrl,
+              ...(lane === undefined || resident === undefined
+                ? {}
+                : { lane: { queueUrl: resident.laneQueueUrl(lane.lane), lost: lane.lost } }),
+              backend,
+              sqs: this.options.sqs(),
+              stop: stop.signal,
+              abandon: abandon.signal,
+              waitTimeSeconds: 1,
+              visibilityTimeoutSeconds: this.options.visibilitySeconds,
+              extendEveryMs: (this.options.visibilitySeconds * 1000) / 3,
+              worker: {
+                sampleSliceTokens: this.options.sliceTokens,
+                cutPollMs: this.options.cutPollMs,
+                onEvent: this.options.onEvent,
+                ...(residency === undefined ? {} : { residency }),
+              },
+              print,
+            });
+          } finally {
+            // A killed process lets go of nothing: its holds and its lane lapse (S4 recovers them).
+            if (process.dead) {
+              residency?.abandon();
+              lane?.abandon();
+            } else {
+              await residency?.letGoAll();
+              await lane?.release();
+            }
+          }
+        }),
       )
       .catch(() => 0);
     return { process, stop, abandon, running };

@@ -58,6 +58,10 @@ export interface ChaosReport {
     readonly unexplained_failed_deliveries: number;
     readonly unexplained_details: readonly string[];
     readonly worker_processes_started: number;
+    /** Of those, the ones that leased a work lane and held models resident (S1, S2). */
+    readonly worker_processes_with_lanes: number;
+    /** Their residency counters summed: work items that found the state held, rebuilt it, let-goes. */
+    readonly resident: Readonly<Record<string, number>>;
     readonly sample_cuts: number;
     /** Samples that went on from at least one restored prefix. */
     readonly sample_resumes: number;
@@ -190,7 +194,11 @@ export function formatReport(report: ChaosReport): string {
         ]),
     `orphans after GC      payloads ${storage.orphan_payloads.length}, results ${storage.orphan_results.length}, work items ${storage.orphan_work_items.length}, states ${storage.orphan_states.length}, checkpoints ${storage.orphan_checkpoints.length}, archives ${storage.orphan_archives.length} (GC deleted ${storage.gc.payloads_deleted} payloads, ${storage.gc.results_deleted} results, ${storage.gc.work_items_deleted} work items, ${storage.gc.states_deleted} states, ${storage.gc.checkpoints_deleted} checkpoints, ${storage.gc.archives_deleted} archives)`,
     `dead letters          ${dead_letters.messages} (${dead_letters.explained} explained)`,
-    `recovery              ${report.recovery.failed_deliveries}/${report.recovery.deliveries} deliveries failed, ${report.recovery.sample_cuts} sample cuts (${report.recovery.sample_resumes} resumed), zombies ${report.recovery.zombies.stalled} (refused ${report.recovery.zombies.refused}, committed ${report.recovery.zombies.committed}, other ${report.recovery.zombies.other.join('/') || 0}), ${report.recovery.worker_processes_started} worker processes started`,
+    `recovery              ${report.recovery.failed_deliveries}/${report.recovery.deliveries} deliveries failed, ${report.recovery.sample_cuts} sample cuts (${report.recovery.sample_resumes} resumed), zombies ${report.recovery.zombies.stalled} (refused ${report.recovery.zombies.refused}, committed ${report.recovery.zombies.committed}, other ${report.recovery.zombies.other.join('/') || 0}), ${report.recovery.worker_processes_started} worker processes started (${report.recovery.worker_processes_with_lanes} holding models on a lane: ${Object.entries(
+      report.recovery.resident,
+    )
+      .map(([name, value]) => `${name} ${value}`)
+      .join(', ')})`,
     report.violations.length === 0
       ? 'verdict               PASS'
       : `verdict               FAIL\n  - ${report.violations.join('\n  - ')}`,

@@ -56,6 +56,11 @@ describe('chaos: faults, crashes, duplicate and late deliveries, zombies, Lambda
     const crashes = Object.values(report.crashes).reduce((sum, count) => sum + count, 0);
     expect(crashes, summary).toBeGreaterThan(0);
     expect(report.recovery.zombies.refused, summary).toBeGreaterThan(0);
+    // Worker processes held models (S1): found them resident, rebuilt them by replay after a holder
+    // died or moved (S4), and let go of idle ones with a snapshot (S3).
+    expect(report.recovery.worker_processes_with_lanes, summary).toBeGreaterThan(0);
+    expect(report.recovery.resident.hits, summary).toBeGreaterThan(0);
+    expect(report.recovery.resident.misses, summary).toBeGreaterThan(0);
     // Recovery did real work: deliveries failed and were retried, and the oracle covered saves.
     expect(report.recovery.failed_deliveries, summary).toBeGreaterThan(0);
     expect(report.checks.equivalence?.checkpoints_compared, summary).toBeGreaterThan(10);

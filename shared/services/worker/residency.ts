@@ -242,6 +242,16 @@ export class Residency {
     while (this.#letting.size > 0) await Promise.allSettled([...this.#letting]);
   }
 
+  /**
+   * The process is dying without a word (a kill, a crash): stop renewing and forget what it holds,
+   * writing nothing. Its holds lapse after `holdMs` and the next worker rebuilds by replay (S4).
+   */
+  abandon(): void {
+    this.#stopped = true;
+    if (this.#timer !== undefined) clearInterval(this.#timer);
+    this.#models.clear();
+  }
+
   #startLetGo(modelId: string, reason: string): void {
     const entry = this.#models.get(modelId);
     if (entry === undefined) return;

@@ -72,6 +72,11 @@ export class WorkLane {
     );
   }
 
+  /** The process is dying without a word: stop renewing; the lease lapses for another worker. */
+  abandon(): void {
+    clearInterval(this.#timer);
+  }
+
   async #renew(): Promise<void> {
     const { doc, registryTable, pool } = this.store;
     try {
