@@ -2,29 +2,20 @@ import { describe, expect, it } from 'vitest';
 import type { Plan, PlannedModel } from '../../shared/domain/planning/plan-types.js';
 import { laneOf, routePlan } from '../../shared/domain/planning/routing.js';
 import type { ModelRow } from '../../shared/domain/records.js';
+import { modelRow } from '../support/scheduling-fixtures.js';
 
 const NOW = 1_000_000;
 
 function row(modelId: string, holder?: { lane?: number; until: number }): ModelRow {
-  return {
-    model_id: modelId,
-    tenant: 't',
-    session_id: 's',
-    base_model: 'reference/byte-lm',
-    lora_config: { rank: 4 },
-    status: 'active',
-    epoch: 1,
-    planned_through: 1,
-    applied_through: 1,
-    attempts: 0,
-    created_at: 0,
-    ...(holder === undefined
+  return modelRow(
+    modelId,
+    holder === undefined
       ? {}
       : {
           holder: { worker: 'w-1', ...(holder.lane === undefined ? {} : { lane: holder.lane }) },
           holder_until: holder.until,
-        }),
-  };
+        },
+  );
 }
 
 function planned(modelId: string): PlannedModel {

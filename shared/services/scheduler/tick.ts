@@ -315,17 +315,16 @@ export async function dispatchSnapshot(
   return counters;
 }
 
-async function dispatchPlan(
-  ctx: TickContext,
-  planned: Plan,
-  round: {
-    readonly models: Map<string, ModelRow>;
-    readonly sampleClaims: Set<string>;
-    readonly now: number;
-    readonly counters: TickCounters;
-    readonly claimed: () => void;
-  },
-): Promise<void> {
+/** What one round of a pass shares: the snapshot it updates with its claims, its counters and hook. */
+interface DispatchRound {
+  readonly models: Map<string, ModelRow>;
+  readonly sampleClaims: Set<string>;
+  readonly now: number;
+  readonly counters: TickCounters;
+  readonly claimed: () => void;
+}
+
+async function dispatchPlan(ctx: TickContext, planned: Plan, round: DispatchRound): Promise<void> {
   // One work item per destination (S2): a held model's to its holder's lane, the rest to `work`. The
   // pass's hook fires once, after the last part's claims, when every claim of the plan is settled.
   const parts = routePlan(planned, round.models, round.now);
@@ -343,13 +342,7 @@ async function dispatchPart(
   ctx: TickContext,
   planned: Plan,
   lane: number | undefined,
-  round: {
-    readonly models: Map<string, ModelRow>;
-    readonly sampleClaims: Set<string>;
-    readonly now: number;
-    readonly counters: TickCounters;
-    readonly claimed: () => void;
-  },
+  round: DispatchRound,
 ): Promise<void> {
   const { models, sampleClaims, now, counters } = round;
   const workItemId = `wi-${mintRequestId(now)}`;
