@@ -344,6 +344,24 @@ export interface SamplingSessionIdemRecord {
   readonly payload_digest: string;
 }
 
+/**
+ * Idempotency of copy_weights, `idem#copy#<session>#<model_seq_id>`, put before the blob is copied:
+ * the digest of the request's parameters, the copy's path and the blob it copies from and to, so a
+ * retry or a twin finishes the same copy (R7) and a refused request copies nothing.
+ */
+export interface CopyIdemRecord {
+  readonly pk: string;
+  readonly tenant: string;
+  readonly payload_digest: string;
+  readonly tinker_path: string;
+  /** The copy's name record key, present once the copy landed. */
+  readonly name_pk: string;
+  readonly content_id: string;
+  readonly blob_key: string;
+  readonly source_blob_key: string;
+  readonly created_at: number;
+}
+
 /** Model id under which samples of a bare base model are planned (R4: always eligible). */
 export function baseModelId(baseModel: string): string {
   return `base:${baseModel}`;
