@@ -381,7 +381,10 @@ export function checkSampleLimits(
     );
   }
   if (request.num_samples > limits.max_num_samples) {
-    throw invalid('num_samples', `${request.num_samples} is over this base model's ${limits.max_num_samples}`);
+    throw invalid(
+      'num_samples',
+      `${request.num_samples} is over this base model's ${limits.max_num_samples}`,
+    );
   }
   const vocab = limits.vocab_size;
   if (vocab === undefined) return;
