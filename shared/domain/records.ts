@@ -64,6 +64,11 @@ export interface FutureRow {
   readonly run?: string;
   /** Samples: the key of the (sampling session, clone) completion log its end is written to (W9). */
   readonly session_log?: string;
+  /**
+   * Samples: runs that failed as the infrastructure's (E2's attempts, per sample); after K of them the
+   * next run fails the sample as a server error instead of sampling again.
+   */
+  readonly attempts?: number;
   readonly created_at: number;
   readonly updated_at: number;
   readonly ttl?: number;
