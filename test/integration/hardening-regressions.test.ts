@@ -221,6 +221,46 @@ describe('what intake used to accept and drop or fail later (hardening round 4)'
     },
   );
 
+  const pass = (tokens: number[], targets: number[]) => ({
+    model_id: ids.model,
+    seq_id: 1,
+    forward_backward_input: {
+      loss_fn: 'cross_entropy',
+      data: [
+        {
+          model_input: { chunks: [{ type: 'encoded_text', tokens }] },
+          loss_fn_inputs: { target_tokens: { data: targets, dtype: 'int64', shape: [targets.length] } },
+        },
+      ],
+    },
+  });
+
+  it.each([
+    [
+      'a datum longer than the context',
+      () => pass(tokens(65), tokens(65)),
+      'forward_backward_input.data.0.model_input',
+    ],
+    [
+      'an input token outside the vocabulary',
+      () => pass([1, 300, 2], [1, 2, 3]),
+      'forward_backward_input.data.0.model_input.chunks.0.tokens.1',
+    ],
+    [
+      'a target token outside the vocabulary',
+      () => pass([1, 2, 3], [1, 2, 256]),
+      'forward_backward_input.data.0.loss_fn_inputs.target_tokens.data.2',
+    ],
+  ])(
+    'forward_backward: %s is a 400 naming its field, storing nothing (B2)',
+    async (_name, body: () => unknown, field) => {
+      const before = await api.counts();
+      const answer = await client.raw('POST', '/api/v1/forward_backward', body());
+      expect(answer).toMatchObject({ status: 400, body: { field } });
+      expect(await api.counts()).toEqual(before);
+    },
+  );
+
   it('the same sample within the limits is taken', async () => {
     const answer = await client.raw(
       'POST',

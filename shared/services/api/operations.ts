@@ -66,6 +66,7 @@ import {
   checkJsonPassParts,
   checkLoraConfig,
   checkModelInput,
+  checkPassLimits,
   checkSample,
   checkSampleLimits,
   checkTargetPromptIds,
@@ -247,6 +248,7 @@ async function submitPass(ctx: OperationContext, pass: PassToStore): Promise<Fut
       : { bytes: pass.compressed, compression: 'zstd' },
   );
   const counter = await counterRead;
+  checkPassLimits(pass.input, pass.field, servedLimits(counter.base_model));
   return submitTrainingStep(
     {
       requestId: mintRequestId(ctx.now),

@@ -419,3 +419,48 @@ export function checkSampleLimits(
     }
   }
 }
+
+/**
+ * What the trained base model's limits decide of a pass, refused at submit naming the field (B2): each
+ * datum within its context and, when its vocabulary is known, its input and target token ids inside
+ * it. `limits` undefined: a base model no longer served, left to the backend.
+ */
+export function checkPassLimits(
+  input: ForwardBackwardInput,
+  field: string,
+  limits: BaseModelLimits | undefined,
+): void {
+  if (limits === undefined) return;
+  const context = limits.max_context_length;
+  const vocab = limits.vocab_size;
+  input.data.forEach((datum, index) => {
+    const datumField = sub(field, `data.${index}`);
+    const positions = inputTokenCount(datum.model_input);
+    if (positions > context) {
+      throw invalid(
+        `${datumField}.model_input`,
+        `holds ${positions} tokens, more than the context of ${context}`,
+      );
+    }
+    if (vocab === undefined) return;
+    datum.model_input.chunks.forEach((chunk, chunkIndex) => {
+      const at = chunk.tokens.findIndex((token) => token >= vocab);
+      if (at >= 0) {
+        throw invalid(
+          `${datumField}.model_input.chunks.${chunkIndex}.tokens.${at}`,
+          `token id ${chunk.tokens[at]} is outside the vocabulary [0, ${vocab})`,
+        );
+      }
+    });
+    const targets = datum.loss_fn_inputs.target_tokens;
+    if (targets === undefined) return;
+    for (let i = 0; i < targets.data.length; i++) {
+      if (Number(targets.data[i]) >= vocab) {
+        throw invalid(
+          `${datumField}.loss_fn_inputs.target_tokens.data.${i}`,
+          `token id ${targets.data[i]} is outside the vocabulary [0, ${vocab})`,
+        );
+      }
+    }
+  });
+}
