@@ -1,5 +1,7 @@
+import { BASE_MODELS_VAR, DEFAULT_BASE_MODEL } from '../../shared/base/config.js';
 import type { ResidencyPolicy } from '../../shared/services/worker/residency.js';
 import type { CrashArming, FaultRates } from '../../test/support/faults.js';
+import { BAD_DATUM_VOCABULARY } from '../../test/support/tenant-driver.js';
 
 /**
  * What the chaos run injects, and the local stack's settings that make recovery quick enough to
@@ -108,5 +110,7 @@ export function chaosEnv(settings: ChaosSettings, logLevel: string): Record<stri
     LEASE_SECONDS: String(settings.leaseSeconds),
     MAX_ATTEMPTS: String(settings.maxAttempts),
     POWERTOOLS_LOG_LEVEL: logLevel,
+    // The workload's `bad` datums must reach execution (E6): intake checks token ids against this (B2).
+    [BASE_MODELS_VAR]: JSON.stringify([{ name: DEFAULT_BASE_MODEL, vocab_size: BAD_DATUM_VOCABULARY }]),
   };
 }

@@ -47,7 +47,8 @@ export interface Config {
    * The pool's base models (BASE_MODELS, G6): what `get_server_capabilities` lists, the only names
    * create_model and create_sampling_session accept, and each one's `get_info` tokenizer_id. Unset:
    * the reference model alone (`DEFAULT_BASE_MODEL`, tokenizer `tokenizerId`). Throws naming the
-   * variable when it is not a JSON list of `{ "name", "tokenizer_id"?, "max_context_length"? }`.
+   * variable when it is not a JSON list of `{ "name", "tokenizer_id"?, "max_context_length"?,
+   * "vocab_size"?, "max_num_samples"? }`.
    */
   readonly baseModels: readonly BaseModelConfig[];
   readonly tunables: Tunables;
@@ -59,8 +60,19 @@ export interface BaseModelConfig {
   readonly name: string;
   /** `get_info`'s tokenizer_id: what the client's `AutoTokenizer.from_pretrained` loads. */
   readonly tokenizer_id?: string;
-  /** Advertised by `get_server_capabilities` (default: the reference model's context). */
+  /**
+   * Tokens a sequence may hold (prompt plus generated): advertised by `get_server_capabilities` and
+   * `get_info`, and refused past at submit (B2). Default: the reference model's context.
+   */
   readonly max_context_length?: number;
+  /**
+   * The model's vocabulary (the width of its logits, what the engine's `hello` reports): token ids and
+   * top-k counts past it are refused at submit (B2). Default: the reference model's for it, else
+   * unchecked until execution.
+   */
+  readonly vocab_size?: number;
+  /** Samples one request may ask for (default: the engines' bound, 256); more is refused at submit (B2). */
+  readonly max_num_samples?: number;
 }
 
 /** The reference backend's model, served when BASE_MODELS is unset (the demo and the docs use it). */
@@ -263,7 +275,7 @@ function baseModels(env: Env): BaseModelConfig[] {
   }
   const fail = (problem: string): never => {
     throw new ConfigError(
-      `Environment variable ${BASE_MODELS_VAR} ${problem}; want a JSON list of {"name", "tokenizer_id"?, "max_context_length"?}`,
+      `Environment variable ${BASE_MODELS_VAR} ${problem}; want a JSON list of {"name", "tokenizer_id"?, "max_context_length"?, "vocab_size"?, "max_num_samples"?}`,
       { context: { variable: BASE_MODELS_VAR } },
     );
   };
@@ -276,7 +288,13 @@ function baseModels(env: Env): BaseModelConfig[] {
   if (!Array.isArray(parsed) || parsed.length === 0) return fail('is not a non-empty list');
   const names = new Set<string>();
   return parsed.map((entry: unknown, index): BaseModelConfig => {
-    const model = (entry ?? {}) as { name?: unknown; tokenizer_id?: unknown; max_context_length?: unknown };
+    const model = (entry ?? {}) as {
+      name?: unknown;
+      tokenizer_id?: unknown;
+      max_context_length?: unknown;
+      vocab_size?: unknown;
+      max_num_samples?: unknown;
+    };
     if (typeof model.name !== 'string' || model.name === '') return fail(`entry ${index} has no name`);
     if (names.has(model.name)) return fail(`names ${model.name} twice`);
     names.add(model.name);
@@ -286,14 +304,19 @@ function baseModels(env: Env): BaseModelConfig[] {
     ) {
       return fail(`entry ${index} has a tokenizer_id that is not a non-empty string`);
     }
-    const context = model.max_context_length;
-    if (context !== undefined && (!Number.isSafeInteger(context) || (context as number) < 1)) {
-      return fail(`entry ${index} has a max_context_length that is not a positive integer`);
+    const limits: Record<string, number> = {};
+    for (const limit of ['max_context_length', 'vocab_size', 'max_num_samples'] as const) {
+      const value = model[limit];
+      if (value === undefined) continue;
+      if (!Number.isSafeInteger(value) || (value as number) < 1) {
+        return fail(`entry ${index} has a ${limit} that is not a positive integer`);
+      }
+      limits[limit] = value as number;
     }
     return {
       name: model.name,
       ...(model.tokenizer_id === undefined ? {} : { tokenizer_id: model.tokenizer_id as string }),
-      ...(context === undefined ? {} : { max_context_length: context as number }),
+      ...limits,
     };
   });
 }

@@ -65,6 +65,8 @@ export const registryKey = {
   /** Idempotency of create_sampling_session: `(session, sampling_session_seq_id)`. */
   samplingSessionIdem: (sessionId: string, seqId: number) => `${p.idempotency}ss#${sessionId}#${seqId}`,
   unloadIdem: (modelId: string) => `${p.idempotency}unload#${modelId}`,
+  /** Idempotency of copy_weights: `(session, model_seq_id)`, which also names the copy's run. */
+  copyIdem: (sessionId: string, modelSeqId: number) => `${p.idempotency}copy#${sessionId}#${modelSeqId}`,
   /** Write-once checkpoint names (E4). `kind` is `weights` or `sampler`. */
   checkpointName: (modelId: string, kind: 'weights' | 'sampler', name: string) =>
     `${p.checkpointName}${modelId}#${kind}#${name}`,

@@ -64,6 +64,11 @@ export interface FutureRow {
   readonly run?: string;
   /** Samples: the key of the (sampling session, clone) completion log its end is written to (W9). */
   readonly session_log?: string;
+  /**
+   * Samples: runs that failed as the infrastructure's (E2's attempts, per sample); after K of them the
+   * next run fails the sample as a server error instead of sampling again.
+   */
+  readonly attempts?: number;
   readonly created_at: number;
   readonly updated_at: number;
   readonly ttl?: number;
@@ -370,6 +375,24 @@ export interface SamplingSessionIdemRecord {
   readonly tenant: string;
   readonly sampling_session_id: string;
   readonly payload_digest: string;
+}
+
+/**
+ * Idempotency of copy_weights, `idem#copy#<session>#<model_seq_id>`, put before the blob is copied:
+ * the digest of the request's parameters, the copy's path and the blob it copies from and to, so a
+ * retry or a twin finishes the same copy (R7) and a refused request copies nothing.
+ */
+export interface CopyIdemRecord {
+  readonly pk: string;
+  readonly tenant: string;
+  readonly payload_digest: string;
+  readonly tinker_path: string;
+  /** The copy's name record key, present once the copy landed. */
+  readonly name_pk: string;
+  readonly content_id: string;
+  readonly blob_key: string;
+  readonly source_blob_key: string;
+  readonly created_at: number;
 }
 
 /** Model id under which samples of a bare base model are planned (R4: always eligible). */

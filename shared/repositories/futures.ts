@@ -1,7 +1,8 @@
 import type { S3Client } from '@aws-sdk/client-s3';
 import { GetObjectCommand } from '@aws-sdk/client-s3';
-import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { type DynamoDBDocumentClient, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { batchGetByKey } from '../aws/batch-get.js';
+import { writeIfCondition } from '../aws/conditional.js';
 import { getItem } from '../aws/get-item.js';
 import type { TransactItem } from '../aws/transact.js';
 import { config } from '../base/config.js';
@@ -237,4 +238,27 @@ export async function readSampleRows(
     }
   }
   return facts;
+}
+
+/**
+ * Counts a failed run of a pending sample (E2 per sample: `attempts`); `false` when the row ended or
+ * went meanwhile. The row's `updated_at` is left alone: this is no state change the scheduler plans on.
+ */
+export function countSampleAttempt(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  requestId: string,
+): Promise<boolean> {
+  return writeIfCondition(() =>
+    doc.send(
+      new UpdateCommand({
+        TableName: table,
+        Key: { request_id: requestId },
+        UpdateExpression: 'ADD attempts :one',
+        ConditionExpression: '#status = :pending',
+        ExpressionAttributeNames: { '#status': 'status' },
+        ExpressionAttributeValues: { ':one': 1, ':pending': 'pending' },
+      }),
+    ),
+  );
 }

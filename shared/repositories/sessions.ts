@@ -27,8 +27,11 @@ function sessionEnded(sessionId: string): GoneError {
   return new GoneError(`session ${sessionId} has finished`, { context: { field: 'session_id' } });
 }
 
-/** The tenant's session, or 404 (unknown and other tenants' sessions look the same). */
-function readOwnSession(
+/**
+ * The tenant's session, finished or not, or 404 (unknown and other tenants' sessions look the same):
+ * reading a session and answering retries of what it accepted stay allowed after its finish (W9).
+ */
+export function readOwnSession(
   doc: DynamoDBDocumentClient,
   table: string,
   sessionId: string,
@@ -44,8 +47,12 @@ export async function requireSession(
   sessionId: string,
   tenant: string,
 ): Promise<SessionRecord> {
-  const record = await readOwnSession(doc, table, sessionId, tenant);
-  if (record.finished_at !== undefined) throw sessionEnded(sessionId);
+  return requireOpen(await readOwnSession(doc, table, sessionId, tenant));
+}
+
+/** The session read, while it has not finished; 410 once it has (W9: no new submits after a finish). */
+export function requireOpen(record: SessionRecord): SessionRecord {
+  if (record.finished_at !== undefined) throw sessionEnded(record.session_id);
   return record;
 }
 

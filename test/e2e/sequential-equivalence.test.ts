@@ -9,7 +9,7 @@ import type { ModelRow } from '../../shared/domain/records.js';
 import { requestCut } from '../../shared/services/ops/control-store.js';
 import { processWorkMessage, type WorkerEvent } from '../../shared/services/worker/index.js';
 import { answersOverHttp, Pipeline, waitTerminal } from '../support/pipeline.js';
-import { TenantDriver } from '../support/tenant-driver.js';
+import { BAD_DATUM_VOCABULARY, TenantDriver } from '../support/tenant-driver.js';
 import { gate, waitFor } from '../support/wait.js';
 import { WorkerHarness } from '../support/worker-harness.js';
 import { type Action, countFutures, generateWorkload, type TenantScript } from '../support/workload.js';
@@ -63,7 +63,7 @@ describe('random workloads through API -> streams -> scheduler -> SQS -> two wor
   let drivers: TenantDriver[];
 
   beforeAll(async () => {
-    harness = await WorkerHarness.start();
+    harness = await WorkerHarness.start({ vocabulary: BAD_DATUM_VOCABULARY });
     pipeline = await Pipeline.start(harness, { lambdaWorker: true, lambdaWorkerOptions: sampling });
   });
   afterAll(async () => {
@@ -180,7 +180,7 @@ describe('worker faults through the pipeline', () => {
   let tenants = 0;
 
   beforeAll(async () => {
-    harness = await WorkerHarness.start();
+    harness = await WorkerHarness.start({ vocabulary: BAD_DATUM_VOCABULARY });
     pipeline = await Pipeline.start(harness, { lambdaWorker: false, env: { LEASE_SECONDS: '2' } });
   });
   afterAll(async () => {

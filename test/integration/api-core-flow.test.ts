@@ -107,6 +107,10 @@ describe('get_info', () => {
           model_name: 'reference/byte-lm',
           arch: REFERENCE_ARCH,
           tokenizer_id: REFERENCE_TOKENIZER_DIR,
+          // Its limits (B2), which the SDK's ModelData ignores.
+          max_context_length: 4096,
+          vocab_size: 256,
+          max_num_samples: 256,
         },
       },
     });

@@ -94,7 +94,17 @@ describe('the SDK call sequence with its exact request bodies', () => {
     const answer = await client.raw('GET', '/api/v1/get_server_capabilities');
     expect(answer).toEqual({
       status: 200,
-      body: { supported_models: [{ model_name: DEFAULT_BASE_MODEL, max_context_length: MAX_CONTEXT }] },
+      // With the limits asample is refused past at submit (B2); the SDK reads model_name.
+      body: {
+        supported_models: [
+          {
+            model_name: DEFAULT_BASE_MODEL,
+            max_context_length: MAX_CONTEXT,
+            vocab_size: 256,
+            max_num_samples: 256,
+          },
+        ],
+      },
     });
   });
 

@@ -1,4 +1,4 @@
-import { GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
 import { GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type TinkerClient, TinkerHttpError } from '../../shared/client/tinker-client.js';
@@ -137,17 +137,18 @@ describe('copy_weights', () => {
   let sessionId = '';
   const blob = Buffer.from('checkpoint bytes');
 
-  beforeAll(async () => {
-    ({ session_id: sessionId } = await client.createSession());
+  /** A run of `session` with a committed checkpoint `name`, as the worker's commit would leave it (E4). */
+  async function committedCheckpoint(session: string, kind: 'weights' | 'sampler', name: string) {
     const { model_id } = await client.createModel({
-      session_id: sessionId,
-      model_seq_id: 0,
+      session_id: session,
+      model_seq_id: Math.floor(Math.random() * 1e9),
       base_model: BASE,
       lora_config: { rank: 4 },
     });
-    await client.saveWeights({ model_id, seq_id: 1, path: 'w1' });
+    if (kind === 'weights') await client.saveWeights({ model_id, seq_id: 1, path: name });
+    else await client.saveWeightsForSampler({ model_id, seq_id: 1, path: name });
     // Committed as the worker's commit would leave it, with its blob where the record says (E4).
-    const pk = registryKey.checkpointName(model_id, 'weights', 'w1');
+    const pk = registryKey.checkpointName(model_id, kind, name);
     const record = (await registryItem<CheckpointNameRecord>(pk)) as CheckpointNameRecord;
     await api.cloud.clients.s3.send(
       new PutObjectCommand({
@@ -165,7 +166,12 @@ describe('copy_weights', () => {
         ExpressionAttributeValues: { ':committed': 'committed', ':size': blob.length },
       }),
     );
-    sourcePath = record.path;
+    return record.path;
+  }
+
+  beforeAll(async () => {
+    ({ session_id: sessionId } = await client.createSession());
+    sourcePath = await committedCheckpoint(sessionId, 'weights', 'w1');
   });
 
   it('copies into a new run of the session with a TTL, its own blob, answered directly; a retry is the same copy', async () => {
@@ -243,6 +249,73 @@ describe('copy_weights', () => {
         source_path: sourcePath,
       }),
     ).toMatchObject({ status: 404, body: { field: 'session_id' } });
+    expect(await api.counts()).toEqual(before);
+  });
+  /** The objects under the run `path` names (its checkpoints), for "nothing left behind". */
+  async function objectsOfRun(path: string): Promise<string[]> {
+    const model = /^tinker:\/\/([^/]+)\//.exec(path)?.[1] as string;
+    const listed = await api.cloud.clients.s3.send(
+      new ListObjectsV2Command({ Bucket: api.cloud.names.bucket, Prefix: `checkpoints/${model}/` }),
+    );
+    return (listed.Contents ?? []).map((object) => object.Key as string);
+  }
+
+  it('twins of one copy answer one copy, 200 each, with one blob (R7)', async () => {
+    const body = { session_id: sessionId, model_seq_id: 20, source_path: sourcePath };
+    const answers = await Promise.all(
+      Array.from({ length: 6 }, () => client.raw('POST', '/api/v1/copy_weights', body)),
+    );
+    expect(answers.map((answer) => answer.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    const paths = new Set(answers.map((answer) => (answer.body as { tinker_path: string }).tinker_path));
+    expect(paths.size).toBe(1);
+    const [path] = [...paths] as [string];
+    const record = (await registryItem<CheckpointNameRecord>(
+      registryKey.checkpointName(/^tinker:\/\/([^/]+)\//.exec(path)?.[1] as string, 'weights', 'w1'),
+    )) as CheckpointNameRecord;
+    expect(await objectsOfRun(path)).toEqual([record.blob_key]);
+  });
+
+  it('a key reused with another source is a 400 naming model_seq_id, storing nothing; the first copy stands', async () => {
+    const key = { session_id: sessionId, model_seq_id: 30 };
+    const first = (await client.raw('POST', '/api/v1/copy_weights', { ...key, source_path: sourcePath })) as {
+      status: number;
+      body: { tinker_path: string };
+    };
+    expect(first.status).toBe(200);
+    const otherName = await committedCheckpoint(sessionId, 'weights', 'w2');
+    const otherKind = await committedCheckpoint(sessionId, 'sampler', 'w1');
+    // Another run's checkpoint of the same kind and name.
+    const otherRun = await committedCheckpoint(sessionId, 'weights', 'w1');
+    const before = await api.counts();
+    for (const source_path of [otherName, otherKind, otherRun]) {
+      expect(await client.raw('POST', '/api/v1/copy_weights', { ...key, source_path })).toMatchObject({
+        status: 400,
+        body: { field: 'model_seq_id' },
+      });
+    }
+    // Another TTL is another body too.
+    expect(
+      await client.raw('POST', '/api/v1/copy_weights', { ...key, source_path: sourcePath, ttl_seconds: 60 }),
+    ).toMatchObject({ status: 400, body: { field: 'model_seq_id' } });
+    expect(await api.counts()).toEqual(before);
+    expect(await objectsOfRun(first.body.tinker_path)).toHaveLength(1);
+    expect(await client.raw('POST', '/api/v1/copy_weights', { ...key, source_path: sourcePath })).toEqual(
+      first,
+    );
+  });
+
+  it('after the session’s finish an exact resend answers the original copy; a new key is a 410 (W9)', async () => {
+    const { session_id } = await client.createSession();
+    const body = { session_id, model_seq_id: 0, source_path: sourcePath, ttl_seconds: 3600 };
+    const copied = await client.raw('POST', '/api/v1/copy_weights', body);
+    expect(copied.status).toBe(200);
+    await client.finishSession(session_id, { reason: { type: 'success' } });
+    const before = await api.counts();
+    expect(await client.raw('POST', '/api/v1/copy_weights', body)).toEqual(copied);
+    expect(await client.raw('POST', '/api/v1/copy_weights', { ...body, model_seq_id: 1 })).toMatchObject({
+      status: 410,
+      body: { field: 'session_id' },
+    });
     expect(await api.counts()).toEqual(before);
   });
 });

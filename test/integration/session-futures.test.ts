@@ -380,6 +380,37 @@ describe('session futures with queued samples (api only)', () => {
     expect((await client.unloadModel(model_id)).request_id).toEqual(expect.any(String));
   });
 
+  it('a finished session stays readable and answers exact resends of create_model and create_sampling_session accepted before (W9)', async () => {
+    const { session_id } = await client.createSession({ sdk_version: '0.32.0' });
+    const create = { session_id, model_seq_id: 0, base_model: BASE, lora_config: { rank: 4 } };
+    const created = await client.createModel(create);
+    const sampler = { session_id, sampling_session_seq_id: 0, base_model: BASE };
+    const opened = await client.createSamplingSession(sampler);
+    await client.finishSession(session_id, { reason: { type: 'success' } });
+
+    // Reading stays allowed, as the listing of sessions does.
+    const read = await client.raw('GET', `/api/v1/sessions/${session_id}`);
+    expect(read).toMatchObject({
+      status: 200,
+      body: { training_run_ids: [created.model_id], sampler_ids: [opened.sampling_session_id] },
+    });
+    const before = await api.counts();
+    expect(await client.createModel(create)).toEqual(created);
+    expect(await client.createSamplingSession(sampler)).toMatchObject({
+      sampling_session_id: opened.sampling_session_id,
+    });
+    // A new key, or the same key with another body, is still refused: 410 and 400 (R7).
+    const refusals = [
+      await client.createModel({ ...create, model_seq_id: 1 }).catch((error: unknown) => error),
+      await client
+        .createSamplingSession({ ...sampler, sampling_session_seq_id: 1 })
+        .catch((error: unknown) => error),
+      await client.createModel({ ...create, lora_config: { rank: 8 } }).catch((error: unknown) => error),
+    ];
+    expect(refusals.map((refusal) => (refusal as TinkerHttpError).status)).toEqual([410, 410, 400]);
+    expect(await api.counts()).toEqual(before);
+  });
+
   it('a finished session answers its heartbeat 410 and takes no new models; the first reason wins', async () => {
     const { session_id } = await client.createSession({ sdk_version: '0.32.0' });
     await client.heartbeat(session_id);

@@ -280,6 +280,27 @@ describe('worker faults change nothing in the results', () => {
       });
     }
 
+    it('a sample whose runs keep failing as the infrastructure’s fails as a server error after K attempts (E2)', async () => {
+      const requestId = await longSample('sample-attempts');
+      const failing = Object.create(backend) as Backend;
+      failing.sample = async () => {
+        throw new InfrastructureError('device lost');
+      };
+      const maxAttempts = config().tunables.maxAttempts;
+      for (let attempt = 1; attempt <= maxAttempts; attempt++) {
+        const dispatched = await h.dispatch({ only: (row) => row.request_id === requestId });
+        const outcome = await runWorkItem(dispatched!.manifest, { backend: failing });
+        expect(outcome.samples.map((sample) => sample.outcome)).toEqual(['failed']);
+        expect(await h.future(requestId)).toMatchObject({ status: 'pending', attempts: attempt });
+      }
+      // The next run does not sample: the sample ends failed, as a model's step does after K attempts.
+      const dispatched = await h.dispatch({ only: (row) => row.request_id === requestId });
+      const outcome = await runWorkItem(dispatched!.manifest, { backend: failing });
+      expect(outcome.samples.map((sample) => sample.outcome)).toEqual(['committed']);
+      const answer = (await h.answer('sample-attempts', requestId)) as { error: string; category: string };
+      expect(answer).toEqual({ error: `Request failed after ${maxAttempts} attempts`, category: 'server' });
+    });
+
     it('a long sample renews its claim while it runs, so no tick plans it again', async () => {
       const requestId = await longSample('sample-renewal');
       const dispatched = await h.dispatch({ only: (row) => row.request_id === requestId });

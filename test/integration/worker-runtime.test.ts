@@ -2,7 +2,7 @@ import { GetObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Backend, PassItem } from '../../shared/backend/backend.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
-import { config } from '../../shared/base/config.js';
+import { BASE_MODELS_VAR, config, resetConfig } from '../../shared/base/config.js';
 import { checkpointContentId, storageKeys } from '../../shared/base/storage-keys.js';
 import type { CheckpointNameRecord, ModelRow, SamplingSessionRecord } from '../../shared/domain/records.js';
 import { registryKey } from '../../shared/domain/records.js';
@@ -176,16 +176,21 @@ describe('the worker runtime on the local cloud', () => {
     const t = h.tenant('careless');
     const m = await t.createModel(4, 2);
     const good = await t.pass('forward_backward', m.model_id, crossEntropy(textDatum('good data')));
-    // Token 300 passes the API's shape check but not the reference vocabulary: a user error at execution.
-    const bad = await t.pass('forward_backward', m.model_id, {
-      data: [
-        {
-          model_input: { chunks: [{ type: 'encoded_text', tokens: [1, 300] }] },
-          loss_fn_inputs: { target_tokens: { data: [2, 3], dtype: 'int64', shape: [2] } },
-        },
-      ],
-      loss_fn: 'cross_entropy',
-    });
+    // Token 300 is outside the reference vocabulary. Intake refuses it (B2) from the limits BASE_MODELS
+    // publishes, so it is submitted under a configuration that claims a larger vocabulary (as a payload
+    // accepted under another configuration would be): the backend's check makes it a user error at
+    // execution.
+    const bad = await withBaseModels([{ name: 'reference/byte-lm', vocab_size: 1000 }], () =>
+      t.pass('forward_backward', m.model_id, {
+        data: [
+          {
+            model_input: { chunks: [{ type: 'encoded_text', tokens: [1, 300] }] },
+            loss_fn_inputs: { target_tokens: { data: [2, 3], dtype: 'int64', shape: [2] } },
+          },
+        ],
+        loss_fn: 'cross_entropy',
+      }),
+    );
     const optim = await t.optimStep(m.model_id);
     const after = await t.pass('forward', m.model_id, crossEntropy(textDatum('good data')));
     const only = (row: { model_id: string }) => row.model_id === m.model_id;
@@ -201,3 +206,17 @@ describe('the worker runtime on the local cloud', () => {
     expect(forward.metrics['weights_version:max']).toBe(1);
   });
 });
+
+/** Runs `body` with BASE_MODELS set to `models`, then restores what was there. */
+async function withBaseModels<T>(models: readonly object[], body: () => Promise<T>): Promise<T> {
+  const before = process.env[BASE_MODELS_VAR];
+  process.env[BASE_MODELS_VAR] = JSON.stringify(models);
+  resetConfig();
+  try {
+    return await body();
+  } finally {
+    if (before === undefined) delete process.env[BASE_MODELS_VAR];
+    else process.env[BASE_MODELS_VAR] = before;
+    resetConfig();
+  }
+}

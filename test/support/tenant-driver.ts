@@ -24,6 +24,13 @@ interface Sent {
 /** A token outside the reference model's byte vocabulary: the step fails at execution (user error). */
 const OUT_OF_VOCABULARY = 300;
 
+/**
+ * The vocabulary a stack running workloads with `bad` datums declares for the reference model in
+ * BASE_MODELS: past OUT_OF_VOCABULARY, so intake (B2) takes those datums as a payload accepted under
+ * another configuration would be, and the backend fails them at execution (E6), as the oracle does.
+ */
+export const BAD_DATUM_VOCABULARY = 512;
+
 /** A datum of `spec`: text with weights, or a policy-gradient datum (shared/client/rl-inputs.ts). */
 export function datumOf(spec: DatumSpec): DatumJson {
   const datum =

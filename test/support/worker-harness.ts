@@ -281,12 +281,25 @@ export class WorkerHarness {
     readonly baseModel: string,
   ) {}
 
-  /** `baseModel`: served as the pool's only base model (BASE_MODELS), for a harness on an engine. */
-  static async start(options: { readonly baseModel?: string } = {}): Promise<WorkerHarness> {
+  /**
+   * `baseModel`: served as the pool's only base model (BASE_MODELS), for a harness on an engine.
+   * `vocabulary`: the vocabulary BASE_MODELS declares for it, which intake checks token ids against (B2).
+   */
+  static async start(
+    options: { readonly baseModel?: string; readonly vocabulary?: number } = {},
+  ): Promise<WorkerHarness> {
     const cloud = await setupTestCloud();
     cloud.applyEnv();
-    if (options.baseModel === undefined) delete process.env[BASE_MODELS_VAR];
-    else process.env[BASE_MODELS_VAR] = JSON.stringify([{ name: options.baseModel }]);
+    if (options.baseModel === undefined && options.vocabulary === undefined)
+      delete process.env[BASE_MODELS_VAR];
+    else {
+      process.env[BASE_MODELS_VAR] = JSON.stringify([
+        {
+          name: options.baseModel ?? BASE_MODEL,
+          ...(options.vocabulary === undefined ? {} : { vocab_size: options.vocabulary }),
+        },
+      ]);
+    }
     resetConfig();
     logger.setLogLevel('WARN');
     return new WorkerHarness(cloud, options.baseModel ?? BASE_MODEL);

@@ -11,8 +11,27 @@ describe('base models from configuration (G6)', () => {
     expect(readConfig({ REFERENCE_TOKENIZER_ID: '/tok' }).baseModels).toEqual([
       { name: DEFAULT_BASE_MODEL, tokenizer_id: '/tok' },
     ]);
+    // The reference model publishes its own limits (B2).
     expect(supportedModels(readConfig({}).baseModels)).toEqual([
-      { model_name: DEFAULT_BASE_MODEL, max_context_length: MAX_CONTEXT },
+      {
+        model_name: DEFAULT_BASE_MODEL,
+        max_context_length: MAX_CONTEXT,
+        vocab_size: 256,
+        max_num_samples: 256,
+      },
+    ]);
+  });
+
+  it('takes each model’s limits from BASE_MODELS, a vocabulary only when named (B2)', () => {
+    const models = readConfig({
+      [BASE_MODELS_VAR]: JSON.stringify([
+        { name: '/models/tiny', max_context_length: 512, vocab_size: 32000, max_num_samples: 8 },
+        { name: 'Qwen/Qwen3-0.6B' },
+      ]),
+    }).baseModels;
+    expect(supportedModels(models)).toEqual([
+      { model_name: '/models/tiny', max_context_length: 512, vocab_size: 32000, max_num_samples: 8 },
+      { model_name: 'Qwen/Qwen3-0.6B', max_context_length: MAX_CONTEXT, max_num_samples: 256 },
     ]);
   });
 
@@ -55,6 +74,8 @@ describe('base models from configuration (G6)', () => {
     ['[{"name":"a"},{"name":"a"}]', /names a twice/],
     ['[{"name":"a","tokenizer_id":""}]', /tokenizer_id/],
     ['[{"name":"a","max_context_length":0}]', /max_context_length/],
+    ['[{"name":"a","vocab_size":1.5}]', /vocab_size/],
+    ['[{"name":"a","max_num_samples":"8"}]', /max_num_samples/],
   ])('refuses BASE_MODELS=%s, naming the variable', (raw, problem) => {
     const read = () => readConfig({ [BASE_MODELS_VAR]: raw }).baseModels;
     expect(read).toThrow(ConfigError);

@@ -3,11 +3,13 @@ results as staying resident; fused run_passes equals one pass at a time."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from conftest import create, pass_input, sequence_datum
 
 from tinker_engine.engine import Engine
@@ -129,3 +131,25 @@ def test_a_failure_part_way_through_fused_passes_changes_no_state(
     with pytest.raises(RuntimeError, match="device lost"):
         engine.dispatch("run_passes", {"items": items})
     assert [engine.dispatch("serialize_state", {"state": h})["bytes"] for h in handles] == before
+
+
+def test_every_bit_of_a_seed_keys_the_adapter(engine: Engine) -> None:
+    """Hardening round 4, finding 9: the CPU generator keeps 32 bits of its seed, so seeds 2^53 - 1 and -1
+    (and 2^32 - 1) gave one model. The whole seed keys it now; a seed within 32 bits keeps its bits."""
+    seeds = [2**53 - 1, -1, 2**32 - 1, 2**32, 0]
+    weights = []
+    for seed in seeds:
+        handle = create(engine, seed=seed)
+        weights.append({key: value.detach().clone() for key, value in engine.states[handle].weights.items()})
+    for i in range(len(seeds)):
+        for j in range(i + 1, len(seeds)):
+            assert any(not torch.equal(weights[i][key], weights[j][key]) for key in weights[i]), (seeds[i], seeds[j])
+    # Deterministic, and the bits of a 32-bit seed are the generator's own draws.
+    again = engine.states[create(engine, seed=2**53 - 1)].weights
+    assert all(torch.equal(again[key].detach(), weights[0][key]) for key in again)
+    low = engine.pool.initial_weights(engine.states[create(engine, seed=7)].shape, 7)
+    generator = torch.Generator().manual_seed(7)
+    first_a = sorted(key for key in low if ".lora_A." in key)[0]
+    bound = 1.0 / math.sqrt(low[first_a].shape[1])
+    expected = (torch.rand(low[first_a].shape, generator=generator, dtype=torch.float32) * 2 - 1) * bound
+    assert torch.equal(low[first_a], expected)

@@ -178,3 +178,49 @@ def test_bad_inputs_are_user_errors_that_leave_the_state_valid_and_unchanged(eng
         engine.dispatch("optim_step", {"state": handle, "params": {"beta1": 1.5}})
     assert engine.dispatch("serialize_state", {"state": handle})["bytes"] == before
     assert engine.dispatch("forward_backward", {"state": handle, "input": good})["state"]["handle"] != handle
+
+
+def test_a_pass_or_step_that_overflows_float32_is_a_user_error_naming_the_value(engine: Engine) -> None:
+    """Hardening round 4, finding 6: one ppo step with advantages of 3e38 and an optim_step with a
+    learning rate of 1e30 made the weights NaN, and every later pass and sample of the model failed as
+    the infrastructure's. The step is refused as the request's error (E6), naming the values, with no
+    effect on the state; a pass on weights poisoned before (a state from an older engine) fails alone as
+    a user error; and the model carries on."""
+    from tinker_engine.errors import UserError
+
+    tokens = [1, 2, 3, 4]
+    huge = sequence_datum(tokens, logprobs=np.zeros(3, dtype=np.float32), advantages=np.full(3, 3e38, dtype=np.float32))
+    handle = engine.dispatch("forward_backward", {"state": create(engine), "input": pass_input([huge], "ppo")})[
+        "state"
+    ]["handle"]
+    before = engine.dispatch("serialize_state", {"state": handle})["bytes"]
+    with pytest.raises(UserError, match=r"not finite \(learning_rate 1e\+30, gradient norm") as raised:
+        engine.dispatch("optim_step", {"state": handle, "params": {"learning_rate": 1e30}})
+    assert raised.value.field == "adam_params"
+    assert engine.dispatch("serialize_state", {"state": handle})["bytes"] == before
+    sane = engine.dispatch("forward", {"state": handle, "input": pass_input([sequence_datum(tokens)])})
+    assert np.isfinite(sane["result"]["metrics"]["loss:sum"])
+
+    poisoned = create(engine)
+    with torch.no_grad():
+        for weight in engine.states[poisoned].weights.values():
+            weight.fill_(float("nan"))
+    for op in ("forward", "forward_backward"):
+        with pytest.raises(UserError, match="is nan, not finite") as raised:
+            engine.dispatch(op, {"state": poisoned, "input": pass_input([sequence_datum(tokens)])})
+        assert raised.value.field == "loss_fn_inputs"
+    outcomes = engine.dispatch(
+        "run_passes",
+        {
+            "items": [
+                {"type": "forward_backward", "state": poisoned, "input": pass_input([sequence_datum(tokens)])},
+                {"type": "forward_backward", "state": handle, "input": pass_input([sequence_datum(tokens)])},
+            ]
+        },
+    )["outcomes"]
+    assert outcomes[0]["ok"] is False and outcomes[0]["error"]["kind"] == "user"
+    assert outcomes[1]["ok"] is True
+    # A checkpoint of such weights is refused where it is loaded.
+    exported = engine.dispatch("export_weights", {"state": poisoned, "kind": "sampler"})["weights"]
+    with pytest.raises(UserError, match="not finite"):
+        engine.dispatch("load_sampler", {"base_model": engine.base.name, "weights": exported})

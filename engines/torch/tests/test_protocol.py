@@ -84,6 +84,7 @@ def test_a_version_mismatch_is_refused_with_the_versions_spoken(make_engine) -> 
     reply, _ = answer(engine, Frame({"id": 3, "op": "hello", "args": {"protocol_version": 1, "worker": "t"}}))
     assert reply.header["ok"] is True and reply.header["result"]["protocol_version"] == 1
     assert reply.header["result"]["base_models"][0]["vocab_size"] == 256
+    assert reply.header["result"]["base_models"][0]["max_context_length"] > 0
 
 
 def test_unknown_ops_and_handles_are_protocol_errors(engine: Engine) -> None:

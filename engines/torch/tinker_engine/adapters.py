@@ -20,6 +20,10 @@ from torch import nn
 
 from .errors import InfrastructureError, user_error
 from .models import BaseModel
+from .prng import hash_words, seed_words
+
+# Keys the high word of a LoRA seed (`AdapterPool.initial_weights`) apart from the samplers' draws.
+TAG_LORA_SEED = 0x4C4F5241
 
 MAX_RANK = 1024
 # A rank-1 adapter on one module that is never used nor deleted: PEFT's model needs an active adapter
@@ -176,15 +180,25 @@ class AdapterPool:
         return out
 
     def initial_weights(self, shape: AdapterShape, seed: int) -> dict[str, torch.Tensor]:
-        """A uniform in +-1/sqrt(fan_in) (PEFT's default bound) from a generator keyed by `seed`, B zero,
-        so a new adapter leaves the base model's outputs unchanged and the same seed gives the same bits
-        on every device."""
-        generator = torch.Generator(device="cpu").manual_seed(seed & 0xFFFF_FFFF_FFFF_FFFF)
+        """A uniform in +-1/sqrt(fan_in) (PEFT's default bound) keyed by the whole `seed`, B zero, so a
+        new adapter leaves the base model's outputs unchanged and the same seed gives the same bits on
+        every device.
+
+        The CPU generator keeps only 32 bits of a seed (its Mersenne Twister is seeded so), which made
+        seeds 2^53 - 1 and -1 give one model. So the low word seeds one generator and, when the high
+        word is not zero, a second generator keyed by a bijective mix of it adds its uniform modulo 1
+        (still uniform): every 64-bit seed keys its own pair, and seeds in [0, 2^32) keep their bits."""
+        low, high = seed_words(seed)
+        generator = torch.Generator(device="cpu").manual_seed(low)
+        shift = torch.Generator(device="cpu").manual_seed(hash_words(TAG_LORA_SEED, high)) if high else None
         weights: dict[str, torch.Tensor] = {}
         for key, dims in sorted(self.tensor_shapes(shape).items()):
             if ".lora_A." in key:
                 bound = 1.0 / math.sqrt(dims[1])
-                weights[key] = (torch.rand(dims, generator=generator, dtype=torch.float32) * 2 - 1) * bound
+                uniform = torch.rand(dims, generator=generator, dtype=torch.float32)
+                if shift is not None:
+                    uniform = torch.remainder(uniform + torch.rand(dims, generator=shift, dtype=torch.float32), 1.0)
+                weights[key] = (uniform * 2 - 1) * bound
             else:
                 weights[key] = torch.zeros(dims, dtype=torch.float32)
         return weights

@@ -35,7 +35,7 @@ from .optim import adamw_step, parse_adam_params
 from .sampling import parse_sample_request, same_request, sample
 from .state import deserialize_state, serialize_state
 from .training import PassJob, run_passes
-from .weights import check_fits, export_weights, import_into, read_weights
+from .weights import check_finite, check_fits, export_weights, import_into, read_weights
 
 
 @dataclass
@@ -139,12 +139,16 @@ class Engine:
         _, adapter = self._state(args)
         job = self._pass_job("forward", adapter, args.get("input"))
         [result] = run_passes(self.pool, [job], self.options.max_batch_tokens)
+        if result.error is not None:
+            raise result.error
         return {"result": self._result(result.outputs, result.metrics)}
 
     def op_forward_backward(self, args: dict[str, Any]) -> dict[str, Any]:
         handle, adapter = self._state(args)
         job = self._pass_job("forward_backward", adapter, args.get("input"))
         [result] = run_passes(self.pool, [job], self.options.max_batch_tokens)
+        if result.error is not None:
+            raise result.error
         self._consume(handle)
         return {"state": self._new_state(adapter), "result": self._result(result.outputs, result.metrics)}
 
@@ -173,6 +177,9 @@ class Engine:
             handles.append(handle)
         results = run_passes(self.pool, jobs, self.options.max_batch_tokens) if jobs else []
         for i, handle, job, result in zip(positions, handles, jobs, results, strict=True):
+            if result.error is not None:
+                outcomes[i] = {"ok": False, "error": result.error.to_json()}
+                continue
             if job.kind == "forward_backward":
                 self._consume(handle)
                 state = self._new_state(job.adapter)
@@ -243,6 +250,8 @@ class Engine:
             read = read_weights(data)
             if read.base_model != self.base.name:
                 raise InfrastructureError(f"sampler weights are for {read.base_model}, not {self.base.name}")
+            # Weights that are not finite are the checkpoint's fault, not the store's: a user error (E6).
+            check_finite(read, "model_path")
             try:
                 check_fits(read, self.pool.tensor_shapes(read.shape), "weights")
             except UserError as error:

@@ -48,7 +48,13 @@ class BaseModel:
     dtype: torch.dtype
 
     def describe(self) -> dict[str, object]:
-        return {"name": self.name, "tokenizer_id": self.name, "vocab_size": self.vocab_size}
+        """What `hello` reports: the limits BASE_MODELS should name for the API to refuse at submit (B2)."""
+        return {
+            "name": self.name,
+            "tokenizer_id": self.name,
+            "vocab_size": self.vocab_size,
+            "max_context_length": self.max_context,
+        }
 
 
 def _max_context(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int:

@@ -4,7 +4,8 @@ with Tinker's defaults. With g the accumulated gradient (scaled by c/|g| when gr
     m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2,  t = step + 1,
     p = p (1 - lr wd) - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
 decoupled weight decay on the pre-step weights (PyTorch's AdamW order). A step with no gradient
-accumulated uses zeros, as the reference does.
+accumulated uses zeros, as the reference does. A step whose new weights or moments are not finite is
+refused as a user error and changes nothing.
 """
 
 from __future__ import annotations
@@ -91,4 +92,25 @@ def adamw_step(
         new_p[key] = p * decay - hyper.learning_rate * (m / correction1) / ((v / correction2).sqrt() + hyper.eps)
         new_m[key] = m
         new_v[key] = v
+    _check_finite(new_p, new_m, new_v, norm, hyper)
     return new_p, new_m, new_v, norm
+
+
+def _check_finite(
+    weights: dict[str, torch.Tensor],
+    moment1: dict[str, torch.Tensor],
+    moment2: dict[str, torch.Tensor],
+    norm: float,
+    hyper: AdamParams,
+) -> None:
+    """A step whose weights or moments would not be finite fails as the request's error, naming the
+    values that overflowed, and leaves the state as it was (E6): poisoned weights would fail every
+    later pass and sample of the model."""
+    for kind, tensors in (("weights", weights), ("first moments", moment1), ("second moments", moment2)):
+        for key in sorted(tensors):
+            if not bool(torch.isfinite(tensors[key]).all()):
+                raise user_error(
+                    "adam_params",
+                    f"the step makes the {kind} of {key} not finite (learning_rate {hyper.learning_rate}, "
+                    f"gradient norm {norm}); float32 cannot hold the update",
+                )

@@ -5,11 +5,13 @@ losses. Rows use disjoint adapters, so each adapter receives exactly its own pas
 
 Outputs per datum: `logprobs` of target_tokens' shape and `elementwise_loss` [N] (the loss of each
 position), float32. A call's gradient is added to the adapter's accumulator only once the whole call
-has succeeded.
+has succeeded. A pass whose loss, outputs or gradient are not finite (an input or the weights overflow
+float32) fails alone as a user error naming the value, with no effect on its state (E6).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,6 +19,7 @@ import numpy as np
 import torch
 
 from .adapters import Adapter, AdapterPool
+from .errors import UserError, user_error
 from .inputs import PassDatum
 from .losses import DatumTerms, PassMetrics, datum_terms
 from .models import upcast
@@ -37,6 +40,8 @@ class PassJob:
 class PassResult:
     outputs: list[dict[str, np.ndarray]]
     metrics: dict[str, float]
+    # Set when the pass failed alone (a non-finite result): its outputs and metrics are not answered.
+    error: UserError | None = None
 
 
 def run_passes(pool: AdapterPool, jobs: list[PassJob], max_batch_tokens: int) -> list[PassResult]:
@@ -45,17 +50,40 @@ def run_passes(pool: AdapterPool, jobs: list[PassJob], max_batch_tokens: int) ->
     metrics = [PassMetrics() for _ in jobs]
     # Each training pass's gradient, added to the accumulators only once every group has run, so a
     # failure part way leaves every state as it was.
-    gradients: list[tuple[Adapter, dict[str, torch.Tensor]]] = []
+    gradients: dict[int, dict[str, torch.Tensor]] = {}
     for group in _adapter_groups(jobs, pool.max_resident):
-        gradients += _run_group(pool, [jobs[j] for j in group], group, outputs, metrics, max_batch_tokens)
-    for adapter, gradient in gradients:
-        _accumulate(adapter, gradient)
-    return [
-        PassResult(
+        gradients.update(_run_group(pool, [jobs[j] for j in group], group, outputs, metrics, max_batch_tokens))
+    results: list[PassResult] = []
+    for j, job in enumerate(jobs):
+        result = PassResult(
             outputs=[o for o in outputs[j] if o is not None], metrics=metrics[j].metrics(job.adapter.weights_version)
         )
-        for j, job in enumerate(jobs)
-    ]
+        result.error = _non_finite(job, result, gradients.get(j))
+        if result.error is None and j in gradients:
+            _accumulate(job.adapter, gradients[j])
+        results.append(result)
+    return results
+
+
+def _non_finite(job: PassJob, result: PassResult, gradient: dict[str, torch.Tensor] | None) -> UserError | None:
+    """The user error of a pass whose result or gradient is not finite, naming the first such value."""
+    hint = "an input of loss_fn_inputs or loss_fn_config, or the weights, overflow float32"
+    for name in sorted(result.metrics):
+        value = result.metrics[name]
+        if not math.isfinite(value):
+            return user_error("loss_fn_inputs", f"{job.kind}: metric {name} is {value}, not finite; {hint}")
+    for index, output in enumerate(result.outputs):
+        for name in sorted(output):
+            values = output[name]
+            if not np.all(np.isfinite(values)):
+                bad = values[~np.isfinite(values)].flat[0]
+                return user_error(
+                    "loss_fn_inputs", f"{job.kind}: loss_fn_outputs[{index}].{name} holds {bad}, not finite; {hint}"
+                )
+    for name in sorted(gradient or {}):
+        if not bool(torch.isfinite(gradient[name]).all()):  # type: ignore[index]
+            return user_error("loss_fn_inputs", f"{job.kind}: the gradient of {name} is not finite; {hint}")
+    return None
 
 
 def _adapter_groups(jobs: list[PassJob], bound: int) -> list[list[int]]:
@@ -86,7 +114,8 @@ def _run_group(
     outputs: list[list[dict[str, np.ndarray] | None]],
     metrics: list[PassMetrics],
     max_batch_tokens: int,
-) -> list[tuple[Adapter, dict[str, torch.Tensor]]]:
+) -> dict[int, dict[str, torch.Tensor]]:
+    """Runs one group; the gradient of each training pass, by its index in `indices`' numbering."""
     pool.activate([job.adapter for job in jobs])
     device = pool.base.device
     training = [job.adapter for job in jobs if job.kind == "forward_backward"]
@@ -128,7 +157,7 @@ def _run_group(
                         total = part if total is None else total + part
             if total is not None and total.requires_grad:
                 total.backward()
-        return [(adapter, _call_gradient(adapter)) for adapter in training]
+        return {indices[g]: _call_gradient(job.adapter) for g, job in enumerate(jobs) if job.kind == "forward_backward"}
     finally:
         for adapter in training:
             for parameter in adapter.weights.values():

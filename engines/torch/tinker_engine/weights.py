@@ -136,8 +136,17 @@ def _safetensors_metadata(raw: bytes) -> dict[str, str]:
     return dict(header.get("__metadata__") or {})
 
 
+def check_finite(read: ReadWeights, field: str) -> None:
+    """Every weight is finite: a checkpoint saved with weights that overflowed (before optim_step refused
+    such steps) would fail every pass and sample of it, so it is refused as the request's error (E6)."""
+    for key in sorted(read.weights):
+        if not bool(torch.isfinite(read.weights[key]).all()):
+            raise user_error(field, f"checkpoint tensor {key} holds values that are not finite")
+
+
 def check_fits(read: ReadWeights, expected: dict[str, tuple[int, ...]], field: str) -> None:
-    """The adapter's tensors are exactly the ones `expected` names, with those shapes."""
+    """The adapter's tensors are exactly the ones `expected` names, with those shapes, all finite."""
+    check_finite(read, field)
     if sorted(read.weights) != sorted(expected):
         raise user_error(field, "checkpoint adapts other modules than this model")
     for key, dims in expected.items():
@@ -160,6 +169,7 @@ def import_into(adapter: Adapter, read: ReadWeights, base_model: str, optimizer:
         raise user_error("optimizer", "a sampler checkpoint holds no optimizer state")
     if sorted(read.weights) != adapter.keys():
         raise user_error("path", "checkpoint tensors do not match this model's adapter")
+    check_finite(read, "path")
     return {
         "weights": read.weights,
         "moment1": read.moment1 if optimizer else None,

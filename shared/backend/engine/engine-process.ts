@@ -46,6 +46,8 @@ export interface EngineBaseModel {
   readonly name: string;
   readonly tokenizer_id: string;
   readonly vocab_size: number;
+  /** Tokens a sequence may hold; BASE_MODELS names it so the API refuses longer ones at submit (B2). */
+  readonly max_context_length?: number;
 }
 
 export interface EngineHello {

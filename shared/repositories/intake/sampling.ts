@@ -78,6 +78,8 @@ export interface SamplingSessionIntake {
   readonly record: SamplingSessionRecord;
   readonly samplingSessionSeqId: number;
   readonly digest: string;
+  /** The session had finished when read: only a retry of a request accepted before is answered (W9). */
+  readonly sessionFinished?: boolean;
 }
 
 /** create_sampling_session: the record and the idempotency record of `(session, seq id)`, once. */
@@ -96,7 +98,8 @@ export async function createSamplingSession(
       requestId: input.attemptId,
       plan: async (contended) => {
         const retry = { tenant: record.tenant, digest: input.digest };
-        const original = contended
+        const retryOnly = contended || input.sessionFinished === true;
+        const original = retryOnly
           ? await findOriginal<SamplingSessionIdemRecord>(
               store.clients.doc,
               store.tables.registry,
@@ -105,7 +108,7 @@ export async function createSamplingSession(
             )
           : undefined;
         if (original) return { answer: { sampling_session_id: original.sampling_session_id } };
-        if (contended) await requireOpenSession(store, record.session_id, record.tenant);
+        if (retryOnly) await requireOpenSession(store, record.session_id, record.tenant);
         const idem: SamplingSessionIdemRecord = {
           pk: idempotency.pk,
           tenant: record.tenant,

@@ -48,6 +48,8 @@ export interface CreateModelIntake extends NewRun {
   readonly modelSeqId: number;
   readonly userMetadata?: ModelRow['user_metadata'];
   readonly payload: SerializedPayload;
+  /** The session had finished when read: only a retry of a request accepted before is answered (W9). */
+  readonly sessionFinished?: boolean;
 }
 
 /**
@@ -61,9 +63,10 @@ export async function submitCreateModel(input: CreateModelIntake, store: IntakeS
     field: 'model_seq_id',
   };
   return runSubmit<FutureAnswer>(input, store, async (contended) => {
-    const original = contended ? await findOriginalFuture(store, idempotency, input) : undefined;
+    const retryOnly = contended || input.sessionFinished === true;
+    const original = retryOnly ? await findOriginalFuture(store, idempotency, input) : undefined;
     if (original) return { answer: { request_id: original.request_id, model_id: original.model_id } };
-    if (contended) await requireOpenSession(store, input.sessionId, input.tenant);
+    if (retryOnly) await requireOpenSession(store, input.sessionId, input.tenant);
     const model: ModelRow = {
       ...newModelRow(input, 'active'),
       ...(input.userMetadata === undefined ? {} : { user_metadata: input.userMetadata }),

@@ -1,25 +1,57 @@
-import { MAX_CONTEXT, MAX_RANK } from '../../backend/reference/model.js';
+import { MAX_SAMPLES } from '../../backend/reference/inputs.js';
+import { MAX_CONTEXT, MAX_RANK, VOCAB } from '../../backend/reference/model.js';
 import { type BaseModelConfig, config, DEFAULT_BASE_MODEL, type Tunables } from '../../base/config.js';
 import { invalidField } from '../../base/errors.js';
 import type { SdkConfigFlags } from './sdk-versions.js';
 
 export { DEFAULT_BASE_MODEL };
 
-export interface SupportedModel {
-  readonly model_name: string;
+/**
+ * What a base model's limits decide, refused at submit with a 400 naming the field (B2): tokens a
+ * sequence may hold, its vocabulary (absent: not configured, so checked at execution only) and the
+ * samples one request may ask for.
+ */
+export interface BaseModelLimits {
   readonly max_context_length: number;
+  readonly vocab_size?: number;
+  readonly max_num_samples: number;
+}
+
+/**
+ * A base model's limits: what BASE_MODELS says, else the reference model's (it publishes its own:
+ * shared/backend/reference/model.ts), else for an engine's model only what the engines share (256
+ * samples, the bound of both backends).
+ */
+export function baseModelLimits(model: BaseModelConfig): BaseModelLimits {
+  const vocab = model.vocab_size ?? (model.name === DEFAULT_BASE_MODEL ? VOCAB : undefined);
+  return {
+    max_context_length: model.max_context_length ?? MAX_CONTEXT,
+    ...(vocab === undefined ? {} : { vocab_size: vocab }),
+    max_num_samples: model.max_num_samples ?? MAX_SAMPLES,
+  };
+}
+
+/** The limits of a configured base model; undefined for one no longer served (checked at execution). */
+export function servedLimits(
+  name: string,
+  models: readonly BaseModelConfig[] = config().baseModels,
+): BaseModelLimits | undefined {
+  const model = models.find((candidate) => candidate.name === name);
+  return model === undefined ? undefined : baseModelLimits(model);
+}
+
+/** `get_server_capabilities`' entry: the SDK reads `model_name`; its models ignore extra fields. */
+export interface SupportedModel extends BaseModelLimits {
+  readonly model_name: string;
 }
 
 /**
  * What this deployment serves, as `get_server_capabilities` advertises it: the pool's base models from
- * configuration (BASE_MODELS, shared/base/config.ts; G6). Unset, the reference model alone, the name the
- * demo and the docs use.
+ * configuration (BASE_MODELS, shared/base/config.ts; G6), each with its limits (B2). Unset, the
+ * reference model alone, the name the demo and the docs use.
  */
 export function supportedModels(models: readonly BaseModelConfig[] = config().baseModels): SupportedModel[] {
-  return models.map((model) => ({
-    model_name: model.name,
-    max_context_length: model.max_context_length ?? MAX_CONTEXT,
-  }));
+  return models.map((model) => ({ model_name: model.name, ...baseModelLimits(model) }));
 }
 
 /**

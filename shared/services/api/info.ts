@@ -8,7 +8,13 @@ import {
 } from '../../repositories/checkpoints/names.js';
 import { requireModel } from '../../repositories/models.js';
 import { requireSamplingSession } from '../../repositories/sampling-sessions.js';
-import { DEFAULT_BASE_MODEL, ENGINE_ARCH, REFERENCE_ARCH } from './capabilities.js';
+import {
+  type BaseModelLimits,
+  baseModelLimits,
+  DEFAULT_BASE_MODEL,
+  ENGINE_ARCH,
+  REFERENCE_ARCH,
+} from './capabilities.js';
 import type { OperationContext } from './operation-context.js';
 import { parseRequest } from './request-checks.js';
 import * as schemas from './schemas.js';
@@ -26,7 +32,12 @@ export interface GetInfoAnswer {
   readonly model_name: string;
   readonly is_lora: true;
   readonly lora_rank: number;
-  readonly model_data: { readonly model_name: string; readonly arch: string; readonly tokenizer_id?: string };
+  /** `ModelData` (the SDK ignores fields it does not know): its limits too, while served (B2). */
+  readonly model_data: {
+    readonly model_name: string;
+    readonly arch: string;
+    readonly tokenizer_id?: string;
+  } & Partial<BaseModelLimits>;
 }
 
 export interface WeightsInfoAnswer {
@@ -47,8 +58,10 @@ export interface GetSamplerAnswer {
 export async function getInfo(ctx: OperationContext, body: unknown): Promise<GetInfoAnswer> {
   const request = parseRequest(schemas.getInfoRequest, body);
   const model = await requireModel(ctx.clients.doc, ctx.tables.models, request.model_id, ctx.tenant);
-  // The model's base as configured now (G6); one no longer served still answers, without a tokenizer.
-  const tokenizerId = config().baseModels.find((base) => base.name === model.base_model)?.tokenizer_id;
+  // The model's base as configured now (G6); one no longer served still answers, without a tokenizer
+  // or limits.
+  const base = config().baseModels.find((candidate) => candidate.name === model.base_model);
+  const tokenizerId = base?.tokenizer_id;
   return {
     type: 'get_info',
     model_id: model.model_id,
@@ -60,6 +73,7 @@ export async function getInfo(ctx: OperationContext, body: unknown): Promise<Get
       model_name: model.base_model,
       arch: model.base_model === DEFAULT_BASE_MODEL ? REFERENCE_ARCH : ENGINE_ARCH,
       ...(tokenizerId === undefined ? {} : { tokenizer_id: tokenizerId }),
+      ...(base === undefined ? {} : baseModelLimits(base)),
     },
   };
 }

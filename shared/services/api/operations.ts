@@ -15,7 +15,7 @@ import {
 import { sampleSequenceIds } from '../../domain/sample-sequences.js';
 import { cloneOfSeqId, sessionLogKey } from '../../domain/session-log.js';
 import { formatCheckpointPath } from '../../domain/tinker-path.js';
-import { copyCheckpoint } from '../../repositories/checkpoints/copy.js';
+import { copyCheckpoint, copyDigest, findCopy } from '../../repositories/checkpoints/copy.js';
 import { checkpointNotFound, issuedPath, resolveCheckpoint } from '../../repositories/checkpoints/names.js';
 import {
   createSamplingSession as storeSamplingSession,
@@ -31,7 +31,13 @@ import { requireModel } from '../../repositories/models.js';
 import { canonicalJson, serializeBinaryPayload, serializePayload } from '../../repositories/payloads.js';
 import { requireSamplingSession } from '../../repositories/sampling-sessions.js';
 import { requireSeqCounter } from '../../repositories/seq-counters.js';
-import { finishSession, putSession, requireSession, touchSession } from '../../repositories/sessions.js';
+import {
+  finishSession,
+  putSession,
+  readOwnSession,
+  requireOpen,
+  touchSession,
+} from '../../repositories/sessions.js';
 import { decodeForwardBackwardRequest, encodeStoredPass } from '../../wire/forward-backward-request.js';
 import { partLimits } from '../../wire/request-parts.js';
 import { ProtobufBody } from './bodies.js';
@@ -40,6 +46,7 @@ import {
   clientDynamicConfig as buildClientDynamicConfig,
   type SupportedModel,
   servedBaseModel,
+  servedLimits,
   supportedModels,
 } from './capabilities.js';
 import type { OperationContext } from './operation-context.js';
@@ -57,8 +64,11 @@ import { checkProvenance } from './provenance.js';
 import {
   checkForwardInput,
   checkJsonPassParts,
+  checkLoraConfig,
   checkModelInput,
+  checkPassLimits,
   checkSample,
+  checkSampleLimits,
   checkTargetPromptIds,
   parseRequest,
 } from './request-checks.js';
@@ -162,7 +172,8 @@ export async function createModel(ctx: OperationContext, body: unknown): Promise
   const request = parseRequest(schemas.createModelRequest, body);
   checkMetadataBytes(request.user_metadata);
   servedBaseModel(request.base_model, 'base_model');
-  await requireSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant);
+  checkLoraConfig(request.lora_config);
+  const session = await readOwnSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant);
   const loraConfig = {
     rank: request.lora_config.rank,
     ...(request.lora_config.seed == null ? {} : { seed: request.lora_config.seed }),
@@ -189,6 +200,7 @@ export async function createModel(ctx: OperationContext, body: unknown): Promise
       ...(request.user_metadata ? { userMetadata: request.user_metadata } : {}),
       payload: serializePayload(payload),
       now: ctx.now,
+      sessionFinished: session.finished_at !== undefined,
     },
     ctx,
   );
@@ -236,6 +248,7 @@ async function submitPass(ctx: OperationContext, pass: PassToStore): Promise<Fut
       : { bytes: pass.compressed, compression: 'zstd' },
   );
   const counter = await counterRead;
+  checkPassLimits(pass.input, pass.field, servedLimits(counter.base_model));
   return submitTrainingStep(
     {
       requestId: mintRequestId(ctx.now),
@@ -471,7 +484,14 @@ export async function copyWeights(ctx: OperationContext, body: unknown): Promise
       { context: { field: 'weights_access_token' } },
     );
   }
-  await requireSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant);
+  const session = await readOwnSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant);
+  const key = { sessionId: request.session_id, modelSeqId: request.model_seq_id };
+  const digest = copyDigest(request);
+  // A retry answers the original copy, even after the finish or the source's deletion (R7, W9).
+  const settled = await findCopy(ctx, key, { tenant: ctx.tenant, digest });
+  if (settled?.landed) return { tinker_path: settled.record.tinker_path };
+  // A copy settled before the finish is finished after it; a new one is refused.
+  if (settled === undefined) requireOpen(session);
   const source = await readableSavedCheckpoint(ctx, request.source_path, 'any', 'source_path');
   // The checkpoint's run: the caller's, or the tenant's that published it (C4).
   const owner = await requireModel(ctx.clients.doc, ctx.tables.models, source.model_id, source.tenant);
@@ -481,6 +501,10 @@ export async function copyWeights(ctx: OperationContext, body: unknown): Promise
       tenant: ctx.tenant,
       sessionId: request.session_id,
       modelId: deriveId('model', 'copy', request.session_id, request.model_seq_id),
+      modelSeqId: request.model_seq_id,
+      requestId: mintRequestId(ctx.now),
+      digest,
+      ...(settled === undefined ? {} : { settled: settled.record }),
       baseModel: owner.base_model,
       loraConfig: owner.lora_config,
       ...(request.ttl_seconds == null ? {} : { ttlSeconds: request.ttl_seconds }),
@@ -543,7 +567,7 @@ export async function unloadModel(ctx: OperationContext, body: unknown): Promise
  */
 export async function createSamplingSession(ctx: OperationContext, body: unknown) {
   const request = parseRequest(schemas.createSamplingSessionRequest, body);
-  await requireSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant);
+  const session = await readOwnSession(ctx.clients.doc, ctx.tables.registry, request.session_id, ctx.tenant);
   const samplingSessionId = mintId('sampling', ctx.now);
   let target: Pick<SamplingSessionRecord, 'model_id' | 'base_model' | 'checkpoint_id' | 'model_path'>;
   if (request.model_path) {
@@ -588,6 +612,7 @@ export async function createSamplingSession(ctx: OperationContext, body: unknown
       },
       samplingSessionSeqId: request.sampling_session_seq_id,
       digest: sha256Hex(canonicalJson({ model_path: request.model_path, base_model: request.base_model })),
+      sessionFinished: session.finished_at !== undefined,
     },
     ctx,
   ).then((answer) => ({ type: 'create_sampling_session' as const, ...answer }));
@@ -613,6 +638,7 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Sam
     request.sampling_session_id,
     ctx.tenant,
   );
+  checkSampleLimits(request, promptTokens, targetIds, servedLimits(session.base_model));
   // A session on a checkpoint deleted, expired or unpublished since it was made names nothing (C3-C5).
   let weightsVersion: number | undefined;
   if (session.checkpoint_id !== undefined && session.model_path !== undefined) {

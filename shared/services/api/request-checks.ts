@@ -12,6 +12,7 @@ import {
   tooManyDatums,
 } from '../../wire/request-parts.js';
 import {
+  type BaseModelLimits,
   FLOAT_LOSS_INPUTS,
   FLOAT32_ONLY_INPUTS,
   LOSS_FN_INPUTS,
@@ -333,4 +334,133 @@ export function checkTargetPromptIds(
     field,
   );
   return { shape: [rows, shape[1] as number], data: Array.from(shifted, (value) => Number(value) - 1) };
+}
+
+/** A LoRA that trains nothing would fail every step of its run: refused at create_model (B2). */
+export function checkLoraConfig(lora: {
+  readonly train_attn: boolean;
+  readonly train_mlp: boolean;
+  readonly train_unembed: boolean;
+}): void {
+  if (!lora.train_attn && !lora.train_mlp && !lora.train_unembed) {
+    throw invalid(
+      'lora_config',
+      'trains nothing: at least one of train_attn, train_mlp and train_unembed must be true',
+    );
+  }
+}
+
+/** The index of the first token id of `ids` at or past `vocab`; -1 when all are inside. */
+function firstOutsideVocab(ids: readonly number[], vocab: number): number {
+  for (let i = 0; i < ids.length; i++) if ((ids[i] as number) >= vocab) return i;
+  return -1;
+}
+
+/**
+ * What the sampled base model's limits decide, refused at submit with a 400 naming the field (B2):
+ * the prompt and `max_tokens` within its context, `num_samples` within its bound, and, when its
+ * vocabulary is known, the token ids it is given and the top-k rows it is asked for. `limits`
+ * undefined: a base model no longer served, left to the backend.
+ */
+export function checkSampleLimits(
+  request: SampleRequestBody,
+  promptTokens: number,
+  targetIds: { readonly data: readonly number[] } | undefined,
+  limits: BaseModelLimits | undefined,
+): void {
+  if (limits === undefined) return;
+  const context = limits.max_context_length;
+  if (promptTokens >= context) {
+    throw invalid('prompt', `holds ${promptTokens} tokens, leaving no room in ${context} context tokens`);
+  }
+  const maxTokens = request.sampling_params.max_tokens;
+  if (promptTokens + maxTokens > context) {
+    throw invalid(
+      'sampling_params.max_tokens',
+      `${maxTokens} is past the context: the prompt has ${promptTokens} of ${context} tokens, leaving ${context - promptTokens}`,
+    );
+  }
+  if (request.num_samples > limits.max_num_samples) {
+    throw invalid(
+      'num_samples',
+      `${request.num_samples} is over this base model's ${limits.max_num_samples}`,
+    );
+  }
+  const vocab = limits.vocab_size;
+  if (vocab === undefined) return;
+  for (const field of ['topk_prompt_logprobs', 'topk_sample_logprobs'] as const) {
+    if (request[field] > vocab) {
+      throw invalid(field, `${request[field]} is over the vocabulary of ${vocab} tokens`);
+    }
+  }
+  request.prompt.chunks.forEach((chunk, index) => {
+    const at = firstOutsideVocab(chunk.tokens ?? [], vocab);
+    if (at >= 0) {
+      throw invalid(
+        `prompt.chunks.${index}.tokens.${at}`,
+        `token id ${chunk.tokens?.[at]} is outside the vocabulary [0, ${vocab})`,
+      );
+    }
+  });
+  const stop = request.sampling_params.stop;
+  if (Array.isArray(stop)) {
+    const ids = stop.flat().filter((member): member is number => typeof member === 'number');
+    if (firstOutsideVocab(ids, vocab) >= 0) {
+      throw invalid('sampling_params.stop', `holds a token id outside the vocabulary [0, ${vocab})`);
+    }
+  }
+  if (targetIds !== undefined) {
+    const at = firstOutsideVocab(targetIds.data, vocab);
+    if (at >= 0) {
+      throw invalid(
+        `target_prompt_logprobs.data.${at}`,
+        `token id ${targetIds.data[at]} is outside the vocabulary [0, ${vocab}) (-1: none)`,
+      );
+    }
+  }
+}
+
+/**
+ * What the trained base model's limits decide of a pass, refused at submit naming the field (B2): each
+ * datum within its context and, when its vocabulary is known, its input and target token ids inside
+ * it. `limits` undefined: a base model no longer served, left to the backend.
+ */
+export function checkPassLimits(
+  input: ForwardBackwardInput,
+  field: string,
+  limits: BaseModelLimits | undefined,
+): void {
+  if (limits === undefined) return;
+  const context = limits.max_context_length;
+  const vocab = limits.vocab_size;
+  input.data.forEach((datum, index) => {
+    const datumField = sub(field, `data.${index}`);
+    const positions = inputTokenCount(datum.model_input);
+    if (positions > context) {
+      throw invalid(
+        `${datumField}.model_input`,
+        `holds ${positions} tokens, more than the context of ${context}`,
+      );
+    }
+    if (vocab === undefined) return;
+    datum.model_input.chunks.forEach((chunk, chunkIndex) => {
+      const at = chunk.tokens.findIndex((token) => token >= vocab);
+      if (at >= 0) {
+        throw invalid(
+          `${datumField}.model_input.chunks.${chunkIndex}.tokens.${at}`,
+          `token id ${chunk.tokens[at]} is outside the vocabulary [0, ${vocab})`,
+        );
+      }
+    });
+    const targets = datum.loss_fn_inputs.target_tokens;
+    if (targets === undefined) return;
+    for (let i = 0; i < targets.data.length; i++) {
+      if (Number(targets.data[i]) >= vocab) {
+        throw invalid(
+          `${datumField}.loss_fn_inputs.target_tokens.data.${i}`,
+          `token id ${targets.data[i]} is outside the vocabulary [0, ${vocab})`,
+        );
+      }
+    }
+  });
 }

@@ -10,7 +10,7 @@ import {
   trainingRunView,
 } from '../../domain/listing-views.js';
 import * as listings from '../../repositories/listings.js';
-import { requireSession } from '../../repositories/sessions.js';
+import { readOwnSession } from '../../repositories/sessions.js';
 import type { OperationContext } from './operation-context.js';
 import { choiceParam, integerParam, type QueryParams } from './query.js';
 
@@ -157,6 +157,7 @@ export async function getSession(
 ): Promise<{ training_run_ids: string[]; sampler_ids: string[] }> {
   const sessionId = params.session_id as string;
   scopeOf(ctx.query);
-  await requireSession(ctx.clients.doc, ctx.tables.registry, sessionId, ctx.tenant);
+  // Still read after a finish: only heartbeats and new submits are refused then (W9).
+  await readOwnSession(ctx.clients.doc, ctx.tables.registry, sessionId, ctx.tenant);
   return listings.sessionMembers(ctx.clients.doc, ctx.tables.registry, sessionId);
 }

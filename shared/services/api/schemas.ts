@@ -145,8 +145,9 @@ function storableNumber(value: number): boolean {
 
 /**
  * The first part of client metadata that could not be stored as it is (session records keep it in
- * DynamoDB): too deep, a number out of DynamoDB's range, an empty key, or the key `constructor`, which
- * the SDK's marshaller takes for a class instance. Walked with an explicit stack, since a body may nest
+ * DynamoDB): too deep, a number out of DynamoDB's range, an empty key, the key `constructor`, which
+ * the SDK's marshaller takes for a class instance, or `__proto__`, which a parsed record would set as
+ * its prototype instead of keeping (accepted and then missing from listings, against W7). Walked with an explicit stack, since a body may nest
  * far deeper than the call stack goes.
  */
 function metadataProblem(value: unknown): { path: (string | number)[]; message: string } | undefined {
@@ -168,7 +169,7 @@ function metadataProblem(value: unknown): { path: (string | number)[]; message: 
       });
     } else if (typeof member === 'object' && member !== null) {
       for (const [key, item] of Object.entries(member)) {
-        if (key === '' || key === 'constructor') {
+        if (key === '' || key === 'constructor' || key === '__proto__') {
           return { path: [...path, key], message: `the key "${key}" is not allowed in metadata` };
         }
         pending.push({ value: item, path: [...path, key] });
@@ -178,19 +179,28 @@ function metadataProblem(value: unknown): { path: (string | number)[]; message: 
   return undefined;
 }
 
-const metadata = z.record(z.string(), z.unknown()).superRefine((value, ctx) => {
-  const problem = metadataProblem(value);
-  if (problem) ctx.addIssue({ code: 'custom', path: problem.path, message: problem.message });
-});
+/**
+ * A metadata record, checked as the client sent it (`metadataProblem`) before zod builds its own copy,
+ * which would have taken a `__proto__` key for the prototype.
+ */
+function metadataRecord<V extends z.ZodType>(values: V) {
+  return z
+    .unknown()
+    .superRefine((value, ctx) => {
+      if (typeof value !== 'object' || value === null || Array.isArray(value)) return;
+      const problem = metadataProblem(value);
+      if (problem) ctx.addIssue({ code: 'custom', path: problem.path, message: problem.message });
+    })
+    .pipe(z.record(z.string(), values));
+}
+
+const metadata = metadataRecord(z.unknown());
 
 /**
  * A checkpoint's `user_metadata` (SDK releases after 0.25.0): the SDK types it `dict[str, str]`, so
  * values must be strings; keys are checked as session metadata's are.
  */
-const checkpointMetadata = z.record(z.string(), z.string()).superRefine((value, ctx) => {
-  const problem = metadataProblem(value);
-  if (problem) ctx.addIssue({ code: 'custom', path: problem.path, message: problem.message });
-});
+const checkpointMetadata = metadataRecord(z.string());
 
 export const tensorData = z.object({
   data: finiteNumbers,
@@ -358,9 +368,19 @@ export const optimStepRequest = z
     const { optimizer_params: generic, adam_params: adam, ...ids } = request;
     if (adam != null) return { ...ids, adam_params: adam };
     const { type: _type, ...fields } = generic ?? {};
-    const parsed = adamParams.safeParse(fields);
+    // Strict: a parameter AdamW does not take (`momentum`) is refused, never dropped (W7).
+    const parsed = adamParams.strict().safeParse(fields);
     if (parsed.success) return { ...ids, adam_params: parsed.data };
     for (const issue of parsed.error.issues) {
+      if (issue.code === 'unrecognized_keys') {
+        const key = issue.keys[0] as string;
+        ctx.addIssue({
+          code: 'custom',
+          path: ['optimizer_params', ...issue.path, key],
+          message: `${describeValue(key)} is not a parameter of adamw; it takes ${Object.keys(adamParams.shape).join(', ')}`,
+        });
+        continue;
+      }
       ctx.addIssue({ code: 'custom', path: ['optimizer_params', ...issue.path], message: issue.message });
     }
     return z.NEVER;

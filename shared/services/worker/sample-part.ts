@@ -4,6 +4,7 @@ import { faultHook } from '../../base/fault-hook.js';
 import { logger } from '../../base/logger.js';
 import type { WorkItemSample } from '../../domain/planning/work-item.js';
 import type { SamplePrefixRef } from '../../domain/records.js';
+import { countSampleAttempt } from '../../repositories/futures.js';
 import type { CutRow, PrefixPointer } from '../../repositories/prefix/types.js';
 import { releaseSampleClaim } from '../../repositories/samples/claims.js';
 import { requireLiveSamplerCheckpoint } from './checkpoint-source.js';
@@ -41,6 +42,8 @@ export async function runSamplePart(sample: WorkItemSample, ctx: RunContext): Pr
       if (error instanceof AbandonedError || ctx.signal?.aborted) return { outcome: 'abandoned' };
       const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
       logger.error('sample failed; releasing its claim', { request_id: sample.request_id, error: message });
+      // Counted before the claim goes back, so the run that takes it sees this attempt (E2).
+      await countSampleAttempt(ctx.clients.doc, ctx.tables.futures, sample.request_id).catch(() => false);
       // Gives the sample back to the scheduler at once rather than at its claim's expiry.
       const released = await releaseSampleClaim(
         ctx.clients.doc,
@@ -62,11 +65,20 @@ async function runSample(
   // Read with the other parts' claims and rows when the work item started (./opening-reads.ts).
   const claim = (await ctx.opening.claims).get(sample.request_id);
   if (claim?.claim_token !== sample.claim_token) return { outcome: 'not_inflight' };
+  // E2's attempt limit, per sample: after K failed runs the sample fails as the server's error.
+  const attempts = (await ctx.opening.prefixRefs).get(sample.request_id)?.attempts;
+  const exhausted = typeof attempts === 'number' && attempts >= ctx.maxAttempts && sample.fail === undefined;
+  const run = exhausted
+    ? {
+        ...sample,
+        fail: { message: `Request failed after ${attempts} attempts`, category: 'server' as const },
+      }
+    : sample;
   // The claim is renewed while the sample runs, so a long generation is not planned a second time.
   const claimLease = ctx.leases.holdSampleClaim(sample.request_id, sample.claim_token);
   const signal = ctx.signal === undefined ? claimLease : AbortSignal.any([ctx.signal, claimLease]);
   try {
-    return await runClaimedSample(sample, { ...ctx, signal }, participant);
+    return await runClaimedSample(run, { ...ctx, signal }, participant);
   } finally {
     ctx.leases.releaseSampleClaim(sample.request_id, sample.claim_token);
   }

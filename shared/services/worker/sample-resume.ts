@@ -153,8 +153,9 @@ export function readPrefixRefs(
     table: futuresTable,
     keyName: 'request_id',
     consistent: true,
-    // session_log: where the sample's commit logs its end (W9), read here so it costs no read of its own.
-    attributes: ['request_id', 'prefix_ref', 'session_log'],
+    // session_log: where the sample's commit logs its end (W9), read here so it costs no read of its own;
+    // attempts: its failed runs so far (E2).
+    attributes: ['request_id', 'prefix_ref', 'session_log', 'attempts'],
   });
 }
 
