@@ -101,6 +101,13 @@ export interface Tunables {
    * waited this long (POLL_SLOT_AFTER_MS, 0: at once): most polls end sooner and write nothing.
    */
   readonly pollSlotAfterMs: number;
+  /**
+   * S5's coalescing window (COALESCE_WINDOW_MS, 0: off, at most `MAX_COALESCE_WINDOW_MS`): a model
+   * whose run ends with a pass submitted less than this long ago waits for the barrier the SDK sends
+   * right after it, so a forward_backward and its optim_step run in one work item
+   * (docs/configuration.md#coalescing).
+   */
+  readonly coalesceWindowMs: number;
 }
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -129,10 +136,26 @@ const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number
   // 1 s: a closed-loop step's poll ends within a few hundred ms (bench/README.md#e2e), so
   // nearly every poll ends before it would take a slot; a poll held longer still takes one.
   pollSlotAfterMs: ['POLL_SLOT_AFTER_MS', 1_000],
+  // 25 ms: the SDK sends a step's optim_step a few ms after its forward_backward, and a work item
+  // costs 122-387 ms besides its compute (bench/README.md#engine), so the wait is small beside what it saves.
+  coalesceWindowMs: ['COALESCE_WINDOW_MS', 25],
 };
 
+/**
+ * The longest coalescing window: a tick waits it out inside its invocation, and a lone pass (an
+ * evaluation's forward) pays it in latency.
+ */
+export const MAX_COALESCE_WINDOW_MS = 100;
+
+/** Upper bounds of tunables that have one. */
+const TUNABLE_MAX: Partial<Record<keyof Tunables, number>> = { coalesceWindowMs: MAX_COALESCE_WINDOW_MS };
+
 /** Tunables for which 0 means "off" (any other tunable must be positive). */
-const ZERO_ALLOWED: ReadonlySet<keyof Tunables> = new Set(['apiKeyCacheSeconds', 'pollSlotAfterMs']);
+const ZERO_ALLOWED: ReadonlySet<keyof Tunables> = new Set([
+  'apiKeyCacheSeconds',
+  'pollSlotAfterMs',
+  'coalesceWindowMs',
+]);
 
 /**
  * What only the stack can enforce, set at deploy time with `-c <context key>=<value>` (cdk/app.ts):
@@ -272,15 +295,23 @@ function baseModels(env: Env): BaseModelConfig[] {
   });
 }
 
-function positiveInteger(env: Env, name: string, fallback?: number, allowZero = false): number {
+function positiveInteger(
+  env: Env,
+  name: string,
+  fallback?: number,
+  allowZero = false,
+  max = Number.MAX_SAFE_INTEGER,
+): number {
   const raw = env[name];
   if (raw === undefined || raw === '') {
     if (fallback === undefined) return positiveInteger({ [name]: required(env, name) }, name);
     return fallback;
   }
   const value = Number(raw);
-  if (!Number.isInteger(value) || value < (allowZero ? 0 : 1)) {
-    const wanted = allowZero ? 'a non-negative integer' : 'a positive integer';
+  if (!Number.isInteger(value) || value < (allowZero ? 0 : 1) || value > max) {
+    const wanted =
+      (allowZero ? 'a non-negative integer' : 'a positive integer') +
+      (max < Number.MAX_SAFE_INTEGER ? ` of at most ${max}` : '');
     throw new ConfigError(`Environment variable ${name} must be ${wanted}, got "${raw}"`, {
       context: { variable: name },
     });
@@ -301,7 +332,13 @@ export function readConfig(env: Env = process.env): Config {
   const tunables = Object.fromEntries(
     Object.entries(TUNABLE_DEFAULTS).map(([key, [name, fallback]]) => [
       key,
-      positiveInteger(env, name, fallback, ZERO_ALLOWED.has(key as keyof Tunables)),
+      positiveInteger(
+        env,
+        name,
+        fallback,
+        ZERO_ALLOWED.has(key as keyof Tunables),
+        TUNABLE_MAX[key as keyof Tunables],
+      ),
     ]),
   ) as unknown as Tunables;
   let served: BaseModelConfig[] | undefined;

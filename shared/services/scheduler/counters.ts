@@ -32,6 +32,11 @@ export interface TickCounters {
   releases_refused: number;
   /** Releases that errored: those claims are left to their leases and the sweeper. */
   release_errors: number;
+  /** Models a round of the tick held back for the rest of their SDK step (S5), summed over rounds. */
+  models_held: number;
+  /** Coalescing windows the tick waited out before planning its held models again (S5). */
+  coalesce_waits: number;
+  coalesce_wait_ms: number;
 }
 
 export function emptyTickCounters(): TickCounters {
@@ -60,6 +65,9 @@ export function emptyTickCounters(): TickCounters {
     claims_released: 0,
     releases_refused: 0,
     release_errors: 0,
+    models_held: 0,
+    coalesce_waits: 0,
+    coalesce_wait_ms: 0,
   };
 }
 

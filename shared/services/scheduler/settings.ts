@@ -11,6 +11,8 @@ export interface SchedulerSettings {
   readonly limits: PlanLimits;
   /** Lease of a claim (model or sample) until a worker renews it (E7). */
   readonly leaseMs: number;
+  /** S5's coalescing window (COALESCE_WINDOW_MS; 0: off): see `HeldModels` and `runTick`. */
+  readonly coalesceMs: number;
 }
 
 export function schedulerSettings(source: Config = config()): SchedulerSettings {
@@ -26,5 +28,6 @@ export function schedulerSettings(source: Config = config()): SchedulerSettings 
     workQueueUrl: source.workQueueUrl,
     limits: planLimitsFrom(source.tunables),
     leaseMs: source.tunables.leaseSeconds * 1000,
+    coalesceMs: source.tunables.coalesceWindowMs,
   };
 }
