@@ -103,8 +103,8 @@ export interface Tunables {
   readonly pollSlotAfterMs: number;
   /**
    * S5's coalescing window (COALESCE_WINDOW_MS, 0: off, at most `MAX_COALESCE_WINDOW_MS`): a model
-   * whose run ends with a pass submitted less than this long ago waits for the barrier the SDK sends
-   * right after it, so a forward_backward and its optim_step run in one work item
+   * whose run ends with a forward_backward submitted less than this long ago waits for the optim_step
+   * the SDK sends once that submit is answered, so both run in one work item
    * (docs/configuration.md#coalescing).
    */
   readonly coalesceWindowMs: number;
@@ -136,16 +136,18 @@ const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number
   // 1 s: a closed-loop step's poll ends within a few hundred ms (bench/README.md#e2e), so
   // nearly every poll ends before it would take a slot; a poll held longer still takes one.
   pollSlotAfterMs: ['POLL_SLOT_AFTER_MS', 1_000],
-  // 25 ms: the SDK sends a step's optim_step a few ms after its forward_backward, and a work item
-  // costs 122-387 ms besides its compute (bench/README.md#engine), so the wait is small beside what it saves.
-  coalesceWindowMs: ['COALESCE_WINDOW_MS', 25],
+  // 250 ms: the SDK sends a step's optim_step once its forward_backward's submit is answered, so the
+  // optim_step is visible 100-250 ms after the forward_backward's submit through the local stack at
+  // 32,768-65,536 tokens (the intake of the pass, then of the barrier: bench/README.md#engine). A pair
+  // waits only until the barrier is visible; a forward_backward left alone waits the rest of the window.
+  coalesceWindowMs: ['COALESCE_WINDOW_MS', 250],
 };
 
 /**
- * The longest coalescing window: a tick waits it out inside its invocation, and a lone pass (an
- * evaluation's forward) pays it in latency.
+ * The longest coalescing window: a tick waits it out inside its invocation, and a forward_backward
+ * no barrier follows pays it in latency.
  */
-export const MAX_COALESCE_WINDOW_MS = 100;
+export const MAX_COALESCE_WINDOW_MS = 1_000;
 
 /** Upper bounds of tunables that have one. */
 const TUNABLE_MAX: Partial<Record<keyof Tunables, number>> = { coalesceWindowMs: MAX_COALESCE_WINDOW_MS };

@@ -72,20 +72,30 @@ describe('S5: a run that ends with a pass that has just arrived is held back', (
     expect(typesOf(planned(runOf('a', [{ type: 'forward_backward', age: W }])), 'a')).toEqual([
       'forward_backward',
     ]);
-    const fresh = runOf('a', [{ type: 'forward', age: 0 }]);
-    expect(typesOf(planned(fresh, { window: 0 }), 'a')).toEqual(['forward']);
+    const fresh = runOf('a', [{ type: 'forward_backward', age: 0 }]);
+    expect(typesOf(planned(fresh, { window: 0 }), 'a')).toEqual(['forward_backward']);
     expect(plan(snapshotOf(fresh, [modelRow('a')]), UNCAPPED, NOW).held).toEqual([]);
   });
 
-  it('holds a forward too, and the whole run before the trailing pass, never part of it', () => {
+  it('holds the whole run before the trailing forward_backward, never part of it', () => {
     const live = runOf('a', [
       { type: 'save_weights', age: 8 },
       { type: 'forward', age: 6 },
-      { type: 'forward', age: 1 },
+      { type: 'forward_backward', age: 1 },
     ]);
     const result = planned(live);
     expect(result.models).toEqual([]);
     expect(result.held).toEqual([{ model_id: 'a', until: NOW - 1 + W }]);
+  });
+
+  it('never holds a run that ends with a forward: no barrier belongs to it', () => {
+    const live = runOf('a', [
+      { type: 'forward_backward', age: 3 },
+      { type: 'forward', age: 1 },
+    ]);
+    const result = planned(live);
+    expect(result.held).toEqual([]);
+    expect(typesOf(result, 'a')).toEqual(['forward_backward', 'forward']);
   });
 
   it('never holds a run that ends with a barrier or a single, or one R2 already cut', () => {
@@ -133,15 +143,15 @@ describe('S5: a run that ends with a pass that has just arrived is held back', (
   it('bounds the hold by the oldest step: a stream of passes cannot hold a model forever', () => {
     const bound = OLDEST_STEP_WINDOWS * W;
     const stillHeld = runOf('a', [
-      { type: 'forward', age: bound - 10 },
-      { type: 'forward', age: 1 },
+      { type: 'forward_backward', age: bound - 10 },
+      { type: 'forward_backward', age: 1 },
     ]);
     expect(planned(stillHeld).held).toEqual([{ model_id: 'a', until: NOW + 10 }]);
     const tooOld = runOf('b', [
-      { type: 'forward', age: bound },
-      { type: 'forward', age: 1 },
+      { type: 'forward_backward', age: bound },
+      { type: 'forward_backward', age: 1 },
     ]);
-    expect(typesOf(planned(tooOld), 'b')).toEqual(['forward', 'forward']);
+    expect(typesOf(planned(tooOld), 'b')).toEqual(['forward_backward', 'forward_backward']);
   });
 
   it('holds at most one window past the scheduler clock when the submit time is ahead of it', () => {
@@ -156,7 +166,7 @@ describe('S5: a run that ends with a pass that has just arrived is held back', (
         { type: 'forward_backward', age: 90 },
         { type: 'optim_step', age: 89 },
       ]),
-      ...runOf('c', [{ type: 'forward', age: 300 }]),
+      ...runOf('c', [{ type: 'forward_backward', age: 300 }]),
     ];
     const result = planned(live);
     expect(result.held.map((m) => m.model_id)).toEqual(['a']);
@@ -204,7 +214,7 @@ describe('holdUntil and holdWait', () => {
     expect(holds.ids()).toEqual(new Set(['a', 'b']));
     expect(holds.wait(NOW, W)).toBe(4);
     holds.note({ models: [], deferred: [{ model_id: 'b', reason: 'inflight' }], held: [] });
-    const onlyA = planned(runOf('a', [{ type: 'forward', age: 200 }]));
+    const onlyA = planned(runOf('a', [{ type: 'forward_backward', age: 200 }]));
     holds.note(onlyA);
     expect(holds.size).toBe(0);
   });
@@ -241,7 +251,7 @@ describe('S5 property: holding delays a run, never changes or reorders it', () =
           expect(held.until).toBeLessThanOrEqual(NOW + W);
           const run = plain.models.find((m) => m.model_id === held.model_id)!;
           expect(run.stopped_by).toBe('end_of_run');
-          expect(['forward', 'forward_backward']).toContain(run.steps[run.steps.length - 1]!.request_type);
+          expect(run.steps[run.steps.length - 1]!.request_type).toBe('forward_backward');
         }
 
         // Once every hold has ended, the windowed plan is the plain one.
@@ -255,13 +265,13 @@ describe('S5 property: holding delays a run, never changes or reorders it', () =
 });
 
 describe('COALESCE_WINDOW_MS', () => {
-  it('defaults to 25 ms, 0 turns it off, and above 100 ms it throws naming the variable', () => {
-    expect(readConfig({}).tunables.coalesceWindowMs).toBe(25);
+  it('defaults to 250 ms, 0 turns it off, and above 1000 ms it throws naming the variable', () => {
+    expect(readConfig({}).tunables.coalesceWindowMs).toBe(250);
     expect(readConfig({ COALESCE_WINDOW_MS: '0' }).tunables.coalesceWindowMs).toBe(0);
     expect(readConfig({ COALESCE_WINDOW_MS: String(MAX_COALESCE_WINDOW_MS) }).tunables.coalesceWindowMs).toBe(
-      100,
+      1000,
     );
-    expect(() => readConfig({ COALESCE_WINDOW_MS: '101' })).toThrow(/COALESCE_WINDOW_MS.*at most 100/);
+    expect(() => readConfig({ COALESCE_WINDOW_MS: '1001' })).toThrow(/COALESCE_WINDOW_MS.*at most 1000/);
     expect(() => readConfig({ COALESCE_WINDOW_MS: '-1' })).toThrow(ConfigError);
   });
 });

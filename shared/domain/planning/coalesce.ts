@@ -1,27 +1,27 @@
 import { requestIdTime } from '../../base/ids.js';
 import type { PlanLimits } from './limits.js';
 import type { HeldModel, PlannedStep, RunStop } from './plan-types.js';
-import { isPass } from './tick-rule.js';
 
 /**
  * S5: one SDK step, one work item. The SDK sends a step's `forward_backward` and, a few ms later, its
  * `optim_step`; a tick woken by the first would dispatch it alone, and the step would cost two work
- * items. So a model whose run ends with a pass submitted less than the window ago, with nothing after
- * it yet, is held back until the window ends: a tick that plans it again by then (a fresh read, R5)
- * finds the barrier and sends both together. Holding changes when a run is dispatched, never what
- * it holds or in which order (R1-R3): the held model's whole run waits, and the next plan starts
- * from the same `planned_through`.
+ * items. So a model whose run ends with a `forward_backward` submitted less than the window ago, with
+ * nothing after it yet, is held back until the window ends: a tick that plans it again by then (a
+ * fresh read, R5) finds the barrier and sends both together. Holding changes when a run is
+ * dispatched, never what it holds or in which order (R1-R3): the held model's whole run waits, and
+ * the next plan starts from the same `planned_through`. A run ending with a `forward` is not held:
+ * no barrier belongs to a forward (it accumulates nothing), so the wait would only add latency.
  */
 
-/** How far past its oldest step's submit a run may be held (so a stream of passes cannot hold it forever). */
+/** How many windows past its oldest step's submit a run may be held (so a stream of passes cannot hold it forever). */
 export const OLDEST_STEP_WINDOWS = 2;
 
 /**
  * Until when a model's proposed run waits for more of its SDK step, or undefined to plan it now.
- * Held only while all of these hold: the window is on; the run ends with a pass that runs (not a
- * fail step) and nothing visible follows it (`end_of_run`: a barrier already cut it, or a cap did,
+ * Held only while all of these hold: the window is on; the run ends with a forward_backward that
+ * runs (no fail step) and nothing visible follows it (`end_of_run`: a barrier already cut it, or a cap did,
  * and nothing more could join); the run is below the per-model step cap. The hold ends the window
- * after the newest pass's submit, at most `OLDEST_STEP_WINDOWS` windows after its oldest step's, and
+ * after that forward_backward's submit, at most `OLDEST_STEP_WINDOWS` windows after its oldest step's, and
  * never more than one window after `now` (submit times come from the API's clock, not this one).
  */
 export function holdUntil(
@@ -34,7 +34,8 @@ export function holdUntil(
   if (windowMs <= 0 || stop !== 'end_of_run') return undefined;
   const last = steps[steps.length - 1];
   if (last === undefined || steps.length >= limits.maxStepsPerModel) return undefined;
-  if (!isPass(last.request_type) || steps.some((step) => step.fail !== undefined)) return undefined;
+  if (last.request_type !== 'forward_backward' || steps.some((step) => step.fail !== undefined))
+    return undefined;
   let oldest = Number.POSITIVE_INFINITY;
   for (const step of steps) oldest = Math.min(oldest, requestIdTime(step.request_id));
   const until = Math.min(

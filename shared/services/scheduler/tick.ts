@@ -7,6 +7,7 @@ import { mintRequestId } from '../../base/ids.js';
 import { logger } from '../../base/logger.js';
 import { assembleWorkItem, payloadsToRead, type SampleClaimed } from '../../domain/planning/assemble.js';
 import { claimFor, type ModelClaim } from '../../domain/planning/claim.js';
+import { OLDEST_STEP_WINDOWS } from '../../domain/planning/coalesce.js';
 import type { Plan, Snapshot } from '../../domain/planning/plan-types.js';
 import { plan } from '../../domain/planning/planner.js';
 import { manifestOf, type WorkItem } from '../../domain/planning/work-item.js';
@@ -31,10 +32,18 @@ const MIN_REMAINING_FOR_PASS_MS = 10_000;
 /** Conditional claim writes in flight at once. */
 const CLAIM_CONCURRENCY = 16;
 /**
- * Rounds of one tick (S5): the first, then a round per coalescing window waited out; the last plans
- * with no window, so a model the tick held is dispatched by it at the latest then.
+ * How often a tick reads its held models again while their window lasts (S5): the barrier's own
+ * stream record may wait behind this very tick (Lambda hands a shard's records to its invocations by
+ * key hash), so the tick looks for it itself. Each look is one incremental read of the held models.
  */
-export const MAX_HOLD_ROUNDS = 4;
+export const COALESCE_POLL_MS = 20;
+/**
+ * Rounds of one tick at most (S5): the first, then one per look at the held models. Besides this
+ * count, holding stops `OLDEST_STEP_WINDOWS` windows after the tick began (no hold outlasts that, bar
+ * a clock skew); the round after either plans with no window, so a model the tick held is dispatched
+ * by it at the latest then.
+ */
+export const MAX_HOLD_ROUNDS = 64;
 
 export interface TickContext {
   readonly settings: SchedulerSettings;
@@ -86,10 +95,10 @@ export function tickContext(options: TickOptions = {}): TickContext {
 
 /**
  * One tick for the pool: a round (`tickRound`), then, while the round held models back for the rest
- * of their SDK step (S5), a wait until the earliest hold ends and another round over exactly those
- * models, from a fresh incremental read (R5: each round plans from its own snapshot, as any
- * incremental tick does). A barrier that arrived meanwhile joins its pass in one work item; a pass
- * still alone is dispatched once its window is over. The tick that held a model dispatches it at the
+ * of their SDK step (S5), a wait (until the earliest hold ends, at most `COALESCE_POLL_MS`) and
+ * another round over exactly those models, from a fresh incremental read (R5: each round plans from
+ * its own snapshot, as any incremental tick does). A barrier that arrived meanwhile joins its pass in
+ * one work item; a pass still alone is dispatched once its window is over. The tick that held a model dispatches it at the
  * latest in its last round (planned with no window), so a model no other record wakes is never
  * stranded. The wait holds no lock: another tick woken by the barrier may dispatch the model first,
  * and this tick's next read then finds it in flight (R3).
@@ -101,9 +110,11 @@ export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
   const seen = new Set<string>();
   let status: TickOutcome['status'] = 'idle';
   let wake = options.wake ?? WAKE_ALL;
+  const holdsEnd = ctx.now() + OLDEST_STEP_WINDOWS * ctx.coalesceMs;
   for (let round = 1; ; round++) {
     const lastRound =
       round >= MAX_HOLD_ROUNDS ||
+      ctx.now() >= holdsEnd ||
       (options.remainingMs !== undefined && options.remainingMs() < MIN_REMAINING_FOR_PASS_MS);
     const holds = new HeldModels();
     const done = await tickRound(lastRound ? { ...ctx, coalesceMs: 0 } : ctx, options, wake, holds);
@@ -111,7 +122,7 @@ export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
     for (const id of done.seen) seen.add(id);
     status = strongerStatus(status, done.status);
     counters.models_held += holds.size;
-    const wait = holds.wait(ctx.now(), ctx.coalesceMs);
+    const wait = holds.wait(ctx.now(), Math.min(ctx.coalesceMs, COALESCE_POLL_MS));
     if (wait === undefined) break;
     counters.coalesce_waits++;
     counters.coalesce_wait_ms += wait;
