@@ -33,8 +33,9 @@ const MIN_REMAINING_FOR_PASS_MS = 10_000;
 const CLAIM_CONCURRENCY = 16;
 /**
  * How often a tick reads its held models again while their window lasts (S5): the barrier's own
- * stream record may wait behind this very tick (Lambda hands a shard's records to its invocations by
- * key hash), so the tick looks for it itself. Each look is one incremental read of the held models.
+ * stream record may wait behind this very tick (locally a shard's batches go one at a time; on AWS
+ * its lane is its key's hash, docs/architecture.md#the-wake-up-path), so the tick looks for it
+ * itself. Each look is one incremental read of the held models.
  */
 export const COALESCE_POLL_MS = 20;
 /**
