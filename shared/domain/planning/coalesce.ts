@@ -19,10 +19,11 @@ export const OLDEST_STEP_WINDOWS = 2;
 /**
  * Until when a model's proposed run waits for more of its SDK step, or undefined to plan it now.
  * Held only while all of these hold: the window is on; the run ends with a forward_backward that
- * runs (no fail step) and nothing visible follows it (`end_of_run`: a barrier already cut it, or a cap did,
- * and nothing more could join); the run is below the per-model step cap. The hold ends the window
- * after that forward_backward's submit, at most `OLDEST_STEP_WINDOWS` windows after its oldest step's, and
- * never more than one window after `now` (submit times come from the API's clock, not this one).
+ * runs (no fail step) and nothing visible follows it (`end_of_run`: not cut by a barrier or a cap,
+ * after which nothing more could join); the run is below the per-model step cap. The hold ends the
+ * window after that forward_backward's submit, at most `OLDEST_STEP_WINDOWS` windows after its
+ * oldest step's, and never more than one window after `now` (submit times come from the API's
+ * clock, not this one).
  */
 export function holdUntil(
   steps: readonly PlannedStep[],
@@ -47,10 +48,10 @@ export function holdUntil(
   return until > now ? until : undefined;
 }
 
-/** How long a tick waits for its held models: until the earliest hold ends, at most `windowMs`. */
-export function holdWait(held: Iterable<HeldModel>, now: number, windowMs: number): number | undefined {
+/** How long a tick waits before it looks at its held models again: until the earliest hold ends, at most `capMs`. */
+export function holdWait(held: Iterable<HeldModel>, now: number, capMs: number): number | undefined {
   let earliest = Number.POSITIVE_INFINITY;
   for (const model of held) earliest = Math.min(earliest, model.until);
   if (earliest === Number.POSITIVE_INFINITY) return undefined;
-  return Math.min(windowMs, Math.max(0, Math.ceil(earliest - now)));
+  return Math.min(capMs, Math.max(0, Math.ceil(earliest - now)));
 }

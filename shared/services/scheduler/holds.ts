@@ -24,12 +24,12 @@ export class HeldModels {
     return new Set(this.#until.keys());
   }
 
-  /** Ms until the earliest hold ends (at most `windowMs`), or undefined when nothing is held. */
-  wait(now: number, windowMs: number): number | undefined {
+  /** Ms until the earliest hold ends (at most `capMs`), or undefined when nothing is held. */
+  wait(now: number, capMs: number): number | undefined {
     return holdWait(
       [...this.#until].map(([model_id, until]) => ({ model_id, until })),
       now,
-      windowMs,
+      capMs,
     );
   }
 }

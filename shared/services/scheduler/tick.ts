@@ -99,10 +99,10 @@ export function tickContext(options: TickOptions = {}): TickContext {
  * of their SDK step (S5), a wait (until the earliest hold ends, at most `COALESCE_POLL_MS`) and
  * another round over exactly those models, from a fresh incremental read (R5: each round plans from
  * its own snapshot, as any incremental tick does). A barrier that arrived meanwhile joins its pass in
- * one work item; a pass still alone is dispatched once its window is over. The tick that held a model dispatches it at the
- * latest in its last round (planned with no window), so a model no other record wakes is never
- * stranded. The wait holds no lock: another tick woken by the barrier may dispatch the model first,
- * and this tick's next read then finds it in flight (R3).
+ * one work item; a pass still alone is dispatched once its window is over. The tick that held a
+ * model dispatches it at the latest in its last round (planned with no window), so a model no other
+ * record wakes is never stranded. The wait holds no lock: another tick woken by the barrier may
+ * dispatch the model first, and this tick's next read then finds it in flight (R3).
  */
 export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
   const ctx = tickContext(options);
