@@ -18,7 +18,12 @@ import {
   torchEngineCommand,
   torchEnginePython,
 } from '../shared/backend/engine/installed-engines.js';
-import { BASE_MODELS_VAR, resetConfig } from '../shared/base/config.js';
+import {
+  BASE_MODELS_VAR,
+  COALESCE_WINDOW_VAR,
+  engineCoalesceWindowMs,
+  resetConfig,
+} from '../shared/base/config.js';
 import { requestIdTime } from '../shared/base/ids.js';
 import { type In, TinkerClient } from '../shared/client/tinker-client.js';
 import { createApiKey } from '../shared/repositories/api-keys.js';
@@ -36,10 +41,11 @@ import { AwsCallCounter, type CallCount, callsBetween } from './support/aws-call
  * - `forward_backward` / `sample`: tokens per second against the same work as a plain PEFT loop in
  *   one Python process (bench/support/engine_plain_loop.py: `get_peft_model`, log_softmax, AdamW;
  *   `generate` with a KV cache), steps sized at the start of the run so the plain loop's step takes
- *   at least a second here (`minStepMs`; the machine's load moves it several times over). Training
- *   has a second baseline, `stack_window_off`: the same stack with S5's coalescing window off
- *   (COALESCE_WINDOW_MS=0), where the step's forward_backward is dispatched before its optim_step
- *   arrives; both stack sides report `optim_after_fb_ms`, the gap between the two submits. Sampling
+ *   at least a second here (`minStepMs`; the machine's load moves it several times over). The stack
+ *   runs with S5's coalescing window as engine pools do (`engineCoalesceWindowMs`); training has a
+ *   second baseline, `stack_window_off`: the same stack with the window off (COALESCE_WINDOW_MS=0),
+ *   where the step's forward_backward is dispatched before its optim_step arrives; both stack sides
+ *   report `optim_after_fb_ms`, the gap between the two submits. Sampling
  *   has a second baseline, `stack_one_slice`: the same stack with the worker sampling in one slice
  *   instead of 64-token slices, each of which resumes from the tokens so far (P6).
  * - `sample_rotation`: more sampling calls than the torch engine keeps live states for (8), submitted
@@ -278,6 +284,8 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     prefix: `bench-engine-${Date.now().toString(36)}`,
     extraEnv: {
       [BASE_MODELS_VAR]: JSON.stringify(engineBaseModels(TINY_MODEL_DIR)),
+      // As `npm start -- --engine` runs (local/runtime/engine-stack.ts); `stack_window_off` turns it off.
+      [COALESCE_WINDOW_VAR]: String(engineCoalesceWindowMs()),
       POWERTOOLS_LOG_LEVEL: 'WARN',
     },
     runtime: {
@@ -354,14 +362,14 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     const windowOff =
       (side: Subject): Subject =>
       async () => {
-        const before = process.env.COALESCE_WINDOW_MS;
-        process.env.COALESCE_WINDOW_MS = '0';
+        const before = process.env[COALESCE_WINDOW_VAR];
+        process.env[COALESCE_WINDOW_VAR] = '0';
         resetConfig();
         try {
           return await side();
         } finally {
-          if (before === undefined) delete process.env.COALESCE_WINDOW_MS;
-          else process.env.COALESCE_WINDOW_MS = before;
+          if (before === undefined) delete process.env[COALESCE_WINDOW_VAR];
+          else process.env[COALESCE_WINDOW_VAR] = before;
           resetConfig();
         }
       };

@@ -102,15 +102,18 @@ export interface Tunables {
    */
   readonly pollSlotAfterMs: number;
   /**
-   * S5's coalescing window (COALESCE_WINDOW_MS, 0: off, at most `MAX_COALESCE_WINDOW_MS`): a model
-   * whose run ends with a forward_backward submitted less than this long ago waits for the optim_step
-   * the SDK sends once that submit is answered, so both run in one work item
-   * (docs/configuration.md#coalescing).
+   * S5's coalescing window (COALESCE_WINDOW_MS, default 0: off, at most `MAX_COALESCE_WINDOW_MS`;
+   * engine pools run with `ENGINE_COALESCE_WINDOW_MS`): a model whose run ends with a forward_backward
+   * submitted less than this long ago waits for the optim_step the SDK sends once that submit is
+   * answered, so both run in one work item (docs/configuration.md#coalescing).
    */
   readonly coalesceWindowMs: number;
 }
 
 export type Env = Readonly<Record<string, string | undefined>>;
+
+/** The variable of S5's coalescing window (see `Tunables.coalesceWindowMs`). */
+export const COALESCE_WINDOW_VAR = 'COALESCE_WINDOW_MS';
 
 const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number]> = {
   longPollSeconds: ['LONG_POLL_SECONDS', 25],
@@ -136,12 +139,26 @@ const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number
   // 1 s: a closed-loop step's poll ends within a few hundred ms (bench/README.md#e2e), so
   // nearly every poll ends before it would take a slot; a poll held longer still takes one.
   pollSlotAfterMs: ['POLL_SLOT_AFTER_MS', 1_000],
-  // 250 ms: the SDK sends a step's optim_step once its forward_backward's submit is answered, so the
-  // optim_step is visible 100-250 ms after the forward_backward's submit through the local stack at
-  // 32,768-65,536 tokens (the intake of the pass, then of the barrier: bench/README.md#engine). A pair
-  // waits only until the barrier is visible; a forward_backward left alone waits the rest of the window.
-  coalesceWindowMs: ['COALESCE_WINDOW_MS', 250],
+  // Off: a pair's optim_step becomes visible 100-250 ms after its forward_backward's submit, and on
+  // the reference backend, whose work items cost less than that wait, holding halves the e2e bench's
+  // mixed closed loop (docs/configuration.md#coalescing). Engine pools run with
+  // `ENGINE_COALESCE_WINDOW_MS` (`engineCoalesceWindowMs`).
+  coalesceWindowMs: [COALESCE_WINDOW_VAR, 0],
 };
+
+/**
+ * The window a pool on a real engine runs with (`npm start -- --engine`, the engine bench): the SDK
+ * sends a step's optim_step once its forward_backward's submit is answered, so through the local
+ * stack at 32,768-65,536 tokens it is visible 100-250 ms after the pass's submit (the intake of the
+ * pass, then of the barrier), and a work item there costs 180-390 ms beside the engine's compute
+ * (bench/README.md#engine).
+ */
+export const ENGINE_COALESCE_WINDOW_MS = 250;
+
+/** COALESCE_WINDOW_MS for an engine pool's local stack: the variable when set, else `ENGINE_COALESCE_WINDOW_MS`. */
+export function engineCoalesceWindowMs(env: Env = process.env): number {
+  return positiveInteger(env, COALESCE_WINDOW_VAR, ENGINE_COALESCE_WINDOW_MS, true, MAX_COALESCE_WINDOW_MS);
+}
 
 /**
  * The longest coalescing window: a tick waits it out inside its invocation, and a forward_backward

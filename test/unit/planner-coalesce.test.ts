@@ -1,6 +1,11 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { MAX_COALESCE_WINDOW_MS, readConfig } from '../../shared/base/config.js';
+import {
+  ENGINE_COALESCE_WINDOW_MS,
+  engineCoalesceWindowMs,
+  MAX_COALESCE_WINDOW_MS,
+  readConfig,
+} from '../../shared/base/config.js';
 import { ConfigError } from '../../shared/base/errors.js';
 import { mintRequestId } from '../../shared/base/ids.js';
 import { holdUntil, holdWait, OLDEST_STEP_WINDOWS } from '../../shared/domain/planning/coalesce.js';
@@ -265,8 +270,13 @@ describe('S5 property: holding delays a run, never changes or reorders it', () =
 });
 
 describe('COALESCE_WINDOW_MS', () => {
-  it('defaults to 250 ms, 0 turns it off, and above 1000 ms it throws naming the variable', () => {
-    expect(readConfig({}).tunables.coalesceWindowMs).toBe(250);
+  it('is off by default, engine stacks take 250 ms, and above 1000 ms it throws naming the variable', () => {
+    expect(readConfig({}).tunables.coalesceWindowMs).toBe(0);
+    expect(engineCoalesceWindowMs({})).toBe(ENGINE_COALESCE_WINDOW_MS);
+    expect(ENGINE_COALESCE_WINDOW_MS).toBe(250);
+    expect(engineCoalesceWindowMs({ COALESCE_WINDOW_MS: '0' })).toBe(0);
+    expect(() => engineCoalesceWindowMs({ COALESCE_WINDOW_MS: '5000' })).toThrow(/COALESCE_WINDOW_MS/);
+    expect(readConfig({ COALESCE_WINDOW_MS: '250' }).tunables.coalesceWindowMs).toBe(250);
     expect(readConfig({ COALESCE_WINDOW_MS: '0' }).tunables.coalesceWindowMs).toBe(0);
     expect(readConfig({ COALESCE_WINDOW_MS: String(MAX_COALESCE_WINDOW_MS) }).tunables.coalesceWindowMs).toBe(
       1000,
