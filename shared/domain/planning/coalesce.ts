@@ -3,9 +3,9 @@ import type { PlanLimits } from './limits.js';
 import type { HeldModel, PlannedStep, RunStop } from './plan-types.js';
 
 /**
- * S5: one SDK step, one work item. The SDK sends a step's `forward_backward` and, a few ms later, its
- * `optim_step`; a tick woken by the first would dispatch it alone, and the step would cost two work
- * items. So a model whose run ends with a `forward_backward` submitted less than the window ago, with
+ * S5: one SDK step, one work item. The SDK sends a step's `forward_backward` and, once that submit
+ * is answered, its `optim_step`; a tick woken by the first would dispatch it alone, and the step would
+ * cost two work items. So a model whose run ends with a `forward_backward` submitted less than the window ago, with
  * nothing after it yet, is held back until the window ends: a tick that plans it again by then (a
  * fresh read, R5) finds the barrier and sends both together. Holding changes when a run is
  * dispatched, never what it holds or in which order (R1-R3): the held model's whole run waits, and

@@ -132,8 +132,8 @@ export interface Plan {
   readonly samples: readonly PlannedSample[];
   readonly deferred: readonly DeferredModel[];
   /**
-   * Models whose run ends with a pass that has just arrived (S5): neither dispatched nor deferred, so
-   * the tick plans them again once the earliest hold ends. Empty without a coalescing window.
+   * Models whose run ends with a forward_backward that has just arrived (S5): neither dispatched nor
+   * deferred, so the tick plans them again while their holds last. Empty without a coalescing window.
    */
   readonly held: readonly HeldModel[];
   /**

@@ -51,8 +51,8 @@ interface TenantQueue {
  * plan's first T requests, and dispatched by this plan unless those T - 1 requests fill the work
  * item. Once a request does not fit, everything else waits for the next plan, so a large request
  * is never overtaken forever (its tenant's turn comes first once it is the oldest pending).
- * With a coalescing window (S5), a model whose run ends with a pass that has just arrived is held
- * back whole (`Plan.held`) instead of being a candidate. O(n log n) in the scan's size.
+ * With a coalescing window (S5), a model whose run ends with a forward_backward that has just
+ * arrived is held back whole (`Plan.held`) instead of being a candidate. O(n log n) in the scan's size.
  */
 export function plan(snapshot: Snapshot, limits: PlanLimits, now: number, options: PlanOptions = {}): Plan {
   assertLimits(limits);

@@ -34,7 +34,7 @@ export interface TickCounters {
   release_errors: number;
   /** Models a round of the tick held back for the rest of their SDK step (S5), summed over rounds. */
   models_held: number;
-  /** Coalescing windows the tick waited out before planning its held models again (S5). */
+  /** Waits before the tick read its held models again (S5: until a hold ends, 20 ms at most each). */
   coalesce_waits: number;
   coalesce_wait_ms: number;
 }
