@@ -18,13 +18,19 @@ import {
   torchEngineCommand,
   torchEnginePython,
 } from '../shared/backend/engine/installed-engines.js';
-import { BASE_MODELS_VAR } from '../shared/base/config.js';
+import {
+  BASE_MODELS_VAR,
+  COALESCE_WINDOW_VAR,
+  engineCoalesceWindowMs,
+  resetConfig,
+} from '../shared/base/config.js';
+import { requestIdTime } from '../shared/base/ids.js';
 import { type In, TinkerClient } from '../shared/client/tinker-client.js';
 import { createApiKey } from '../shared/repositories/api-keys.js';
 import type { datum } from '../shared/services/api/schemas.js';
 import { StateCache } from '../shared/services/worker/state-cache.js';
 import { modelSizeCases } from './engine-sizes.js';
-import { type BenchResult, type CaseResult, type Counts, machine, runCase } from './harness.js';
+import { type BenchResult, type CaseResult, type Counts, machine, runCase, type Subject } from './harness.js';
 import { AwsCallCounter, type CallCount, callsBetween } from './support/aws-calls.js';
 
 /**
@@ -36,7 +42,11 @@ import { AwsCallCounter, type CallCount, callsBetween } from './support/aws-call
  * - `forward_backward` / `sample`: tokens per second against the same work as a plain PEFT loop in
  *   one Python process (bench/support/engine_plain_loop.py: `get_peft_model`, log_softmax, AdamW;
  *   `generate` with a KV cache), steps sized at the start of the run so the plain loop's step takes
- *   at least a second here (`minStepMs`; the machine's load moves it several times over). Sampling
+ *   at least a second here (`minStepMs`; the machine's load moves it several times over). The stack
+ *   runs with S5's coalescing window as engine pools do (`engineCoalesceWindowMs`); training has a
+ *   second baseline, `stack_window_off`: the same stack with the window off (COALESCE_WINDOW_MS=0),
+ *   where the step's forward_backward is dispatched before its optim_step arrives; both stack sides
+ *   report `optim_after_fb_ms`, the gap between the two submits. Sampling
  *   has a second baseline, `stack_one_slice`: the same stack with the worker sampling in one slice
  *   instead of 64-token slices, each of which resumes from the tokens so far (P6).
  * - `sample_rotation`: more sampling calls than the torch engine keeps live states for (8), submitted
@@ -306,6 +316,8 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     prefix: `bench-engine-${Date.now().toString(36)}`,
     extraEnv: {
       [BASE_MODELS_VAR]: JSON.stringify(engineBaseModels(TINY_MODEL_DIR)),
+      // As `npm start -- --engine` runs (local/runtime/engine-stack.ts); `stack_window_off` turns it off.
+      [COALESCE_WINDOW_VAR]: String(engineCoalesceWindowMs()),
       POWERTOOLS_LOG_LEVEL: 'WARN',
     },
     runtime: {
@@ -363,11 +375,36 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
           adam_params: { learning_rate: 1e-4 },
         })
       ).request_id;
+    /** The last training step's gap between its two submits (their request ids' times). */
+    let optimAfterFbMs = 0;
     /** One training step as the SDK sends it: both requests, then wait for both. */
     const trainStep = async (modelId: string, rows: readonly number[][]) => {
       const ids = [await forwardBackward(modelId, rows), await optimStep(modelId)];
+      optimAfterFbMs = requestIdTime(ids[1]!) - requestIdTime(ids[0]!);
       await Promise.all(ids.map((id) => client.waitFor(id)));
     };
+    /** A training side, with the gap between its step's submits. */
+    const withGap =
+      (side: Subject): Subject =>
+      async () => ({ ...(await side()), optim_after_fb_ms: optimAfterFbMs });
+    /**
+     * `side` with S5's coalescing window off: the scheduler reads its settings per invocation, so
+     * the variable and a fresh read of the configuration reach its next tick.
+     */
+    const windowOff =
+      (side: Subject): Subject =>
+      async () => {
+        const before = process.env[COALESCE_WINDOW_VAR];
+        process.env[COALESCE_WINDOW_VAR] = '0';
+        resetConfig();
+        try {
+          return await side();
+        } finally {
+          if (before === undefined) delete process.env[COALESCE_WINDOW_VAR];
+          else process.env[COALESCE_WINDOW_VAR] = before;
+          resetConfig();
+        }
+      };
     const workItems = async () => {
       let count = 0;
       let token: string | undefined;
@@ -448,9 +485,12 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
           },
           // The headline ratio: more repeats, since other jobs on the machine swing single steps.
           repeats: shape.repeats + 2,
-          ours: throughStack(datums * length, () => trainStep(trained, batchRows)),
+          ours: withGap(throughStack(datums * length, () => trainStep(trained, batchRows))),
           baselines: {
             plain_peft_loop: plainly(datums * length, { op: 'train_step', batch: `step-${datums}` }),
+            stack_window_off: windowOff(
+              withGap(throughStack(datums * length, () => trainStep(trained, batchRows))),
+            ),
           },
         }),
       );

@@ -276,7 +276,9 @@ async function provisionScene(
   Object.assign(process.env, envFor(topology, names, endpoints));
   resetConfig();
   resetAwsClients();
-  return { prefix, seeding, settings: schedulerSettings() };
+  // No coalescing window (S5): these cases time what one tick reads and dispatches, and a pass seeded
+  // just before its tick would otherwise wait out the window first.
+  return { prefix, seeding, settings: { ...schedulerSettings(), coalesceMs: 0 } };
 }
 
 async function buildScene(
@@ -481,6 +483,7 @@ async function planAndDispatch(
     adapters: preloaded(schedulerAdapters(scene.settings, meter.clients), payloads),
     now: Date.now,
     maxPlans: 16,
+    coalesceMs: scene.settings.coalesceMs,
   };
   const counters = await dispatchSnapshot(ctx, { live, models, sampleClaims: new Set() });
   return { dispatched: counters.steps_dispatched, workItems: counters.work_items };

@@ -6,7 +6,7 @@ import {
   resolveBaseModel,
   startEngineBackend,
 } from '../../shared/backend/engine/installed-engines.js';
-import { BASE_MODELS_VAR } from '../../shared/base/config.js';
+import { BASE_MODELS_VAR, COALESCE_WINDOW_VAR, engineCoalesceWindowMs } from '../../shared/base/config.js';
 import { Residency } from '../../shared/services/worker/residency.js';
 import type { LocalStackOptions } from './stack.js';
 
@@ -27,8 +27,9 @@ export interface EngineStack {
 /**
  * A local stack's worker on an engine, as `npm start -- --engine <name> [--base-model X]` runs it
  * (the SDK tier's engine scenario starts its stack the same way): the engine started on the base
- * model (by default the tiny local model), BASE_MODELS naming that model alone (G6), and the worker
- * handler on the engine's backend.
+ * model (by default the tiny local model), BASE_MODELS naming that model alone (G6), the worker
+ * handler on the engine's backend, and S5's coalescing window on (`engineCoalesceWindowMs`: an
+ * engine's work item costs more than waiting for a step's optim_step).
  */
 export async function engineStack(
   name: EngineName,
@@ -44,7 +45,10 @@ export async function engineStack(
     backend,
     residency,
     options: {
-      extraEnv: { [BASE_MODELS_VAR]: JSON.stringify(engineBaseModels(baseModel)) },
+      extraEnv: {
+        [BASE_MODELS_VAR]: JSON.stringify(engineBaseModels(baseModel)),
+        [COALESCE_WINDOW_VAR]: String(engineCoalesceWindowMs()),
+      },
       runtime: { handlers: { worker: createWorkerHandler({ backend, worker: { residency } }) } },
     },
   };

@@ -126,9 +126,19 @@ export interface Tunables {
   readonly holdIdleSeconds: number;
   /** `holder_until` is set this far ahead by each commit and renewal; past it, the holder is gone (S1, S2). */
   readonly holdSeconds: number;
+  /**
+   * S5's coalescing window (COALESCE_WINDOW_MS, default 0: off, at most `MAX_COALESCE_WINDOW_MS`;
+   * engine pools run with `ENGINE_COALESCE_WINDOW_MS`): a model whose run ends with a forward_backward
+   * submitted less than this long ago waits for the optim_step the SDK sends once that submit is
+   * answered, so both run in one work item (docs/configuration.md#coalescing).
+   */
+  readonly coalesceWindowMs: number;
 }
 
 export type Env = Readonly<Record<string, string | undefined>>;
+
+/** The variable of S5's coalescing window (see `Tunables.coalesceWindowMs`). */
+export const COALESCE_WINDOW_VAR = 'COALESCE_WINDOW_MS';
 
 const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number]> = {
   longPollSeconds: ['LONG_POLL_SECONDS', 25],
@@ -163,13 +173,42 @@ const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number
   holdIdleSeconds: ['HOLD_IDLE_SECONDS', 300],
   // 60 s, renewed every 20 s: a killed holder's models go back to the shared queue within a minute.
   holdSeconds: ['HOLD_SECONDS', 60],
+  // Off: a pair's optim_step becomes visible 100-250 ms after its forward_backward's submit, and on
+  // the reference backend, whose work items cost less than that wait, holding halves the e2e bench's
+  // mixed closed loop (docs/configuration.md#coalescing). Engine pools run with
+  // `ENGINE_COALESCE_WINDOW_MS` (`engineCoalesceWindowMs`).
+  coalesceWindowMs: [COALESCE_WINDOW_VAR, 0],
 };
+
+/**
+ * The window a pool on a real engine runs with (`npm start -- --engine`, the engine bench): the SDK
+ * sends a step's optim_step once its forward_backward's submit is answered, so through the local
+ * stack at 32,768-65,536 tokens it is visible 100-250 ms after the pass's submit (the intake of the
+ * pass, then of the barrier), and a work item there costs 180-390 ms beside the engine's compute
+ * (bench/README.md#engine).
+ */
+export const ENGINE_COALESCE_WINDOW_MS = 250;
+
+/** COALESCE_WINDOW_MS for an engine pool's local stack: the variable when set, else `ENGINE_COALESCE_WINDOW_MS`. */
+export function engineCoalesceWindowMs(env: Env = process.env): number {
+  return positiveInteger(env, COALESCE_WINDOW_VAR, ENGINE_COALESCE_WINDOW_MS, true, MAX_COALESCE_WINDOW_MS);
+}
+
+/**
+ * The longest coalescing window: a tick waits it out inside its invocation, and a forward_backward
+ * no barrier follows pays it in latency.
+ */
+export const MAX_COALESCE_WINDOW_MS = 1_000;
+
+/** Upper bounds of tunables that have one. */
+const TUNABLE_MAX: Partial<Record<keyof Tunables, number>> = { coalesceWindowMs: MAX_COALESCE_WINDOW_MS };
 
 /** Tunables for which 0 means "off" (any other tunable must be positive). */
 const ZERO_ALLOWED: ReadonlySet<keyof Tunables> = new Set([
   'apiKeyCacheSeconds',
   'pollSlotAfterMs',
   'residentModels',
+  'coalesceWindowMs',
 ]);
 
 /**
@@ -321,15 +360,23 @@ function baseModels(env: Env): BaseModelConfig[] {
   });
 }
 
-function positiveInteger(env: Env, name: string, fallback?: number, allowZero = false): number {
+function positiveInteger(
+  env: Env,
+  name: string,
+  fallback?: number,
+  allowZero = false,
+  max = Number.MAX_SAFE_INTEGER,
+): number {
   const raw = env[name];
   if (raw === undefined || raw === '') {
     if (fallback === undefined) return positiveInteger({ [name]: required(env, name) }, name);
     return fallback;
   }
   const value = Number(raw);
-  if (!Number.isInteger(value) || value < (allowZero ? 0 : 1)) {
-    const wanted = allowZero ? 'a non-negative integer' : 'a positive integer';
+  if (!Number.isInteger(value) || value < (allowZero ? 0 : 1) || value > max) {
+    const wanted =
+      (allowZero ? 'a non-negative integer' : 'a positive integer') +
+      (max < Number.MAX_SAFE_INTEGER ? ` of at most ${max}` : '');
     throw new ConfigError(`Environment variable ${name} must be ${wanted}, got "${raw}"`, {
       context: { variable: name },
     });
@@ -350,7 +397,13 @@ export function readConfig(env: Env = process.env): Config {
   const tunables = Object.fromEntries(
     Object.entries(TUNABLE_DEFAULTS).map(([key, [name, fallback]]) => [
       key,
-      positiveInteger(env, name, fallback, ZERO_ALLOWED.has(key as keyof Tunables)),
+      positiveInteger(
+        env,
+        name,
+        fallback,
+        ZERO_ALLOWED.has(key as keyof Tunables),
+        TUNABLE_MAX[key as keyof Tunables],
+      ),
     ]),
   ) as unknown as Tunables;
   let served: BaseModelConfig[] | undefined;

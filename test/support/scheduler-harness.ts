@@ -41,12 +41,16 @@ import { setupTestCloud, type TestCloud } from './cloud.js';
 /**
  * Shared by the scheduler and sweeper suites: a fresh cloud with the process pointed at it, intake
  * through the real repositories (so rows, counters and payloads are what the API writes), and a fake
- * worker that reads work items and commits them the way E4 prescribes.
+ * worker that reads work items and commits them the way E4 prescribes. S5's coalescing window is off
+ * unless `env` sets COALESCE_WINDOW_MS: these suites count what one tick reads and dispatches right
+ * after a submit, which a window would turn into a wait and a second read on a fast enough machine
+ * (test/integration/scheduler-coalesce.test.ts covers the window).
  */
 export async function schedulerCloud(env: Record<string, string> = {}): Promise<TestCloud> {
   const cloud = await setupTestCloud();
   cloud.applyEnv();
   logger.setLogLevel('WARN');
+  env = { COALESCE_WINDOW_MS: '0', ...env };
   Object.assign(process.env, env);
   Object.assign(cloud.env, env);
   resetConfig();

@@ -196,7 +196,9 @@ function checkMaximality(
   }
   if (plan.cap_reached) return;
 
-  // No cap reached: every eligible model is planned, every base sample and matching sample is taken.
+  // No cap reached: every eligible model is planned or held for the rest of its SDK step (S5), every
+  // base sample and matching sample is taken. A held model is neither planned nor deferred.
+  const held = new Set(plan.held.map((m) => m.model_id));
   for (const [modelId, key] of oldest) {
     void key;
     const row = snapshot.models.get(modelId);
@@ -205,8 +207,10 @@ function checkMaximality(
       row.inflight === undefined &&
       row.planned_through === row.applied_through &&
       onlyRowAt(modelId, row.planned_through + 1) !== undefined;
-    expect(planned.has(modelId), `eligible model ${modelId} is planned`).toBe(eligible);
+    expect(planned.has(modelId) || held.has(modelId), `eligible model ${modelId} is planned`).toBe(eligible);
+    if (held.has(modelId)) expect(planned.has(modelId)).toBe(false);
   }
+  for (const modelId of held) expect(plan.deferred.some((d) => d.model_id === modelId)).toBe(false);
   const firstCheckpoint = new Map<string, string>();
   const candidates = [...pending.values()]
     .filter((r) => r.request_type === 'sample' && !(snapshot.sampleClaims?.has(r.request_id) ?? false))

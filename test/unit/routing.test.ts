@@ -41,6 +41,7 @@ function plan(models: string[], samples = 0): Plan {
       tokens: 1,
     })),
     deferred: [],
+    held: [],
     cap_reached: false,
     counters: {} as Plan['counters'],
   };

@@ -12,6 +12,15 @@ export interface Snapshot {
   readonly sampleClaims?: ReadonlySet<string>;
 }
 
+/** How a plan decides besides its limits. */
+export interface PlanOptions {
+  /**
+   * S5's coalescing window in ms (`holdUntil` in coalesce.ts); 0 or absent: every plannable model is
+   * planned now.
+   */
+  readonly coalesceMs?: number;
+}
+
 export interface PlannedStep {
   readonly request_id: string;
   readonly seq: number;
@@ -77,6 +86,12 @@ export type DeferReason =
   /** The work item's caps were reached by older work; this model waits for the next tick. */
   | 'work_item_full';
 
+/** A model the plan held back (S5), and until when (the clock of `plan`'s `now`). */
+export interface HeldModel {
+  readonly model_id: string;
+  readonly until: number;
+}
+
 export interface DeferredModel {
   readonly model_id: string;
   readonly reason: DeferReason;
@@ -103,6 +118,8 @@ export interface PlanCounters {
   /** Samples of a model whose batch already holds another checkpoint (R4). */
   samples_deferred_checkpoint: number;
   samples_deferred_cap: number;
+  /** Models held back for the rest of their SDK step (S5). */
+  models_held: number;
   requests: number;
   tokens: number;
 }
@@ -114,6 +131,11 @@ export interface Plan {
   /** In request_id order. */
   readonly samples: readonly PlannedSample[];
   readonly deferred: readonly DeferredModel[];
+  /**
+   * Models whose run ends with a forward_backward that has just arrived (S5): neither dispatched nor
+   * deferred, so the tick plans them again while their holds last. Empty without a coalescing window.
+   */
+  readonly held: readonly HeldModel[];
   /**
    * A work-item cap stopped the plan while older-first work remained: the caller may claim this
    * plan and plan again at once (claimed models are then in flight, claimed samples claimed).

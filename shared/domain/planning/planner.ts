@@ -1,15 +1,18 @@
 import { ConfigError } from '../../base/errors.js';
 import type { LiveRow } from '../records.js';
 import { WorkItemBudget } from './budget.js';
+import { holdUntil } from './coalesce.js';
 import { MIN_COMMIT_ACTIONS, type PlanLimits, TRANSACT_WRITE_MAX_ACTIONS } from './limits.js';
 import { type ModelProposal, proposeRun, tokensOf } from './model-run.js';
 import type {
   DeferredModel,
+  HeldModel,
   Plan,
   PlanCounters,
   PlannedModel,
   PlannedSample,
   PlannedStep,
+  PlanOptions,
   Snapshot,
 } from './plan-types.js';
 import { compareIds, indexSnapshot } from './snapshot-index.js';
@@ -48,21 +51,32 @@ interface TenantQueue {
  * plan's first T requests, and dispatched by this plan unless those T - 1 requests fill the work
  * item. Once a request does not fit, everything else waits for the next plan, so a large request
  * is never overtaken forever (its tenant's turn comes first once it is the oldest pending).
- * O(n log n) in the scan's size.
+ * With a coalescing window (S5), a model whose run ends with a forward_backward that has just
+ * arrived is held back whole (`Plan.held`) instead of being a candidate. O(n log n) in the scan's size.
  */
-export function plan(snapshot: Snapshot, limits: PlanLimits, now: number): Plan {
+export function plan(snapshot: Snapshot, limits: PlanLimits, now: number, options: PlanOptions = {}): Plan {
   assertLimits(limits);
   const counters = emptyCounters();
   const indexed = indexSnapshot(snapshot, counters);
   const deferred: DeferredModel[] = [];
+  const held: HeldModel[] = [];
   const candidates: Candidate[] = [];
+  const windowMs = options.coalesceMs ?? 0;
 
   for (const [modelId, rows] of indexed.byModel) {
     const model = snapshot.models.get(modelId);
     const proposal = proposeRun(model, rows, limits, now, counters);
-    if (proposal.kind === 'deferred') deferred.push({ model_id: modelId, reason: proposal.reason });
+    if (proposal.kind === 'deferred') {
+      deferred.push({ model_id: modelId, reason: proposal.reason });
+      continue;
+    }
+    const until = holdUntil(proposal.steps, proposal.stop, limits, now, windowMs);
+    if (until !== undefined) {
+      held.push({ model_id: modelId, until });
+      continue;
+    }
     // proposeRun proposes runs only for models present in the snapshot.
-    else candidates.push({ key: rows.oldest, kind: 'model', modelId, tenant: model!.tenant, proposal });
+    candidates.push({ key: rows.oldest, kind: 'model', modelId, tenant: model!.tenant, proposal });
   }
   for (const row of indexed.samples) {
     candidates.push({ key: row.request_id, kind: 'sample', tenant: tenantOf(row, snapshot), row });
@@ -164,9 +178,10 @@ export function plan(snapshot: Snapshot, limits: PlanLimits, now: number): Plan 
     for (const step of planned.steps) if (step.fail !== undefined) counters.fail_steps_planned++;
   }
   counters.samples_planned = samples.length;
+  counters.models_held = held.length;
   counters.requests = budget.requests;
   counters.tokens = budget.tokens;
-  return { planned_at: now, models, samples, deferred, cap_reached: capReached, counters };
+  return { planned_at: now, models, samples, deferred, held, cap_reached: capReached, counters };
 }
 
 /**
@@ -245,6 +260,7 @@ function emptyCounters(): PlanCounters {
     samples_already_claimed: 0,
     samples_deferred_checkpoint: 0,
     samples_deferred_cap: 0,
+    models_held: 0,
     requests: 0,
     tokens: 0,
   };

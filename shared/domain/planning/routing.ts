@@ -46,7 +46,7 @@ export function routePlan(plan: Plan, models: ReadonlyMap<string, ModelRow>, now
   }
   const lanes = [...byLane.keys()].filter((lane): lane is number => lane !== undefined).sort((a, b) => a - b);
   for (const lane of lanes) {
-    parts.push({ lane, plan: { ...plan, models: byLane.get(lane) ?? [], samples: [] } });
+    parts.push({ lane, plan: { ...plan, models: byLane.get(lane) ?? [], samples: [], held: [] } });
   }
   return parts;
 }

@@ -34,6 +34,11 @@ export interface TickCounters {
   releases_refused: number;
   /** Releases that errored: those claims are left to their leases and the sweeper. */
   release_errors: number;
+  /** Models a round of the tick held back for the rest of their SDK step (S5), summed over rounds. */
+  models_held: number;
+  /** Waits before the tick read its held models again (S5: until a hold ends, 20 ms at most each). */
+  coalesce_waits: number;
+  coalesce_wait_ms: number;
 }
 
 export function emptyTickCounters(): TickCounters {
@@ -63,6 +68,9 @@ export function emptyTickCounters(): TickCounters {
     claims_released: 0,
     releases_refused: 0,
     release_errors: 0,
+    models_held: 0,
+    coalesce_waits: 0,
+    coalesce_wait_ms: 0,
   };
 }
 

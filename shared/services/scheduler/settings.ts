@@ -14,6 +14,8 @@ export interface SchedulerSettings {
   readonly limits: PlanLimits;
   /** Lease of a claim (model or sample) until a worker renews it (E7). */
   readonly leaseMs: number;
+  /** S5's coalescing window (COALESCE_WINDOW_MS; 0: off): see `HeldModels` and `runTick`. */
+  readonly coalesceMs: number;
 }
 
 export function schedulerSettings(source: Config = config()): SchedulerSettings {
@@ -30,5 +32,6 @@ export function schedulerSettings(source: Config = config()): SchedulerSettings 
     laneQueueUrl: (lane) => source.queueUrl(laneQueueId(lane)),
     limits: planLimitsFrom(source.tunables),
     leaseMs: source.tunables.leaseSeconds * 1000,
+    coalesceMs: source.tunables.coalesceWindowMs,
   };
 }

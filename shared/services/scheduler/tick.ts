@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { realSleep } from '../../aws/backoff.js';
 import { Limiter } from '../../aws/limiter.js';
 import { isAwsError } from '../../base/errors.js';
 import { faultHook } from '../../base/fault-hook.js';
@@ -6,6 +7,7 @@ import { mintRequestId } from '../../base/ids.js';
 import { logger } from '../../base/logger.js';
 import { assembleWorkItem, payloadsToRead, type SampleClaimed } from '../../domain/planning/assemble.js';
 import { claimFor, type ModelClaim } from '../../domain/planning/claim.js';
+import { OLDEST_STEP_WINDOWS } from '../../domain/planning/coalesce.js';
 import type { Plan, Snapshot } from '../../domain/planning/plan-types.js';
 import { plan } from '../../domain/planning/planner.js';
 import { routePlan } from '../../domain/planning/routing.js';
@@ -16,10 +18,11 @@ import { emitMetric, opsMetrics } from '../ops/metrics.js';
 import { oldestPendingAgeSeconds } from '../ops/queue-status.js';
 import { type SchedulerAdapters, schedulerAdapters } from './adapters.js';
 import { addTickCounters, emptyTickCounters, type TickCounters } from './counters.js';
+import { HeldModels } from './holds.js';
 import { type HeldClaims, noClaimsHeld, releaseClaims } from './release.js';
 import { type SchedulerSettings, schedulerSettings } from './settings.js';
 import type { PassEnd } from './tick-lock.js';
-import { WAKE_ALL, type WakeScope } from './wake.js';
+import { WAKE_ALL, type WakeScope, wakeModels } from './wake.js';
 
 /** Plans per pass: a pass plans again while a work-item cap cut its previous plan short. */
 export const MAX_PLANS_PER_PASS = 16;
@@ -29,12 +32,28 @@ export const MAX_PASSES_PER_TICK = 5;
 const MIN_REMAINING_FOR_PASS_MS = 10_000;
 /** Conditional claim writes in flight at once. */
 const CLAIM_CONCURRENCY = 16;
+/**
+ * How often a tick reads its held models again while their window lasts (S5): the barrier's own
+ * stream record may wait behind this very tick (locally a shard's batches go one at a time; on AWS
+ * its lane is its key's hash, docs/architecture.md#the-wake-up-path), so the tick looks for it
+ * itself. Each look is one incremental read of the held models.
+ */
+export const COALESCE_POLL_MS = 20;
+/**
+ * Rounds of one tick at most (S5): the first, then one per look at the held models. Besides this
+ * count, holding stops `OLDEST_STEP_WINDOWS` windows after the tick began (no hold outlasts that, bar
+ * a clock skew); the round after either plans with no window, so a model the tick held is dispatched
+ * by it at the latest then.
+ */
+export const MAX_HOLD_ROUNDS = 64;
 
 export interface TickContext {
   readonly settings: SchedulerSettings;
   readonly adapters: SchedulerAdapters;
   readonly now: () => number;
   readonly maxPlans: number;
+  /** S5's window for this round's plans (the settings' `coalesceMs`; 0 in a tick's last round). */
+  readonly coalesceMs: number;
 }
 
 export interface TickOptions {
@@ -43,6 +62,8 @@ export interface TickOptions {
   readonly now?: () => number;
   readonly maxPlans?: number;
   readonly maxPasses?: number;
+  /** How the tick waits out a coalescing window (S5); default: a timer. */
+  readonly sleep?: (ms: number) => Promise<void>;
   /** The invocation's remaining time (Lambda's context), to stop coalescing before the timeout. */
   readonly remainingMs?: () => number;
   /**
@@ -70,11 +91,60 @@ export function tickContext(options: TickOptions = {}): TickContext {
     adapters: options.adapters ?? schedulerAdapters(settings),
     now: options.now ?? Date.now,
     maxPlans: options.maxPlans ?? MAX_PLANS_PER_PASS,
+    coalesceMs: settings.coalesceMs,
   };
 }
 
 /**
- * One tick for the pool. It first looks: one snapshot, planned without the lock. Most triggers
+ * One tick for the pool: a round (`tickRound`), then, while the round held models back for the rest
+ * of their SDK step (S5), a wait (until the earliest hold ends, at most `COALESCE_POLL_MS`) and
+ * another round over exactly those models, from a fresh incremental read (R5: each round plans from
+ * its own snapshot, as any incremental tick does). A barrier that arrived meanwhile joins its pass in
+ * one work item; a pass still alone is dispatched once its window is over. The tick that held a
+ * model dispatches it at the latest in its last round (planned with no window), so a model no other
+ * record wakes is never stranded. The wait holds no lock: another tick woken by the barrier may
+ * dispatch the model first, and this tick's next read then finds it in flight (R3).
+ */
+export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
+  const ctx = tickContext(options);
+  const sleep = options.sleep ?? realSleep;
+  const counters = emptyTickCounters();
+  const seen = new Set<string>();
+  let status: TickOutcome['status'] = 'idle';
+  let wake = options.wake ?? WAKE_ALL;
+  const holdsEnd = ctx.now() + OLDEST_STEP_WINDOWS * ctx.coalesceMs;
+  for (let round = 1; ; round++) {
+    const lastRound =
+      round >= MAX_HOLD_ROUNDS ||
+      ctx.now() >= holdsEnd ||
+      (options.remainingMs !== undefined && options.remainingMs() < MIN_REMAINING_FOR_PASS_MS);
+    const holds = new HeldModels();
+    const done = await tickRound(lastRound ? { ...ctx, coalesceMs: 0 } : ctx, options, wake, holds);
+    addTickCounters(counters, done.counters);
+    for (const id of done.seen) seen.add(id);
+    status = strongerStatus(status, done.status);
+    counters.models_held += holds.size;
+    const wait = holds.wait(ctx.now(), Math.min(ctx.coalesceMs, COALESCE_POLL_MS));
+    if (wait === undefined) break;
+    counters.coalesce_waits++;
+    counters.coalesce_wait_ms += wait;
+    await sleep(wait);
+    wake = wakeModels(holds.ids());
+  }
+  if (status === 'ran' || counters.coalesce_waits > 0) {
+    logger.info('tick', { pool: ctx.settings.pool, ...counters });
+  }
+  return { status, counters, seen };
+}
+
+/** A tick's status over its rounds: `ran` if any round ran, else `coalesced` if any coalesced. */
+function strongerStatus(a: TickOutcome['status'], b: TickOutcome['status']): TickOutcome['status'] {
+  const rank = { idle: 0, coalesced: 1, ran: 2 } as const;
+  return rank[b] > rank[a] ? b : a;
+}
+
+/**
+ * One round of a tick. It first looks: one snapshot, planned without the lock. Most triggers
  * unblock nothing (a pass queued behind a barrier, a model still in flight), and a snapshot read
  * after the trigger that plans nothing needs no lock: only claims make work dispatchable-no-more, and
  * whatever makes work dispatchable (a commit, a new row) triggers a tick of its own. When the look
@@ -84,17 +154,22 @@ export function tickContext(options: TickOptions = {}): TickContext {
  * PUT and send, so neither costs the path a round trip of its own. Every step is safe to repeat
  * and to overlap with another tick: a pass that fails after claiming gives its claims back; a crash
  * leaves nothing claimed, or claims whose leases expire and which the sweeper re-plans; a stale
- * snapshot only loses claims (E2).
+ * snapshot only loses claims (E2). Every plan it makes tells `holds` which models it held back (S5).
  */
-export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
-  const ctx = tickContext(options);
+async function tickRound(
+  ctx: TickContext,
+  options: TickOptions,
+  wake: WakeScope,
+  holds: HeldModels,
+): Promise<TickOutcome> {
   const { lock } = ctx.adapters;
-  const wake = options.wake ?? WAKE_ALL;
   const look = await readSnapshot(ctx, wake);
   const counters = look.counters;
   const seen = new Set(look.snapshot.live.map((row) => row.request_id));
   reportOldestPending(ctx, look.snapshot, wake);
-  if (!plansAnything(ctx, look.snapshot)) return { status: 'idle', counters, seen };
+  const looked = planOf(ctx, look.snapshot, ctx.now());
+  holds.note(looked);
+  if (plansNothing(looked)) return { status: 'idle', counters, seen };
 
   const holder = randomUUID();
   // The drain switch is read beside the lock's write, not after it: both are needed before the first
@@ -135,6 +210,7 @@ export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
       };
       const hooks: PassHooks = {
         claimed: () => void endPass(),
+        holds,
         ...(passes === 1 ? { draining: drain.value } : {}),
       };
       const done =
@@ -153,13 +229,12 @@ export async function runTick(options: TickOptions = {}): Promise<TickOutcome> {
   } finally {
     held.stop();
   }
-  logger.info('tick', { pool: ctx.settings.pool, ...counters });
   return { status: 'ran', counters, seen };
 }
 
-/** Whether a snapshot plans any dispatch (pure: no claim, no read). */
-function plansAnything(ctx: TickContext, snapshot: Snapshot): boolean {
-  return !plansNothing(plan(snapshot, ctx.settings.limits, ctx.now()));
+/** The plan of a snapshot (pure: no claim, no read), with this round's coalescing window (S5). */
+function planOf(ctx: TickContext, snapshot: Snapshot, now: number): Plan {
+  return plan(snapshot, ctx.settings.limits, now, { coalesceMs: ctx.coalesceMs });
 }
 
 function plansNothing(planned: Plan): boolean {
@@ -190,6 +265,8 @@ export interface PassHooks {
   readonly claimed?: () => void;
   /** The drain switch as the tick read it beside the lock; absent: the pass reads it itself. */
   readonly draining?: boolean;
+  /** Told what each plan held back (S5), so the tick can wait for those models and plan them again. */
+  readonly holds?: HeldModels;
 }
 
 /** One pass under the lock: read one snapshot (R5), then plan and dispatch from it. */
@@ -287,9 +364,10 @@ export async function dispatchSnapshot(
   let ahead: { readonly planned: Plan; readonly now: number } | undefined;
   for (let round = 0; round < ctx.maxPlans; round++) {
     const now = ahead?.now ?? ctx.now();
-    const planned = ahead?.planned ?? plan({ live, models, sampleClaims }, ctx.settings.limits, now);
+    const planned = ahead?.planned ?? planOf(ctx, { live, models, sampleClaims }, now);
     ahead = undefined;
     counters.plans++;
+    hooks.holds?.note(planned);
     if (plansNothing(planned)) break;
     if (round === 0 && (hooks.draining ?? (await ctx.adapters.isDraining()))) {
       logger.info('pool draining: nothing dispatched', { pool: ctx.settings.pool });
@@ -305,7 +383,7 @@ export async function dispatchSnapshot(
     const claimed = (): void => {
       if (!last) {
         const at = ctx.now();
-        ahead = { planned: plan({ live, models, sampleClaims }, ctx.settings.limits, at), now: at };
+        ahead = { planned: planOf(ctx, { live, models, sampleClaims }, at), now: at };
       }
       if (last || (ahead !== undefined && plansNothing(ahead.planned))) hooks.claimed?.();
     };
