@@ -11,7 +11,7 @@ import {
   TINY_MODEL_DIR,
   torchEngineCommand,
 } from '../shared/backend/engine/installed-engines.js';
-import { BASE_MODELS_VAR } from '../shared/base/config.js';
+import { BASE_MODELS_VAR, COALESCE_WINDOW_VAR, engineCoalesceWindowMs } from '../shared/base/config.js';
 import { LOCAL_DIR } from '../shared/base/env-file.js';
 import { TinkerClient } from '../shared/client/tinker-client.js';
 import { createApiKey } from '../shared/repositories/api-keys.js';
@@ -124,7 +124,12 @@ async function sizeCase(tools: SizeSweepTools, size: ModelSize): Promise<CaseRes
   const residency = new Residency(backend);
   const stack = await startLocalStack({
     prefix: `bench-sizes-${size.name}-${Date.now().toString(36)}`,
-    extraEnv: { [BASE_MODELS_VAR]: JSON.stringify(engineBaseModels(dir)), POWERTOOLS_LOG_LEVEL: 'WARN' },
+    extraEnv: {
+      [BASE_MODELS_VAR]: JSON.stringify(engineBaseModels(dir)),
+      // As `npm start -- --engine torch` runs: one work item per SDK step (S5).
+      [COALESCE_WINDOW_VAR]: String(engineCoalesceWindowMs()),
+      POWERTOOLS_LOG_LEVEL: 'WARN',
+    },
     runtime: { handlers: { worker: createWorkerHandler({ backend, worker: { residency } }) } },
   });
   const plain = tools.plainLoop();
