@@ -114,6 +114,13 @@ export interface Tunables {
   readonly holdIdleSeconds: number;
   /** `holder_until` is set this far ahead by each commit and renewal; past it, the holder is gone (S1, S2). */
   readonly holdSeconds: number;
+  /**
+   * Part size of the worker's streamed state and checkpoint uploads (BLOB_PART_BYTES; S3 takes 5 MiB
+   * to 5 GiB per part, the local S3 at most 11 MiB), and parts uploading at once (BLOB_PART_CONCURRENCY):
+   * an upload holds at most their product in memory (shared/aws/s3-streams.ts).
+   */
+  readonly blobPartBytes: number;
+  readonly blobPartConcurrency: number;
 }
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -151,6 +158,9 @@ const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number
   holdIdleSeconds: ['HOLD_IDLE_SECONDS', 300],
   // 60 s, renewed every 20 s: a killed holder's models go back to the shared queue within a minute.
   holdSeconds: ['HOLD_SECONDS', 60],
+  // 8 MiB x 4: at most 32 MiB of a blob in flight; parts that both S3 (>= 5 MiB) and fauxqs (< 11 MiB) take.
+  blobPartBytes: ['BLOB_PART_BYTES', 8 * 1024 * 1024],
+  blobPartConcurrency: ['BLOB_PART_CONCURRENCY', 4],
 };
 
 /** Tunables for which 0 means "off" (any other tunable must be positive). */
