@@ -6,11 +6,14 @@ import { pipeline } from 'node:stream/promises';
 import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,
+  CopyObjectCommand,
   CreateMultipartUploadCommand,
   GetObjectCommand,
+  HeadObjectCommand,
   PutObjectCommand,
   type S3Client,
   UploadPartCommand,
+  UploadPartCopyCommand,
 } from '@aws-sdk/client-s3';
 import { isAwsError } from '../base/errors.js';
 import { type BackoffPolicy, backoffDelay, type Clock, realClock } from './backoff.js';
@@ -25,7 +28,8 @@ import { TRANSIENT_AWS_ERROR_NAMES } from './transient-errors.js';
  *
  * Part size: S3 wants at least 5 MiB per part but the last, and at most 10,000 parts; the local S3
  * (fauxqs) refuses request bodies above 11 MiB. The default, 8 MiB, suits both (80 GB at most in
- * 10,000 parts; a larger body raises the part size to fit). A failed upload is aborted, so its parts
+ * 10,000 parts; a larger body raises the part size to fit). A copy (`copyObject`) is server side, in
+ * parts above CopyObject's 5 GiB. A failed upload is aborted, so its parts
  * stop costing storage (the bucket's lifecycle rule collects any an abort missed, cdk/constructs/bucket.ts).
  */
 
@@ -159,6 +163,92 @@ export async function putObjectFrom(
   } catch (error) {
     await s3
       .send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId }))
+      .catch(() => undefined);
+    throw error;
+  }
+}
+
+/** The largest object one CopyObject copies (S3: 5 GiB); larger ones are copied in parts. */
+export const MAX_COPY_BYTES = 5 * 1024 ** 3;
+/** Parts of a copy in parts: S3 copies them server side, so they cost no memory here. */
+const COPY_PART_BYTES = 512 * 1024 ** 2;
+
+/**
+ * Copies `sourceKey` to `targetKey` in `bucket`, server side: one CopyObject up to MAX_COPY_BYTES,
+ * else a multipart upload of UploadPartCopy ranges (aborted on failure). Answers the object's size.
+ */
+export async function copyObject(
+  s3: S3Client,
+  bucket: string,
+  sourceKey: string,
+  targetKey: string,
+  options: Pick<TransferOptions, 'backoff' | 'clock' | 'concurrency'> & {
+    readonly maxCopyBytes?: number;
+  } = {},
+): Promise<number> {
+  const retry = retrier(options);
+  const copySource = `${bucket}/${encodeURIComponent(sourceKey).replaceAll('%2F', '/')}`;
+  const head = await retry(() => s3.send(new HeadObjectCommand({ Bucket: bucket, Key: sourceKey })));
+  const size = head.ContentLength ?? 0;
+  const maxCopyBytes = options.maxCopyBytes ?? MAX_COPY_BYTES;
+  if (size <= maxCopyBytes) {
+    await retry(() =>
+      s3.send(new CopyObjectCommand({ Bucket: bucket, Key: targetKey, CopySource: copySource })),
+    );
+    return size;
+  }
+  const partBytes = partSizeFor(size, Math.min(COPY_PART_BYTES, maxCopyBytes));
+  const created = await retry(() =>
+    s3.send(
+      new CreateMultipartUploadCommand({
+        Bucket: bucket,
+        Key: targetKey,
+        ...(head.ContentType === undefined ? {} : { ContentType: head.ContentType }),
+      }),
+    ),
+  );
+  const uploadId = created.UploadId;
+  if (uploadId === undefined) throw new Error(`S3 gave no upload id for ${targetKey}`);
+  try {
+    const count = Math.ceil(size / partBytes);
+    const etags = await forEachBounded(
+      count,
+      options.concurrency ?? DEFAULT_PART_CONCURRENCY,
+      async (index) => {
+        const first = index * partBytes;
+        const last = Math.min(size, first + partBytes) - 1;
+        const part = await retry(() =>
+          s3.send(
+            new UploadPartCopyCommand({
+              Bucket: bucket,
+              Key: targetKey,
+              UploadId: uploadId,
+              PartNumber: index + 1,
+              CopySource: copySource,
+              CopySourceRange: `bytes=${first}-${last}`,
+            }),
+          ),
+        );
+        const etag = part.CopyPartResult?.ETag;
+        if (etag === undefined)
+          throw new Error(`S3 gave no ETag for copied part ${index + 1} of ${targetKey}`);
+        return etag;
+      },
+    );
+    await retry(() =>
+      s3.send(
+        new CompleteMultipartUploadCommand({
+          Bucket: bucket,
+          Key: targetKey,
+          UploadId: uploadId,
+          MultipartUpload: { Parts: etags.map((ETag, index) => ({ ETag, PartNumber: index + 1 })) },
+        }),
+      ),
+    );
+    return size;
+  } catch (error) {
+    await s3
+      .send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: targetKey, UploadId: uploadId }))
       .catch(() => undefined);
     throw error;
   }

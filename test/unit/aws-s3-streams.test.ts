@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import type { Clock } from '../../shared/aws/backoff.js';
 import {
   bytesSource,
+  copyObject,
   forEachBounded,
   MAX_PARTS,
   type PartSource,
@@ -153,6 +154,46 @@ describe('putObjectFrom', () => {
     expect(done.parts).toBe(40);
     expect(held).toBe(0);
     expect(maxHeld).toBe(concurrency);
+  });
+});
+
+describe('copyObject', () => {
+  /** The S3 stand-in answering HeadObject with `size` and UploadPartCopy with an ETag per part. */
+  function copyS3(size: number, fail?: number) {
+    return fakeS3((entry) => {
+      if (entry.name === 'HeadObject') return Promise.resolve({ ContentLength: size });
+      if (entry.name === 'UploadPartCopy') {
+        if (entry.input.PartNumber === fail) return Promise.reject(new Error('copy failed'));
+        return Promise.resolve({ CopyPartResult: { ETag: `"c${String(entry.input.PartNumber)}"` } });
+      }
+      return Promise.resolve({});
+    });
+  }
+
+  it('copies with one CopyObject up to the limit', async () => {
+    const { s3, sent } = copyS3(100);
+    expect(await copyObject(s3, 'b', 'from/a b', 'to/x', { maxCopyBytes: 100 })).toBe(100);
+    expect(sent.map((s) => s.name)).toEqual(['HeadObject', 'CopyObject']);
+    expect(sent[1]?.input).toMatchObject({ Key: 'to/x', CopySource: 'b/from/a%20b' });
+  });
+
+  it('copies a larger object in byte ranges, then completes; a failed range aborts', async () => {
+    const { s3, sent } = copyS3(250);
+    await copyObject(s3, 'b', 'from', 'to', { maxCopyBytes: 100 });
+    const ranges = sent.filter((s) => s.name === 'UploadPartCopy').map((s) => s.input.CopySourceRange);
+    expect(ranges.sort()).toEqual(['bytes=0-99', 'bytes=100-199', 'bytes=200-249']);
+    expect(sent.at(-1)?.input.MultipartUpload).toEqual({
+      Parts: [
+        { ETag: '"c1"', PartNumber: 1 },
+        { ETag: '"c2"', PartNumber: 2 },
+        { ETag: '"c3"', PartNumber: 3 },
+      ],
+    });
+    const failing = copyS3(250, 2);
+    await expect(copyObject(failing.s3, 'b', 'from', 'to', { maxCopyBytes: 100 })).rejects.toThrow(
+      'copy failed',
+    );
+    expect(failing.sent.at(-1)?.name).toBe('AbortMultipartUpload');
   });
 });
 

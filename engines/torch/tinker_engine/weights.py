@@ -115,7 +115,8 @@ def write_weights(out: BinaryIO, adapter: Adapter, base_model: str, kind: Weight
             )
         )
     members.append((COMPLETE_MARKER_FILE, 0, lambda: iter([b""])))
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+    # Copied in 1 MiB chunks (tarfile's default is 16 KiB): a member may be gigabytes.
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT, copybufsize=1 << 20) as tar:
         for name, size, chunks in members:
             info = tarfile.TarInfo(name)
             info.size = size

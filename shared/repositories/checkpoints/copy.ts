@@ -1,5 +1,5 @@
-import { CopyObjectCommand } from '@aws-sdk/client-s3';
 import { backoffDelay, realSleep } from '../../aws/backoff.js';
+import { copyObject } from '../../aws/s3-streams.js';
 import { type TransactItem, transactWrite } from '../../aws/transact.js';
 import { InfrastructureError } from '../../base/errors.js';
 import { sha256Hex } from '../../base/ids.js';
@@ -54,13 +54,8 @@ export async function copyCheckpoint(
   const blobKey = storageKeys.checkpoint(copy.modelId, contentId, COPY_RUN);
   const [sourceBlob] = checkpointObjectKeys(source);
   await store.admission;
-  await s3.send(
-    new CopyObjectCommand({
-      Bucket: store.bucket,
-      Key: blobKey,
-      CopySource: `${store.bucket}/${encodeURIComponent(sourceBlob as string).replaceAll('%2F', '/')}`,
-    }),
-  );
+  // Server side, in parts above one CopyObject's 5 GiB (a large training checkpoint).
+  await copyObject(s3, store.bucket, sourceBlob as string, blobKey);
   const listing = checkpointListingKeys({ ...source, tenant: copy.tenant, model_id: copy.modelId }, copy.now);
   const expiresAt = expiryOf(copy.now, copy.ttlSeconds);
   const record: CheckpointNameRecord = {
