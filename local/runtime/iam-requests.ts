@@ -226,7 +226,8 @@ function s3Requests(operation: string, input: Input, index: ResourceIndex): Loca
           : { kind: 'undeclared', name: bucket };
       return [{ action: 's3:ListBucket', resource, arn: `arn:aws:s3:::${bucket}` }];
     }
-    case 'CopyObject': {
+    case 'CopyObject':
+    case 'UploadPartCopy': {
       // Authorised as a read of the source (`CopySource`, `<bucket>/<key>` URL-encoded) and a write.
       const source = decodeURIComponent(string(input.CopySource).replace(/^\//, ''));
       const slash = source.indexOf('/');

@@ -247,6 +247,36 @@ export interface Backend {
   holds?(state: BackendState): boolean;
   /** Frees a state the worker keeps no longer (a resident model let go, S1). Absent: nothing to free. */
   release?(state: BackendState): void;
+  /**
+   * Blobs through files on this host instead of bytes in this process (S3: a state or checkpoint of
+   * any size is written and read streamed, shared/services/worker/state-blobs.ts). Answers undefined
+   * when this backend (or its engine, docs/engine-protocol.md#blobs-as-files) has none; then the worker
+   * uses the bytes methods above. Absent: none.
+   */
+  fileBlobs?(): Promise<FileBlobs | undefined>;
+}
+
+/** A blob a backend wrote to a file: its length and SHA-256 (hex), the digest `sha256Hex` of its bytes. */
+export interface BlobFile {
+  readonly size: number;
+  readonly sha256: string;
+}
+
+/**
+ * The file forms of the blob methods of `Backend`: the same blobs, byte for byte, written to or read
+ * from `path` (absolute, on this host). Errors as the bytes forms'.
+ */
+export interface FileBlobs {
+  serializeStateTo(state: BackendState, path: string): Promise<BlobFile>;
+  /** `file`: the file's size and digest as written (a resident state may be taken by its digest). */
+  deserializeStateFrom(path: string, file: BlobFile): Promise<BackendState>;
+  exportWeightsTo(state: BackendState, kind: WeightsKind, path: string): Promise<BlobFile>;
+  importWeightsFrom(
+    state: BackendState,
+    path: string,
+    options: { optimizer: boolean },
+  ): Promise<BackendState>;
+  loadSamplerFrom(baseModel: string, path: string, file: BlobFile): Promise<SamplerModel>;
 }
 
 /** The client's answer for a finished run. Throws if any sequence is still unfinished. */

@@ -133,6 +133,13 @@ export interface Tunables {
    * answered, so both run in one work item (docs/configuration.md#coalescing).
    */
   readonly coalesceWindowMs: number;
+  /**
+   * Part size of the worker's streamed state and checkpoint uploads (BLOB_PART_BYTES; S3 takes 5 MiB
+   * to 5 GiB per part, the local S3 at most 11 MiB), and parts uploading at once (BLOB_PART_CONCURRENCY):
+   * an upload holds at most their product in memory (shared/aws/s3-streams.ts).
+   */
+  readonly blobPartBytes: number;
+  readonly blobPartConcurrency: number;
 }
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -178,6 +185,9 @@ const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number
   // mixed closed loop (docs/configuration.md#coalescing). Engine pools run with
   // `ENGINE_COALESCE_WINDOW_MS` (`engineCoalesceWindowMs`).
   coalesceWindowMs: [COALESCE_WINDOW_VAR, 0],
+  // 8 MiB x 4: at most 32 MiB of a blob in flight; parts that both S3 (>= 5 MiB) and fauxqs (< 11 MiB) take.
+  blobPartBytes: ['BLOB_PART_BYTES', 8 * 1024 * 1024],
+  blobPartConcurrency: ['BLOB_PART_CONCURRENCY', 4],
 };
 
 /**

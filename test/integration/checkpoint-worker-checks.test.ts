@@ -1,3 +1,4 @@
+import { readFile } from 'node:fs/promises';
 import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { PutCommand } from '@aws-sdk/lib-dynamodb';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -7,10 +8,11 @@ import { StepUserError } from '../../shared/base/errors.js';
 import { storageKeys } from '../../shared/base/storage-keys.js';
 import { type CheckpointNameRecord, registryKey } from '../../shared/domain/records.js';
 import {
-  loadCheckpointBytes,
+  loadCheckpointBlob,
   requireLiveSamplerCheckpoint,
 } from '../../shared/services/worker/checkpoint-source.js';
 import { SamplerCache } from '../../shared/services/worker/sampler-cache.js';
+import { discardBlob } from '../../shared/services/worker/state-blobs.js';
 import { setupTestCloud, type TestCloud } from '../support/cloud.js';
 
 /**
@@ -57,14 +59,21 @@ const ref = (item: CheckpointNameRecord) => ({
   content_id: item.content_id,
 });
 
-const load = (item: CheckpointNameRecord, tenant = 'owner', now = NOW) =>
-  loadCheckpointBytes(ref(item), new Map(), {
+/** The checkpoint's bytes, through a spool file when `asFile` (./state-blobs.ts), which is then removed. */
+const load = async (item: CheckpointNameRecord, tenant = 'owner', now = NOW, asFile = false) => {
+  const blob = await loadCheckpointBlob(ref(item), new Map(), {
+    asFile,
     clients: cloud.clients,
     tables: cloud.names.tables,
     bucket: cloud.names.bucket,
     tenant,
     now,
   });
+  if ('bytes' in blob) return blob.bytes;
+  const bytes = await readFile(blob.path);
+  await discardBlob(blob);
+  return bytes;
+};
 
 beforeAll(async () => {
   cloud = await setupTestCloud();
@@ -75,6 +84,7 @@ describe('a queued load_weights (C3-C5)', () => {
     const item = record('ttl', { expires_at: NOW + 1_000 });
     await store(item);
     expect(Buffer.from(await load(item)).toString()).toBe('ttl');
+    expect(Buffer.from(await load(item, 'owner', NOW, true)).toString()).toBe('ttl');
     await expect(load(item, 'owner', NOW + 1_000)).rejects.toThrow(StepUserError);
     await expect(load(item, 'owner', NOW + 1_000)).rejects.toThrow(/has expired/);
   });
@@ -90,9 +100,11 @@ describe('a queued load_weights (C3-C5)', () => {
   it('fails as the user’s error when the record is there but its blob was collected', async () => {
     const item = record('collected');
     await store(item, false);
-    const failure = await load(item).catch((error: unknown) => error);
-    expect(failure).toBeInstanceOf(StepUserError);
-    expect(String(failure)).toMatch(/was deleted/);
+    for (const asFile of [false, true]) {
+      const failure = await load(item, 'owner', NOW, asFile).catch((error: unknown) => error);
+      expect(failure).toBeInstanceOf(StepUserError);
+      expect(String(failure)).toMatch(/was deleted/);
+    }
   });
 
   it('loads a published checkpoint for another tenant, and not once it is private again', async () => {

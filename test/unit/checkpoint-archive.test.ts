@@ -8,6 +8,7 @@ import {
   ADAPTER_WEIGHTS_FILE,
   COMPLETE_MARKER_FILE,
   checkpointArchive,
+  checkpointArchivePlan,
   LORA_A_TENSOR,
   LORA_B_TENSOR,
   PEFT_TARGET_MODULE,
@@ -214,5 +215,57 @@ describe('checkpointArchive', () => {
       { mtimeSeconds: 0 },
     );
     expect(() => checkpointArchive(noBase, { createdAtMs: 0 })).toThrow(/names no base_model_name_or_path/);
+  });
+});
+
+describe('checkpointArchivePlan', () => {
+  /** The plan's bytes, ranges read from `blob`, and how many bytes of the blob were read to plan it. */
+  async function planned(blob: Uint8Array, createdAtMs: number) {
+    let read = 0;
+    const plan = await checkpointArchivePlan(
+      async (offset, length) => {
+        read += length;
+        return blob.slice(offset, offset + length);
+      },
+      blob.length,
+      { createdAtMs },
+    );
+    const parts = plan.segments.map((segment) =>
+      segment instanceof Uint8Array
+        ? segment
+        : blob.subarray(segment.offset, segment.offset + segment.length),
+    );
+    const bytes = new Uint8Array(Buffer.concat(parts));
+    expect(bytes.length).toBe(plan.size);
+    return { bytes, read, plan };
+  }
+
+  it('is the archive checkpointArchive writes, its weights a range of the blob it never reads', async () => {
+    const config = new TextEncoder().encode('{"base_model_name_or_path": "/models/tiny-llama", "r": 8}');
+    const weights = Uint8Array.from({ length: 70_000 }, (_, i) => (i * 7) % 251);
+    const engineExport = writeTar(
+      [
+        { name: ADAPTER_CONFIG_FILE, data: config },
+        { name: ADAPTER_WEIGHTS_FILE, data: weights },
+        { name: 'optimizer.safetensors', data: new Uint8Array(130_000).fill(3) },
+      ],
+      { mtimeSeconds: 1 },
+    );
+    const { bytes, read, plan } = await planned(engineExport, CREATED_AT_MS);
+    expect(bytes).toEqual(checkpointArchive(engineExport, { createdAtMs: CREATED_AT_MS }));
+    expect(plan.segments).toContainEqual({ offset: expect.any(Number), length: weights.length });
+    // The first block twice (the tar check, then its header), the other headers, the end block and
+    // the config: neither the weights nor the optimizer file.
+    expect(read).toBe(5 * 512 + config.length);
+  });
+
+  it('archives a reference blob whole, and refuses what checkpointArchive refuses', async () => {
+    const state = await trainedModel(2);
+    const sampler = await backend.exportWeights(state, 'sampler');
+    expect((await planned(sampler, CREATED_AT_MS)).bytes).toEqual(
+      checkpointArchive(sampler, { createdAtMs: CREATED_AT_MS }),
+    );
+    const only = writeTar([{ name: 'notes.txt', data: new Uint8Array(3) }], { mtimeSeconds: 0 });
+    await expect(planned(only, 0)).rejects.toThrow(/it holds notes.txt/);
   });
 });

@@ -162,9 +162,9 @@ describe('executeStep: each request type against the backend, with Tinker result
         listing: { tenant: 'acme', model_id: MODEL, kind: 'weights', name: 'w1' },
       },
     });
-    expect(part.saved.get(checkpointContentId(save.request_id))?.bytes).toEqual(
-      await backend.exportWeights(direct, 'training'),
-    );
+    expect(part.saved.get(checkpointContentId(save.request_id))?.blob).toEqual({
+      bytes: await backend.exportWeights(direct, 'training'),
+    });
 
     const named = await run(
       step('save_weights_for_sampler', {

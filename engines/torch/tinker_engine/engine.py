@@ -26,6 +26,7 @@ import torch
 
 from . import ENGINE_NAME, ENGINE_VERSION, PROTOCOL_VERSIONS
 from .adapters import Adapter, AdapterPool, parse_lora_request
+from .blob_files import BLOB_FILES_FEATURE, open_blob_file, path_arg, write_blob_file
 from .errors import EngineError, InfrastructureError, ProtocolError, UserError, user_error
 from .inputs import parse_pass_data
 from .live_samples import LiveSampleStore
@@ -33,9 +34,18 @@ from .losses import check_loss_inputs, resolve_loss
 from .models import BaseModel, same_base
 from .optim import adamw_step, parse_adam_params
 from .sampling import parse_sample_request, same_request, sample
-from .state import deserialize_state, serialize_state
+from .state import deserialize_state, read_state, serialize_state, write_state
 from .training import PassJob, run_passes
-from .weights import check_finite, check_fits, export_weights, import_into, read_weights
+from .weights import (
+    ReadWeights,
+    check_finite,
+    check_fits,
+    export_weights,
+    import_into,
+    read_weights,
+    read_weights_from,
+    write_weights,
+)
 
 
 @dataclass
@@ -111,6 +121,7 @@ class Engine:
             "base_models": [self.base.describe()],
             "device": str(self.base.device),
             "dtype": str(self.base.dtype).removeprefix("torch."),
+            "features": [BLOB_FILES_FEATURE],
         }
 
     def op_ping(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -216,14 +227,29 @@ class Engine:
         kind = args.get("kind")
         if kind not in ("training", "sampler"):
             raise ProtocolError(f"kind: must be training or sampler, got {kind!r}")
+        path = path_arg(args)
+        if path is not None:
+            return write_blob_file(path, lambda out: write_weights(out, adapter, self.base.name, kind))
         return {"weights": export_weights(adapter, self.base.name, kind)}
+
+    @staticmethod
+    def _read_weights(args: dict[str, Any], nullable: bool) -> ReadWeights | None:
+        """The weights an op names: a file at `path`, else the `weights` bytes (null only if `nullable`)."""
+        path = path_arg(args)
+        if path is not None:
+            with open_blob_file(path) as stream:
+                return read_weights_from(stream)
+        data = args.get("weights")
+        if data is None and nullable:
+            return None
+        if not isinstance(data, bytes):
+            raise ProtocolError(f"weights: must be a $bytes reference{' or null' if nullable else ''}, or path a file")
+        return read_weights(data)
 
     def op_import_weights(self, args: dict[str, Any]) -> dict[str, Any]:
         handle, adapter = self._state(args)
-        data = args.get("weights")
-        if not isinstance(data, bytes):
-            raise ProtocolError("weights: must be a $bytes reference")
-        read = read_weights(data)
+        read = self._read_weights(args, nullable=False)
+        assert read is not None
         update = import_into(adapter, read, self.base.name, args.get("optimizer") is True)
         device = self.base.device if self.pool.is_resident(adapter) else torch.device("cpu")
         with torch.no_grad():
@@ -242,12 +268,9 @@ class Engine:
 
     def op_load_sampler(self, args: dict[str, Any]) -> dict[str, Any]:
         same_base(self.base, args.get("base_model"))  # type: ignore[arg-type]
-        data = args.get("weights")
+        read = self._read_weights(args, nullable=True)
         adapter: Adapter | None = None
-        if data is not None:
-            if not isinstance(data, bytes):
-                raise ProtocolError("weights: must be a $bytes reference or null")
-            read = read_weights(data)
+        if read is not None:
             if read.base_model != self.base.name:
                 raise InfrastructureError(f"sampler weights are for {read.base_model}, not {self.base.name}")
             # Weights that are not finite are the checkpoint's fault, not the store's: a user error (E6).
@@ -285,13 +308,21 @@ class Engine:
 
     def op_serialize_state(self, args: dict[str, Any]) -> dict[str, Any]:
         _, adapter = self._state(args)
+        path = path_arg(args)
+        if path is not None:
+            return write_blob_file(path, lambda out: write_state(out, adapter, self.base.name))
         return {"bytes": serialize_state(adapter, self.base.name)}
 
     def op_deserialize_state(self, args: dict[str, Any]) -> dict[str, Any]:
-        data = args.get("bytes")
-        if not isinstance(data, bytes):
-            raise ProtocolError("bytes: must be a $bytes reference")
-        base_model, adapter = deserialize_state(data)
+        path = path_arg(args)
+        if path is not None:
+            with open_blob_file(path) as stream:
+                base_model, adapter = read_state(stream)
+        else:
+            data = args.get("bytes")
+            if not isinstance(data, bytes):
+                raise ProtocolError("bytes: must be a $bytes reference, or path a file")
+            base_model, adapter = deserialize_state(data)
         if base_model != self.base.name:
             raise InfrastructureError(f"state is for base model {base_model}, this engine serves {self.base.name}")
         try:

@@ -1,23 +1,26 @@
-"""A model state as bytes (serialize_state / deserialize_state): one safetensors file holding the
-adapter's weights (`w.<name>`), Adam moments (`m1.`, `m2.`) and gradient accumulator (`g.`), float32,
-with the rest in its metadata. Only this engine reads it back (docs/engine-protocol.md).
+"""A model state as bytes or a file (serialize_state / deserialize_state): one safetensors file holding
+the adapter's weights (`w.<name>`), Adam moments (`m1.`, `m2.`) and gradient accumulator (`g.`),
+float32, with the rest in its metadata. Only this engine reads it back (docs/engine-protocol.md).
+Written and read one tensor at a time (tensorfile.py), so a file of any size needs no host copy of
+the whole state.
 """
 
 from __future__ import annotations
 
+import io
 import json
+from typing import BinaryIO
 
 import torch
-from safetensors.torch import load as load_safetensors
 
 from .adapters import Adapter, AdapterShape
 from .errors import InfrastructureError
-from .tensorfile import write_safetensors
+from .tensorfile import read_safetensors_from, write_safetensors_to
 
 STATE_FORMAT = "tinker-engine-torch/state-1"
 
 
-def serialize_state(adapter: Adapter, base_model: str) -> bytes:
+def _state_tensors(adapter: Adapter) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for prefix, group in (
         ("w.", adapter.weights),
@@ -27,9 +30,13 @@ def serialize_state(adapter: Adapter, base_model: str) -> bytes:
     ):
         if group is None:
             continue
-        for key in sorted(group):
-            tensors[prefix + key] = group[key].detach().to("cpu", torch.float32).contiguous()
-    metadata = {
+        for key in group:
+            tensors[prefix + key] = group[key]
+    return tensors
+
+
+def _metadata(adapter: Adapter, base_model: str) -> dict[str, str]:
+    return {
         "format": STATE_FORMAT,
         "base_model": base_model,
         "rank": str(adapter.shape.rank),
@@ -38,17 +45,28 @@ def serialize_state(adapter: Adapter, base_model: str) -> bytes:
         "adam_step": str(adapter.adam_step),
         "weights_version": str(adapter.weights_version),
     }
-    return write_safetensors(tensors, metadata=metadata)
+
+
+def write_state(out: BinaryIO, adapter: Adapter, base_model: str) -> None:
+    write_safetensors_to(out, _state_tensors(adapter), _metadata(adapter, base_model), cast=torch.float32)
+
+
+def serialize_state(adapter: Adapter, base_model: str) -> bytes:
+    buffer = io.BytesIO()
+    write_state(buffer, adapter, base_model)
+    return buffer.getvalue()
 
 
 def deserialize_state(data: bytes) -> tuple[str, Adapter]:
-    """The base model name and a (host-resident) adapter; bytes that are not a state are infrastructure."""
+    return read_state(io.BytesIO(data))
+
+
+def read_state(stream: BinaryIO) -> tuple[str, Adapter]:
+    """The base model name and a (host-resident) adapter; a stream that is not a state is infrastructure."""
     try:
-        length = int.from_bytes(data[:8], "little")
-        metadata = json.loads(data[8 : 8 + length]).get("__metadata__") or {}
+        tensors, metadata = read_safetensors_from(stream)
         if metadata.get("format") != STATE_FORMAT:
             raise InfrastructureError(f"state bytes are not {STATE_FORMAT} (got {metadata.get('format')!r})")
-        tensors = load_safetensors(data)
         shape = AdapterShape(
             rank=int(metadata["rank"]),
             alpha=float(metadata["alpha"]),

@@ -5,7 +5,9 @@ import type {
   AdamParams,
   Backend,
   BackendState,
+  BlobFile,
   CreateModelInput,
+  FileBlobs,
   ForwardBackwardInput,
   ForwardBackwardResult,
   GeneratedSequence,
@@ -45,9 +47,15 @@ import { EngineProtocolError, type FrameBuilder, type WireTensor } from './frame
  *
  * Samplers are kept by base model and weights digest (up to `maxSamplers`, least recently used out), so
  * a sampler checkpoint stays loaded across work items.
+ *
+ * Blobs as files (`fileBlobs`): when the engine's `hello` lists `blob_files`, states and weights go
+ * through files the worker names instead of the pipe; the engine answers each written file's size and
+ * SHA-256, which keys the resident states and samplers as the bytes' digest does.
  */
 
 export const ENGINE_STATE_KIND = 'engine';
+/** `hello`'s feature naming the `path` forms of the blob ops (docs/engine-protocol.md#blobs-as-files). */
+export const BLOB_FILES_FEATURE = 'blob_files';
 export const ENGINE_SAMPLER_KIND = 'engine-sampler';
 
 export interface EngineState extends BackendState {
@@ -208,23 +216,42 @@ export class EngineBackend implements Backend {
     return bytesOf(result.weights, 'weights');
   }
 
-  async importWeights(
+  importWeights(
     state: BackendState,
     bytes: Uint8Array,
     options: { optimizer: boolean },
   ): Promise<BackendState> {
+    return this.#import(state, (frame) => ({ weights: frame.bytes(bytes), optimizer: options.optimizer }));
+  }
+
+  async #import(
+    state: BackendState,
+    args: (frame: FrameBuilder) => Record<string, unknown>,
+  ): Promise<BackendState> {
     const held = this.#use(state);
     const { result, run } = await this.#engine.call(
       'import_weights',
-      (frame) => ({ state: held.handle, weights: frame.bytes(bytes), optimizer: options.optimizer }),
+      (frame) => ({ state: held.handle, ...args(frame) }),
       { run: held.run },
     );
     this.#consumed(held);
     return this.#issued(result.state, run);
   }
 
-  async loadSampler(baseModel: string, weights: Uint8Array | null): Promise<SamplerModel> {
-    const key = `${baseModel}\u0000${weights === null ? 'base' : sha256Hex(weights)}`;
+  loadSampler(baseModel: string, weights: Uint8Array | null): Promise<SamplerModel> {
+    return this.#loadSampler(baseModel, weights === null ? 'base' : sha256Hex(weights), (frame) => ({
+      base_model: baseModel,
+      weights: weights === null ? null : frame.bytes(weights),
+    }));
+  }
+
+  /** Loads a sampler once per base model and weights digest (`digest`; 'base' for none). */
+  async #loadSampler(
+    baseModel: string,
+    digest: string,
+    args: (frame: FrameBuilder) => Record<string, unknown>,
+  ): Promise<SamplerModel> {
+    const key = `${baseModel}\u0000${digest}`;
     const kept = this.#samplers.get(key);
     if (kept !== undefined) {
       const sampler = await kept.sampler.catch(() => undefined);
@@ -235,17 +262,12 @@ export class EngineBackend implements Backend {
       }
       if (this.#samplers.get(key) === kept) this.#samplers.delete(key);
     }
-    const loading = this.#engine
-      .call('load_sampler', (frame) => ({
-        base_model: baseModel,
-        weights: weights === null ? null : frame.bytes(weights),
-      }))
-      .then(({ result, run }): EngineSampler => {
-        this.#noteRun(run);
-        const handle = handleOf(result.sampler);
-        entry.handle = handle;
-        return { kind: ENGINE_SAMPLER_KIND, base_model: baseModel, handle, run };
-      });
+    const loading = this.#engine.call('load_sampler', args).then(({ result, run }): EngineSampler => {
+      this.#noteRun(run);
+      const handle = handleOf(result.sampler);
+      entry.handle = handle;
+      return { kind: ENGINE_SAMPLER_KIND, base_model: baseModel, handle, run };
+    });
     const entry: SamplerEntry = { sampler: loading };
     this.#samplers.set(key, entry);
     loading.catch(() => {
@@ -317,18 +339,61 @@ export class EngineBackend implements Backend {
       run: held.run,
     });
     const bytes = bytesOf(result.bytes, 'bytes');
-    if (this.#live.has(held.handle)) {
-      this.#resident.set(sha256Hex(bytes), held);
-      for (const [digest] of this.#resident) {
-        if (this.#resident.size <= this.#maxResidentStates) break;
-        this.#resident.delete(digest);
-      }
-    }
+    this.#remember(held, sha256Hex(bytes));
     return bytes;
   }
 
-  async deserializeState(bytes: Uint8Array): Promise<BackendState> {
-    const digest = sha256Hex(bytes);
+  deserializeState(bytes: Uint8Array): Promise<BackendState> {
+    return this.#deserialize(sha256Hex(bytes), (frame) => ({ bytes: frame.bytes(bytes) }));
+  }
+
+  /** The `path` forms, when the engine speaks them (its `hello` lists BLOB_FILES_FEATURE). */
+  async fileBlobs(): Promise<FileBlobs | undefined> {
+    // A started engine's answer is known: asking again would queue behind the request in flight.
+    const hello = this.#engine.lastHello ?? (await this.#engine.start());
+    return hello.features?.includes(BLOB_FILES_FEATURE) === true ? this.#files : undefined;
+  }
+
+  readonly #files: FileBlobs = {
+    serializeStateTo: async (state, path) => {
+      const held = this.#use(state);
+      const { result } = await this.#engine.call('serialize_state', () => ({ state: held.handle, path }), {
+        run: held.run,
+      });
+      const file = blobFileOf(result);
+      this.#remember(held, file.sha256);
+      return file;
+    },
+    deserializeStateFrom: (path, file) => this.#deserialize(file.sha256, () => ({ path })),
+    exportWeightsTo: async (state, kind, path) => {
+      const held = this.#use(state);
+      const { result } = await this.#engine.call(
+        'export_weights',
+        () => ({ state: held.handle, kind, path }),
+        { run: held.run },
+      );
+      return blobFileOf(result);
+    },
+    importWeightsFrom: (state, path, options) =>
+      this.#import(state, () => ({ path, optimizer: options.optimizer })),
+    loadSamplerFrom: (baseModel, path, file) =>
+      this.#loadSampler(baseModel, file.sha256, () => ({ base_model: baseModel, weights: null, path })),
+  };
+
+  /** A serialized state's handle, kept for reuse by the digest of what it was serialized to. */
+  #remember(held: EngineState, digest: string): void {
+    if (!this.#live.has(held.handle)) return;
+    this.#resident.set(digest, held);
+    for (const [oldest] of this.#resident) {
+      if (this.#resident.size <= this.#maxResidentStates) break;
+      this.#resident.delete(oldest);
+    }
+  }
+
+  async #deserialize(
+    digest: string,
+    args: (frame: FrameBuilder) => Record<string, unknown>,
+  ): Promise<BackendState> {
     const resident = this.#resident.get(digest);
     if (resident !== undefined) {
       this.#resident.delete(digest);
@@ -339,9 +404,7 @@ export class EngineBackend implements Backend {
       }
     }
     this.reuse.loaded += 1;
-    const { result, run } = await this.#engine.call('deserialize_state', (frame) => ({
-      bytes: frame.bytes(bytes),
-    }));
+    const { result, run } = await this.#engine.call('deserialize_state', args);
     return this.#issued(result.state, run);
   }
 
@@ -482,6 +545,14 @@ function stateOf(raw: unknown, run: number): EngineState {
     weights_version: state.weights_version as number,
     run,
   };
+}
+
+function blobFileOf(raw: Record<string, unknown>): BlobFile {
+  const { size, sha256 } = raw;
+  if (!Number.isSafeInteger(size) || typeof sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(sha256)) {
+    throw new EngineProtocolError('engine answered a file blob without its size and sha256');
+  }
+  return { size: size as number, sha256 };
 }
 
 function bytesOf(raw: unknown, field: string): Uint8Array {

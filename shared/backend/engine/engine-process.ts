@@ -56,6 +56,8 @@ export interface EngineHello {
   readonly base_models: readonly EngineBaseModel[];
   readonly device: string;
   readonly dtype: string;
+  /** Optional additions to version 1 the engine speaks (docs/engine-protocol.md#versioning); absent: none. */
+  readonly features?: readonly string[];
 }
 
 /** An engine answered `ok: false` with kind `user`: bad input found at execution (E6). */
@@ -87,6 +89,8 @@ export class EngineProcess {
   #nextId = 1;
   #run = 0;
   #hello: EngineHello | undefined;
+  /** The last `hello` answered, kept across restarts (the same command speaks the same features). */
+  #lastHello: EngineHello | undefined;
   #queue: Promise<unknown> = Promise.resolve();
   #stderrTail: string[] = [];
   #stderrPartial = '';
@@ -113,6 +117,11 @@ export class EngineProcess {
   /** The engine's process id while one runs (tests kill it to check crash handling). */
   get pid(): number | undefined {
     return this.#child?.pid;
+  }
+
+  /** The last `hello` an engine run answered (undefined before the first start). */
+  get lastHello(): EngineHello | undefined {
+    return this.#lastHello;
   }
 
   /** Starts the engine if none runs and answers its `hello`. */
@@ -204,6 +213,7 @@ export class EngineProcess {
       );
     }
     this.#hello = hello;
+    this.#lastHello = hello;
     logger.info('engine started', {
       engine: `${hello.engine?.name} ${hello.engine?.version}`,
       run: this.#run,

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { BaseModelConfig } from '../../base/config.js';
-import { LOCAL_DIR } from '../../base/env-file.js';
+import { LOCAL_DIR, PROJECT_ROOT } from '../../base/env-file.js';
 import { EngineBackend } from './engine-backend.js';
 import { type EngineCommand, EngineProcess } from './engine-process.js';
 
@@ -84,9 +84,18 @@ export interface EngineStartOptions {
   readonly worker?: string;
 }
 
+/** The torch engine's sources in this checkout. */
+export const TORCH_ENGINE_SOURCES = path.join(PROJECT_ROOT, 'engines', 'torch');
+
 export function torchEngineCommand(options: EngineStartOptions): EngineCommand {
+  // This checkout's engine sources come first on the path: the venv's editable install names the
+  // checkout that installed it, which a second worktree sharing the venv is not.
+  const inherited = process.env.PYTHONPATH;
   return {
     command: torchEnginePython(),
+    env: {
+      PYTHONPATH: inherited ? `${TORCH_ENGINE_SOURCES}${path.delimiter}${inherited}` : TORCH_ENGINE_SOURCES,
+    },
     args: [
       '-m',
       'tinker_engine',

@@ -1,5 +1,5 @@
-import { CopyObjectCommand } from '@aws-sdk/client-s3';
 import { backoffDelay, realSleep } from '../../aws/backoff.js';
+import { copyObject } from '../../aws/s3-streams.js';
 import { type TransactItem, transactWrite } from '../../aws/transact.js';
 import { IdempotencyConflictError, InfrastructureError } from '../../base/errors.js';
 import { sha256Hex } from '../../base/ids.js';
@@ -161,13 +161,8 @@ export async function copyCheckpoint(
   }
   const settled = copy.settled ?? (await settleCopy(copy, store));
   const answer = { tinker_path: settled.tinker_path };
-  await s3.send(
-    new CopyObjectCommand({
-      Bucket: store.bucket,
-      Key: settled.blob_key,
-      CopySource: `${store.bucket}/${encodeURIComponent(settled.source_blob_key).replaceAll('%2F', '/')}`,
-    }),
-  );
+  // Server side, in parts above one CopyObject's 5 GiB (a large training checkpoint).
+  await copyObject(s3, store.bucket, settled.source_blob_key, settled.blob_key);
   const listing = checkpointListingKeys({ ...source, tenant: copy.tenant, model_id: copy.modelId }, copy.now);
   const expiresAt = expiryOf(copy.now, copy.ttlSeconds);
   const record: CheckpointNameRecord = {

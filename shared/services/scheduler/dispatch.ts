@@ -1,12 +1,6 @@
-import {
-  AbortMultipartUploadCommand,
-  CompleteMultipartUploadCommand,
-  CreateMultipartUploadCommand,
-  PutObjectCommand,
-  type S3Client,
-  UploadPartCommand,
-} from '@aws-sdk/client-s3';
+import type { S3Client } from '@aws-sdk/client-s3';
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { bytesSource, DEFAULT_PART_BYTES, putObjectFrom } from '../../aws/s3-streams.js';
 import { storageKeys } from '../../base/storage-keys.js';
 import { type WorkItem, type WorkManifest, workItemSchema } from '../../domain/planning/work-item.js';
 import { encodeWorkItemFile } from '../../domain/planning/work-item-file.js';
@@ -14,10 +8,9 @@ import { encodeWorkItemFile } from '../../domain/planning/work-item-file.js';
 /**
  * Bodies above this go up in parts. A work item of 256 passes of ~76 KiB is ~20 MB: one PUT takes
  * that on AWS, but request bodies are capped lower elsewhere (fauxqs: 11 MiB), and parts upload in
- * parallel. S3 parts are at least 5 MiB (except the last).
+ * parallel (shared/aws/s3-streams.ts).
  */
-export const MULTIPART_PART_BYTES = 8 * 1024 * 1024;
-const PART_CONCURRENCY = 4;
+export const MULTIPART_PART_BYTES = DEFAULT_PART_BYTES;
 const WORK_ITEM_CONTENT_TYPE = 'application/octet-stream';
 
 /**
@@ -29,62 +22,19 @@ export async function writeWorkItem(s3: S3Client, bucket: string, workItem: Work
   workItemSchema.parse(workItem);
   const body = encodeWorkItemFile(workItem);
   const key = storageKeys.workItem(workItem.work_item_id);
-  if (body.length <= MULTIPART_PART_BYTES) {
-    await s3.send(
-      new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ContentType: WORK_ITEM_CONTENT_TYPE }),
-    );
-  } else {
-    await putInParts(s3, bucket, key, body);
-  }
+  await putInParts(s3, bucket, key, body);
   return body.length;
 }
 
-/** Uploads `body` in `MULTIPART_PART_BYTES` parts (exported for the scheduler bench's pre-W4 baseline). */
+/**
+ * Uploads `body`: one PUT up to `MULTIPART_PART_BYTES`, else in parts of that size (exported for the
+ * scheduler bench's pre-W4 baseline).
+ */
 export async function putInParts(s3: S3Client, bucket: string, key: string, body: Uint8Array): Promise<void> {
-  const created = await s3.send(
-    new CreateMultipartUploadCommand({ Bucket: bucket, Key: key, ContentType: WORK_ITEM_CONTENT_TYPE }),
-  );
-  const uploadId = created.UploadId;
-  if (uploadId === undefined) throw new Error(`S3 gave no upload id for ${key}`);
-  try {
-    const count = Math.ceil(body.length / MULTIPART_PART_BYTES);
-    const etags: string[] = new Array(count);
-    for (let first = 0; first < count; first += PART_CONCURRENCY) {
-      const batch = Array.from(
-        { length: Math.min(PART_CONCURRENCY, count - first) },
-        (_, offset) => first + offset,
-      );
-      await Promise.all(
-        batch.map(async (index) => {
-          const part = await s3.send(
-            new UploadPartCommand({
-              Bucket: bucket,
-              Key: key,
-              UploadId: uploadId,
-              PartNumber: index + 1,
-              Body: body.subarray(index * MULTIPART_PART_BYTES, (index + 1) * MULTIPART_PART_BYTES),
-            }),
-          );
-          if (part.ETag === undefined) throw new Error(`S3 gave no ETag for part ${index + 1} of ${key}`);
-          etags[index] = part.ETag;
-        }),
-      );
-    }
-    await s3.send(
-      new CompleteMultipartUploadCommand({
-        Bucket: bucket,
-        Key: key,
-        UploadId: uploadId,
-        MultipartUpload: { Parts: etags.map((ETag, index) => ({ ETag, PartNumber: index + 1 })) },
-      }),
-    );
-  } catch (error) {
-    // Parts of an abandoned upload cost storage until aborted; the item itself is never visible.
-    await s3
-      .send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId }))
-      .catch(() => undefined);
-    throw error;
-  }
+  await putObjectFrom(s3, bucket, key, bytesSource(body), {
+    partBytes: MULTIPART_PART_BYTES,
+    contentType: WORK_ITEM_CONTENT_TYPE,
+  });
 }
 
 /** Sends the small manifest naming a written work item: queues carry names, S3 carries batches. */

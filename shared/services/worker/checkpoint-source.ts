@@ -6,21 +6,23 @@ import { parseCheckpointPath } from '../../domain/tinker-path.js';
 import { mayAccess, readCheckpointName } from '../../repositories/checkpoints/names.js';
 import { readFuture } from '../../repositories/futures.js';
 import type { Tables } from '../../repositories/tables.js';
-import { getBytes } from './blobs.js';
+import { fetchBlob, type LocalBlob } from './state-blobs.js';
 import type { CheckpointRefPayload } from './step-payloads.js';
 import type { WorkerClients } from './types.js';
 
 /**
- * The bytes a load_weights step names. A checkpoint saved earlier in the same work item is taken from
- * memory (it commits together with the load, E4); otherwise the name record, read strongly, must be
+ * The blob a load_weights step names (to a spool file when `asFile`, ./state-blobs.ts; the caller
+ * discards it unless it is one of `savedHere`). A checkpoint saved earlier in the same work item is
+ * taken from there (it commits together with the load, E4); otherwise the name record, read strongly, must be
  * committed. A name still pending belongs to a save of another model that has not committed: an
  * infrastructure error, so the model is re-planned and tries again (after K attempts the step fails
  * with a server error, E2). A name whose save failed is the user's error.
  */
-export async function loadCheckpointBytes(
+export async function loadCheckpointBlob(
   ref: CheckpointRefPayload & { readonly content_id: string },
-  savedHere: ReadonlyMap<string, Uint8Array>,
+  savedHere: ReadonlyMap<string, LocalBlob>,
   store: {
+    readonly asFile: boolean;
     readonly clients: WorkerClients;
     readonly tables: Tables<'futures' | 'registry'>;
     readonly bucket: string;
@@ -28,7 +30,7 @@ export async function loadCheckpointBytes(
     readonly tenant: string;
     readonly now: number;
   },
-): Promise<Uint8Array> {
+): Promise<LocalBlob> {
   const { clients, tables, bucket } = store;
   const own = savedHere.get(ref.content_id);
   if (own !== undefined) return own;
@@ -52,7 +54,7 @@ export async function loadCheckpointBytes(
     if (!isLiveCheckpoint(record, store.now)) {
       throw new StepUserError(`path: checkpoint ${ref.path} has expired`, { context: { field: 'path' } });
     }
-    return checkpointBlob(clients, bucket, checkpointBlobKey(record), ref.path);
+    return checkpointBlob(clients, bucket, checkpointBlobKey(record), ref.path, store.asFile);
   }
   const saver = await readFuture(clients.doc, tables.futures, record.request_id, true);
   if (saver?.status === 'failed') {
@@ -71,7 +73,7 @@ export function checkpointBlobKey(
 }
 
 /**
- * A checkpoint's blob. Missing means collected (a delete or an expiry whose record went after the
+ * A checkpoint's blob (a spool file when `asFile`). Missing means collected (a delete or an expiry whose record went after the
  * check above): the user's error, not a retry that could only end in a server error.
  */
 export async function checkpointBlob(
@@ -79,9 +81,10 @@ export async function checkpointBlob(
   bucket: string,
   key: string,
   path: string,
-): Promise<Uint8Array> {
+  asFile: boolean,
+): Promise<LocalBlob> {
   try {
-    return await getBytes(clients.s3, bucket, key);
+    return await fetchBlob(clients.s3, bucket, key, asFile);
   } catch (error) {
     if (error instanceof InfrastructureError && isAwsError(error.cause, 'NoSuchKey', 'NotFound')) {
       throw new StepUserError(`checkpoint ${path} was deleted`, { context: { field: 'path' } });

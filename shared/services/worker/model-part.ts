@@ -1,14 +1,20 @@
 import { faultHook } from '../../base/fault-hook.js';
 import { logger } from '../../base/logger.js';
 import type { WorkItemModel } from '../../domain/planning/work-item.js';
-import { getBytes, putBytes } from './blobs.js';
 import { commitModel } from './commit.js';
 import type { StepCommit } from './commit-items.js';
 import { AbandonedError, type RunContext, stopIfAborted } from './context.js';
 import { LeaseLostError, releaseForReplan } from './lease.js';
 import { COMMIT_INLINE_BUDGET_BYTES, storeOutcome, storeState } from './outputs.js';
 import { changesState, forcesSnapshot, rebuildState } from './recovery.js';
-import { executeStep, type PartState, type StepExecution } from './steps.js';
+import { type PrefetchedState, prefetchStateBlob } from './state-blobs.js';
+import {
+  discardSavedCheckpoints,
+  executeStep,
+  type PartState,
+  putSavedCheckpoints,
+  type StepExecution,
+} from './steps.js';
 import type { ModelOutcome, PartOutcome } from './types.js';
 
 /**
@@ -58,7 +64,10 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
   // A redelivered or re-planned work item stops here, before it runs or writes anything. The row was
   // read with every other part's when the work item started (./opening-reads.ts).
   const row = (await ctx.opening.models).get(model.model_id);
-  if (row?.inflight !== model.inflight) return { outcome: 'not_inflight' };
+  if (row?.inflight !== model.inflight) {
+    prefetched?.discard();
+    return { outcome: 'not_inflight' };
+  }
 
   const lease = ctx.leases.hold(model.model_id, model.inflight, row.lease_until ?? 0);
   const env = {
@@ -88,13 +97,8 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
     if (resident === undefined) {
       const rebuilt = await rebuildState(
         row,
-        async (key) => {
-          const base = await (key === prefetchKey && prefetched !== undefined
-            ? prefetched
-            : readBaseState(key, ctx));
-          if ('error' in base) throw base.error;
-          return backend.deserializeState(base.bytes);
-        },
+        (key) =>
+          (key === prefetchKey && prefetched !== undefined ? prefetched : readBaseState(key, ctx)).load(),
         env,
       );
       part.state = rebuilt.state;
@@ -165,12 +169,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
           }),
         ),
       ),
-      ...[...part.saved.values()].flatMap((blob) => [
-        putBytes(clients.s3, ctx.bucket, blob.key, blob.bytes),
-        ...(blob.archive === undefined
-          ? []
-          : [putBytes(clients.s3, ctx.bucket, blob.archive.key, blob.archive.bytes)]),
-      ]),
+      putSavedCheckpoints(clients.s3, ctx.bucket, part.saved),
     ]);
     const stateRef = stored?.key;
     await ctx.emit({ kind: 'model-written', model_id: model.model_id, state_ref: stateRef });
@@ -224,18 +223,15 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
     }
     return { outcome: 'committed', settled_by_reread: result.settledByReread };
   } finally {
+    prefetched?.discard();
+    await discardSavedCheckpoints(part.saved);
     ctx.leases.release(model.inflight);
     // A state not kept is freed: the part failed, was lost, or the model is unloaded.
     if (residency !== undefined && !committed) residency.discard(part.state);
   }
 }
 
-/** The base state's bytes, from this process's committed states or from S3; a failure as a value. */
-function readBaseState(key: string, ctx: RunContext): Promise<{ bytes: Uint8Array } | { error: unknown }> {
-  const kept = ctx.states.get(key);
-  if (kept !== undefined) return Promise.resolve({ bytes: kept });
-  return getBytes(ctx.clients.s3, ctx.bucket, key).then(
-    (bytes) => ({ bytes }),
-    (error: unknown) => ({ error }),
-  );
+/** The base state, from this process's committed states or from S3 (./state-blobs.ts); loaded by `load`. */
+function readBaseState(key: string, ctx: RunContext): PrefetchedState {
+  return prefetchStateBlob(ctx.backend, ctx.clients.s3, ctx.bucket, key, ctx.states);
 }

@@ -3,6 +3,7 @@ import type { Backend } from '../../backend/backend.js';
 import { storageKeys } from '../../base/storage-keys.js';
 import { putBytes } from './blobs.js';
 import type { StoredOutcome } from './commit-items.js';
+import { type StoredState, writeStateBlob } from './state-blobs.js';
 import type { StepResult } from './steps.js';
 
 /**
@@ -79,8 +80,9 @@ export function firstNonFinite(value: unknown): string | undefined {
 }
 
 /**
- * The new model state under its run's key (E3: `state/<model>/<epoch>/<run>.bin`), with the bytes
- * written; undefined when no step changed the state.
+ * The new model state under its run's key (E3: `state/<model>/<epoch>/<run>.bin`), written streamed
+ * (./state-blobs.ts), with its bytes when small enough for the StateCache; undefined when no step
+ * changed the state.
  */
 export async function storeState(
   backend: Backend,
@@ -93,10 +95,7 @@ export async function storeState(
     readonly state: Parameters<Backend['serializeState']>[0] | undefined;
     readonly stateChanged: boolean;
   },
-): Promise<{ readonly key: string; readonly bytes: Uint8Array } | undefined> {
+): Promise<StoredState | undefined> {
   if (!part.stateChanged || part.state === undefined) return undefined;
-  const key = storageKeys.modelState(modelId, epoch, run);
-  const bytes = await backend.serializeState(part.state);
-  await putBytes(s3, bucket, key, bytes);
-  return { key, bytes };
+  return writeStateBlob(backend, s3, bucket, storageKeys.modelState(modelId, epoch, run), part.state);
 }

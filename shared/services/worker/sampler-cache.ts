@@ -2,6 +2,7 @@ import type { Backend, SamplerModel } from '../../backend/backend.js';
 import type { CheckpointNameRecord } from '../../domain/records.js';
 import { readCheckpointName } from '../../repositories/checkpoints/names.js';
 import { checkpointBlob } from './checkpoint-source.js';
+import { discardBlob, fetchesToFiles, loadSamplerBlob } from './state-blobs.js';
 import type { WorkerClients } from './types.js';
 
 export interface SamplerCheckpoint {
@@ -56,12 +57,17 @@ export class SamplerCache {
 
   async #load(baseModel: string, checkpoint: SamplerCheckpoint | undefined): Promise<SamplerModel> {
     if (checkpoint === undefined) return this.backend.loadSampler(baseModel, null);
-    const bytes = await checkpointBlob(
+    const blob = await checkpointBlob(
       this.clients,
       this.bucket,
       checkpoint.blob_key,
       `${checkpoint.model_id}/${checkpoint.content_id}`,
+      await fetchesToFiles(this.backend),
     );
-    return this.backend.loadSampler(baseModel, bytes);
+    try {
+      return await loadSamplerBlob(this.backend, baseModel, blob);
+    } finally {
+      await discardBlob(blob);
+    }
   }
 }

@@ -26,11 +26,14 @@ export class StateCache {
     return bytes.slice();
   }
 
-  /** After the commit naming `key` landed; `replaces` is the state it superseded (no work item names it again). */
-  committed(key: string, bytes: Uint8Array, replaces?: string): void {
+  /**
+   * After the commit naming `key` landed; `replaces` is the state it superseded (no work item names it
+   * again). `bytes` undefined: a state written without its bytes here (too large to keep).
+   */
+  committed(key: string, bytes: Uint8Array | undefined, replaces?: string): void {
     if (replaces !== undefined) this.#drop(replaces);
     this.#drop(key);
-    if (bytes.length > this.maxBytes) return;
+    if (bytes === undefined || bytes.length > this.maxBytes) return;
     this.#entries.set(key, bytes.slice());
     this.#bytes += bytes.length;
     for (const [oldest, entry] of this.#entries) {

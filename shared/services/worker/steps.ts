@@ -1,3 +1,4 @@
+import type { S3Client } from '@aws-sdk/client-s3';
 import type { AdamParams, Backend, BackendState, LoraConfigInput } from '../../backend/backend.js';
 import { StepUserError } from '../../base/errors.js';
 import { requestIdTime } from '../../base/ids.js';
@@ -8,11 +9,22 @@ import type { WorkItemModel, WorkItemStep } from '../../domain/planning/work-ite
 import { type FutureError, registryKey, type SamplingSessionRecord } from '../../domain/records.js';
 import { issuedPath } from '../../repositories/checkpoints/names.js';
 import type { Tables } from '../../repositories/tables.js';
-import { checkpointArchive } from '../../wire/archive/archive.js';
-import { loadCheckpointBytes } from './checkpoint-source.js';
+import { loadCheckpointBlob } from './checkpoint-source.js';
 import type { CheckpointEffect } from './commit-items.js';
 import type { PassBatcher } from './pass-batcher.js';
 import * as results from './results.js';
+import {
+  blobSize,
+  discardBlob,
+  exportCheckpoint,
+  fetchesToFiles,
+  importCheckpoint,
+  type LocalBlob,
+  type PlannedArchive,
+  planArchive,
+  putArchive,
+  putBlob,
+} from './state-blobs.js';
 import { MalformedPayloadError, parseStepPayload, passInputOf } from './step-payloads.js';
 import type { WorkerClients } from './types.js';
 
@@ -27,16 +39,39 @@ export interface PartState {
   /** A step replaced the state loaded from `base_state_ref`: it is written under a new key. */
   stateChanged: boolean;
   unloaded: boolean;
-  /** Checkpoints saved by earlier steps of this part, by content id; written to S3 before the commit. */
-  readonly saved: Map<
-    string,
-    {
-      readonly key: string;
-      readonly bytes: Uint8Array;
-      /** Its tar (C2), written beside it. */
-      readonly archive?: { readonly key: string; readonly bytes: Uint8Array };
-    }
-  >;
+  /**
+   * Checkpoints saved by earlier steps of this part, by content id; written to S3 before the commit
+   * (`putSavedCheckpoints`), their spool files removed when the part ends (`discardSavedCheckpoints`).
+   */
+  readonly saved: Map<string, SavedCheckpoint>;
+}
+
+export interface SavedCheckpoint {
+  readonly key: string;
+  readonly blob: LocalBlob;
+  /** Its tar (C2), written beside it. */
+  readonly archive?: PlannedArchive;
+}
+
+/** Writes a part's saved checkpoints and their archives (before its commit, E4). */
+export async function putSavedCheckpoints(
+  s3: S3Client,
+  bucket: string,
+  saved: ReadonlyMap<string, SavedCheckpoint>,
+): Promise<void> {
+  await Promise.all(
+    [...saved.values()].flatMap((checkpoint) => [
+      putBlob(s3, bucket, checkpoint.key, checkpoint.blob),
+      ...(checkpoint.archive === undefined
+        ? []
+        : [putArchive(s3, bucket, checkpoint.archive, checkpoint.blob)]),
+    ]),
+  );
+}
+
+/** Removes the spool files of a part's saved checkpoints (the part committed or failed). */
+export async function discardSavedCheckpoints(saved: ReadonlyMap<string, SavedCheckpoint>): Promise<void> {
+  await Promise.all([...saved.values()].map((checkpoint) => discardBlob(checkpoint.blob)));
 }
 
 export type StepResult =
@@ -106,19 +141,20 @@ function releaseOnFailure(step: WorkItemStep): { checkpoint?: CheckpointEffect }
 
 /**
  * A checkpoint's tar (from a reference blob, or an engine's PEFT adapter tar), or none when the
- * backend's blob is neither: the save still succeeds, without `archive_key`.
+ * backend's blob is neither: the save still succeeds, without `archive_key`. Planned from the blob's
+ * headers (`checkpointArchivePlan`): the tar is assembled as it is uploaded.
  */
-function archiveOf(
-  bytes: Uint8Array,
+async function archiveOf(
+  blob: LocalBlob,
   requestId: string,
   modelId: string,
   contentId: string,
   run: string,
-): { readonly key: string; readonly bytes: Uint8Array } | undefined {
+): Promise<PlannedArchive | undefined> {
   const submitted = requestIdTime(requestId);
   try {
-    const tar = checkpointArchive(bytes, { createdAtMs: Number.isFinite(submitted) ? submitted : 0 });
-    return { key: storageKeys.archive(modelId, contentId, run), bytes: tar };
+    const plan = await planArchive(blob, Number.isFinite(submitted) ? submitted : 0);
+    return { key: storageKeys.archive(modelId, contentId, run), plan };
   } catch (error) {
     logger.warn('checkpoint saved without an archive', {
       content_id: contentId,
@@ -181,14 +217,15 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
       }
       const kind = step.request_type === 'save_weights' ? 'training' : 'sampler';
       const state = requireState(part, modelId);
-      const bytes = await backend.exportWeights(state, kind);
       const contentId = checkpointContentId(step.request_id);
       // Under this run's keys (E3): another run of the same save may export other bytes.
       const key = storageKeys.checkpoint(modelId, contentId, env.run);
+      const blob = await exportCheckpoint(backend, state, kind);
       // The archive is built once, here, from the exported blob (C2): the route only presigns it. Its
       // mtimes are the save's submit time (its request id's), so it depends on the blob alone.
-      const archive = archiveOf(bytes, step.request_id, modelId, contentId, env.run);
-      part.saved.set(contentId, { key, bytes, ...(archive === undefined ? {} : { archive }) });
+      // (archiveOf never throws: the blob's spool file is the part's from here.)
+      const archive = await archiveOf(blob, step.request_id, modelId, contentId, env.run);
+      part.saved.set(contentId, { key, blob, ...(archive === undefined ? {} : { archive }) });
       const session = 'sampling_session' in payload ? payload.sampling_session : undefined;
       const checkpoint: CheckpointEffect = {
         action: 'commit',
@@ -197,7 +234,7 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
         content_id: contentId,
         blob_key: key,
         ...(archive === undefined ? {} : { archive_key: archive.key }),
-        size_bytes: bytes.length,
+        size_bytes: blobSize(blob),
         weights_version: state.weights_version,
         ...(payload.ttl_seconds === undefined ? {} : { ttl_seconds: payload.ttl_seconds }),
         // Named saves are listed (C1); an unnamed sampler save is reached through its sampling session.
@@ -244,15 +281,20 @@ async function runStep(step: WorkItemStep, part: PartState, env: StepEnv): Promi
     }
     case 'load_weights': {
       const payload = parseStepPayload('load_weights', step.request_id, step.payload);
-      const saved = new Map([...part.saved].map(([id, blob]) => [id, blob.bytes]));
-      const bytes = await loadCheckpointBytes(payload.checkpoint, saved, {
+      const saved = new Map([...part.saved].map(([id, checkpoint]) => [id, checkpoint.blob]));
+      const blob = await loadCheckpointBlob(payload.checkpoint, saved, {
         ...env,
+        asFile: await fetchesToFiles(backend),
         tenant: env.model.tenant,
         now: env.now(),
       });
-      part.state = await backend.importWeights(requireState(part, modelId), bytes, {
-        optimizer: payload.optimizer,
-      });
+      try {
+        part.state = await importCheckpoint(backend, requireState(part, modelId), blob, {
+          optimizer: payload.optimizer,
+        });
+      } finally {
+        if (saved.get(payload.checkpoint.content_id) !== blob) await discardBlob(blob);
+      }
       part.stateChanged = true;
       return completed(step, results.loadWeightsResult(issuedPath(payload.checkpoint)));
     }

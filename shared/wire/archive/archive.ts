@@ -31,7 +31,7 @@ import { DIM } from '../../backend/reference/model.js';
 import type { ReferenceState } from '../../backend/reference/state.js';
 import { InfrastructureError } from '../../base/errors.js';
 import { type SafetensorsTensor, writeSafetensors } from './safetensors.js';
-import { isTar, readTar, writeTar } from './tar.js';
+import { isTar, type RangeReader, readTar, readTarEntries, TAR_BLOCK, tarSegments, writeTar } from './tar.js';
 
 export const ADAPTER_CONFIG_FILE = 'adapter_config.json';
 export const ADAPTER_WEIGHTS_FILE = 'adapter_model.safetensors';
@@ -166,11 +166,25 @@ function engineCheckpointArchive(blob: Uint8Array, createdAtMs: number): Uint8Ar
   const files = new Map(readTar(blob).map((file) => [file.name.replace(/^\.\//, ''), file.data]));
   const config = files.get(ADAPTER_CONFIG_FILE);
   const weights = files.get(ADAPTER_WEIGHTS_FILE);
-  if (config === undefined || weights === undefined) {
-    throw new InfrastructureError(
-      `an engine checkpoint needs ${ADAPTER_CONFIG_FILE} and ${ADAPTER_WEIGHTS_FILE}; it holds ${[...files.keys()].join(', ') || 'nothing'}`,
-    );
-  }
+  if (config === undefined || weights === undefined) throw lacksAdapterFiles([...files.keys()]);
+  checkAdapterConfig(config);
+  return writeTar(
+    [
+      { name: ADAPTER_CONFIG_FILE, data: config },
+      { name: ADAPTER_WEIGHTS_FILE, data: weights },
+      { name: COMPLETE_MARKER_FILE, data: new Uint8Array(0) },
+    ],
+    { mtimeSeconds: Math.floor(createdAtMs / 1000) },
+  );
+}
+
+function lacksAdapterFiles(names: readonly string[]): InfrastructureError {
+  return new InfrastructureError(
+    `an engine checkpoint needs ${ADAPTER_CONFIG_FILE} and ${ADAPTER_WEIGHTS_FILE}; it holds ${names.join(', ') || 'nothing'}`,
+  );
+}
+
+function checkAdapterConfig(config: Uint8Array): void {
   let parsed: unknown;
   try {
     parsed = JSON.parse(new TextDecoder().decode(config));
@@ -184,11 +198,62 @@ function engineCheckpointArchive(blob: Uint8Array, createdAtMs: number): Uint8Ar
       `the engine checkpoint's ${ADAPTER_CONFIG_FILE} names no base_model_name_or_path`,
     );
   }
-  return writeTar(
+}
+
+/** A range of the checkpoint blob an archive copies. */
+export interface BlobRange {
+  readonly offset: number;
+  readonly length: number;
+}
+
+/** An archive as segments to concatenate: bytes made here, and ranges copied from the blob. */
+export interface ArchivePlan {
+  readonly size: number;
+  readonly segments: readonly (Uint8Array | BlobRange)[];
+}
+
+/** An adapter_config.json larger than this is not a PEFT config. */
+const MAX_CONFIG_BYTES = 1024 * 1024;
+
+/**
+ * `checkpointArchive` of a blob of `size` bytes read in ranges (a file of any size, S3 of
+ * docs/design.md#s1): the same archive, as a plan whose adapter weights are a range of the blob,
+ * so neither the blob nor the archive is ever whole in memory. A blob that is not a tar (a reference
+ * blob, small) is read whole and archived as `checkpointArchive` does.
+ */
+export async function checkpointArchivePlan(
+  read: RangeReader,
+  size: number,
+  options: ArchiveOptions,
+): Promise<ArchivePlan> {
+  const { createdAtMs } = options;
+  if (!Number.isFinite(createdAtMs) || createdAtMs < 0) {
+    throw new InfrastructureError(`checkpoint creation time ${createdAtMs} is not an epoch time`);
+  }
+  if (size < TAR_BLOCK || !isTar(await read(0, TAR_BLOCK))) {
+    const whole = checkpointArchive(await read(0, size), options);
+    return { size: whole.length, segments: [whole] };
+  }
+  const entries = new Map(
+    (await readTarEntries(read, size)).map((entry) => [entry.name.replace(/^\.\//, ''), entry]),
+  );
+  const config = entries.get(ADAPTER_CONFIG_FILE);
+  const weights = entries.get(ADAPTER_WEIGHTS_FILE);
+  if (config === undefined || weights === undefined) throw lacksAdapterFiles([...entries.keys()]);
+  if (config.size > MAX_CONFIG_BYTES) {
+    throw new InfrastructureError(`the engine checkpoint's ${ADAPTER_CONFIG_FILE} is ${config.size} bytes`);
+  }
+  const configBytes = await read(config.offset, config.size);
+  checkAdapterConfig(configBytes);
+  return tarSegments<BlobRange | Uint8Array>(
     [
-      { name: ADAPTER_CONFIG_FILE, data: config },
-      { name: ADAPTER_WEIGHTS_FILE, data: weights },
-      { name: COMPLETE_MARKER_FILE, data: new Uint8Array(0) },
+      { name: ADAPTER_CONFIG_FILE, size: config.size, data: configBytes },
+      {
+        name: ADAPTER_WEIGHTS_FILE,
+        size: weights.size,
+        data: { offset: weights.offset, length: weights.size },
+      },
+      { name: COMPLETE_MARKER_FILE, size: 0, data: new Uint8Array(0) },
     ],
     { mtimeSeconds: Math.floor(createdAtMs / 1000) },
   );

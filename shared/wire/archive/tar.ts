@@ -71,13 +71,13 @@ export function headerChecksum(header: Uint8Array): number {
   return sum;
 }
 
-function fileHeader(file: TarFile, mtimeSeconds: number): Uint8Array {
+function fileHeader(file: TarFile, mtimeSeconds: number, size: number = file.data.length): Uint8Array {
   const header = new Uint8Array(TAR_BLOCK);
   writeAscii(header, 0, file.name);
   writeOctal(header, 100, 8, file.mode ?? 0o644);
   writeOctal(header, 108, 8, 0);
   writeOctal(header, 116, 8, 0);
-  writeOctal(header, 124, 12, file.data.length);
+  writeOctal(header, 124, 12, size);
   writeOctal(header, 136, 12, mtimeSeconds);
   header[156] = 0x30; // '0': a regular file
   writeAscii(header, 257, 'ustar\0');
@@ -135,6 +135,42 @@ function readOctal(header: Uint8Array, offset: number, width: number): number {
   return value;
 }
 
+/** A regular file's place in an archive: its data is `size` bytes at `offset`. */
+export interface TarEntry {
+  readonly name: string;
+  readonly offset: number;
+  readonly size: number;
+  readonly mode: number;
+}
+
+/** Reads `length` bytes at `offset` of an archive (whole in memory, or a file read in ranges). */
+export type RangeReader = (offset: number, length: number) => Promise<Uint8Array>;
+
+/**
+ * The header at `offset`: undefined at the end of the archive (a zero block), else its entry (`name`
+ * empty for other entry types, which are skipped) and the offset of the next header.
+ */
+function parseHeader(
+  header: Uint8Array,
+  offset: number,
+  total: number,
+): { readonly entry?: TarEntry; readonly next: number } | undefined {
+  if (header.every((byte) => byte === 0)) return undefined;
+  if (readOctal(header, CHECKSUM_OFFSET, CHECKSUM_WIDTH) !== headerChecksum(header)) {
+    throw new InfrastructureError(`tar header at byte ${offset}: bad checksum`);
+  }
+  const rawName = String.fromCharCode(...header.subarray(0, NAME_BYTES)).replace(/\0.*$/s, '');
+  const prefix = String.fromCharCode(...header.subarray(345, 500)).replace(/\0.*$/s, '');
+  const name = prefix === '' ? rawName : `${prefix}/${rawName}`;
+  const size = readOctal(header, 124, 12);
+  const start = offset + TAR_BLOCK;
+  if (start + size > total) throw invalid(name, 'runs past the end of the archive');
+  const type = header[156];
+  const next = start + paddedSize(size);
+  if (type !== 0x30 && type !== 0) return { next };
+  return { entry: { name, offset: start, size, mode: readOctal(header, 100, 8) }, next };
+}
+
 /**
  * The regular files of a ustar archive (an engine's exported adapter, docs/engine-protocol.md), in
  * archive order; other entry types (folders, links) are skipped. A bad checksum or an entry running
@@ -144,22 +180,67 @@ export function readTar(bytes: Uint8Array): TarFile[] {
   const files: TarFile[] = [];
   let offset = 0;
   while (offset + TAR_BLOCK <= bytes.length) {
-    const header = bytes.subarray(offset, offset + TAR_BLOCK);
-    if (header.every((byte) => byte === 0)) break;
-    if (readOctal(header, CHECKSUM_OFFSET, CHECKSUM_WIDTH) !== headerChecksum(header)) {
-      throw new InfrastructureError(`tar header at byte ${offset}: bad checksum`);
+    const parsed = parseHeader(bytes.subarray(offset, offset + TAR_BLOCK), offset, bytes.length);
+    if (parsed === undefined) break;
+    const { entry } = parsed;
+    if (entry !== undefined) {
+      files.push({
+        name: entry.name,
+        data: bytes.subarray(entry.offset, entry.offset + entry.size),
+        mode: entry.mode,
+      });
     }
-    const rawName = String.fromCharCode(...header.subarray(0, NAME_BYTES)).replace(/\0.*$/s, '');
-    const prefix = String.fromCharCode(...header.subarray(345, 500)).replace(/\0.*$/s, '');
-    const name = prefix === '' ? rawName : `${prefix}/${rawName}`;
-    const size = readOctal(header, 124, 12);
-    const start = offset + TAR_BLOCK;
-    if (start + size > bytes.length) throw invalid(name, 'runs past the end of the archive');
-    const type = header[156];
-    if (type === 0x30 || type === 0) {
-      files.push({ name, data: bytes.subarray(start, start + size), mode: readOctal(header, 100, 8) });
-    }
-    offset = start + paddedSize(size);
+    offset = parsed.next;
   }
   return files;
+}
+
+/** `readTar` for an archive of `total` bytes read header by header, its files' data left where it is. */
+export async function readTarEntries(read: RangeReader, total: number): Promise<TarEntry[]> {
+  const entries: TarEntry[] = [];
+  let offset = 0;
+  while (offset + TAR_BLOCK <= total) {
+    const parsed = parseHeader(await read(offset, TAR_BLOCK), offset, total);
+    if (parsed === undefined) break;
+    if (parsed.entry !== undefined) entries.push(parsed.entry);
+    offset = parsed.next;
+  }
+  return entries;
+}
+
+/**
+ * The archive `writeTar` writes, as segments to be concatenated: its headers, padding and end blocks
+ * as bytes, and each file's data as `data(file)` answers it (a range of another archive, copied later
+ * without holding it whole). `writeTar(files)` equals these segments with each file's data put in.
+ */
+export function tarSegments<T>(
+  files: readonly {
+    readonly name: string;
+    readonly size: number;
+    readonly data: T;
+    readonly mode?: number;
+  }[],
+  options: TarOptions,
+): { readonly size: number; readonly segments: (Uint8Array | T)[] } {
+  const { mtimeSeconds } = options;
+  if (!Number.isInteger(mtimeSeconds) || mtimeSeconds < 0 || mtimeSeconds > MAX_SIZE) {
+    throw new InfrastructureError(`tar mtime ${mtimeSeconds} is not a whole second in the ustar range`);
+  }
+  const sorted = [...files].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const segments: (Uint8Array | T)[] = [];
+  let size = 0;
+  sorted.forEach((file, i) => {
+    checkName(file.name);
+    if (i > 0 && sorted[i - 1]?.name === file.name) throw invalid(file.name, 'appears twice');
+    if (file.size > MAX_SIZE) throw invalid(file.name, 'larger than ustar holds');
+    const mode = file.mode ?? 0o644;
+    if (!Number.isInteger(mode) || mode < 0 || mode > 0o7777) throw invalid(file.name, `bad mode ${mode}`);
+    segments.push(fileHeader({ name: file.name, data: new Uint8Array(0), mode }, mtimeSeconds, file.size));
+    if (file.size > 0) segments.push(file.data);
+    const padding = paddedSize(file.size) - file.size;
+    if (padding > 0) segments.push(new Uint8Array(padding));
+    size += TAR_BLOCK + paddedSize(file.size);
+  });
+  segments.push(new Uint8Array(2 * TAR_BLOCK));
+  return { size: size + 2 * TAR_BLOCK, segments };
 }
