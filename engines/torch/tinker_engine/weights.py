@@ -194,12 +194,6 @@ def read_weights_from(stream: BinaryIO) -> ReadWeights:
     return ReadWeights(base_model, AdapterShape(rank, alpha, targets), weights, moment1, moment2, adam_step)
 
 
-def _safetensors_metadata(raw: bytes) -> dict[str, str]:
-    length = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8 : 8 + length])
-    return dict(header.get("__metadata__") or {})
-
-
 def check_finite(read: ReadWeights, field: str) -> None:
     """Every weight is finite: a checkpoint saved with weights that overflowed (before optim_step refused
     such steps) would fail every pass and sample of it, so it is refused as the request's error (E6)."""
