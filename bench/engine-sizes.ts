@@ -92,6 +92,8 @@ export interface SizeSweepTools {
   readonly meteredEngine: (command: ReturnType<typeof torchEngineCommand>) => {
     readonly process: ConstructorParameters<typeof EngineBackend>[0];
     readonly computeMs: () => number;
+    /** Engine time so far in one op (`run_passes`, `optim_step`). */
+    readonly opMs: (op: string) => number;
     readonly stateBytesSerialized: () => number;
   };
   readonly plainLoop: () => {
@@ -200,6 +202,7 @@ async function sizeCase(tools: SizeSweepTools, size: ModelSize): Promise<CaseRes
       ours: async (): Promise<Counts> => {
         const [items, states] = [await count('work/'), await count('state/')];
         const compute = metered.computeMs();
+        const [passes, optim] = [metered.opMs('run_passes'), metered.opMs('optim_step')];
         const serialized = metered.stateBytesSerialized();
         const started = performance.now();
         for (let step = 0; step < tools.steps; step++) await sdkStep();
@@ -210,6 +213,8 @@ async function sizeCase(tools: SizeSweepTools, size: ModelSize): Promise<CaseRes
           tokens,
           tokens_per_s: round3(tokens / (wall / 1000)),
           engine_compute_ms_per_step: round3(computeMs / tools.steps),
+          run_passes_ms_per_step: round3((metered.opMs('run_passes') - passes) / tools.steps),
+          optim_step_ms_per_step: round3((metered.opMs('optim_step') - optim) / tools.steps),
           runtime_ms_per_step: round3((wall - computeMs) / tools.steps),
           work_items_per_step: round3(((await count('work/')) - items) / tools.steps),
           state_bytes_serialized_per_step: round3(

@@ -285,6 +285,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
           return {
             process: metered,
             computeMs: () => sum((op, stats) => (COMPUTE_OPS.includes(op) ? stats.ms : 0)),
+            opMs: (name) => sum((op, stats) => (op === name ? stats.ms : 0)),
             stateBytesSerialized: () =>
               sum((op, stats) => (op === 'serialize_state' ? stats.bytesReceived : 0)),
           };
