@@ -82,7 +82,7 @@ def test_a_full_session(client: Client, tiny_model_dir: str) -> None:
     hello = client.call("hello", {"protocol_version": 1, "worker": "pytest"})
     assert hello["ok"], hello
     assert hello["result"]["base_models"] == [
-        {"name": tiny_model_dir, "tokenizer_id": tiny_model_dir, "vocab_size": 256}
+        {"name": tiny_model_dir, "tokenizer_id": tiny_model_dir, "vocab_size": 256, "max_context_length": 2048}
     ]
     assert hello["result"]["device"] == "cpu" and hello["result"]["dtype"] == "float32"
     assert client.call("ping")["ok"]
