@@ -1,5 +1,4 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import path from 'node:path';
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
@@ -10,6 +9,7 @@ import {
   engineBaseModels,
   TINY_MODEL_DIR,
   torchEngineCommand,
+  writeRandomModel,
 } from '../shared/backend/engine/installed-engines.js';
 import { BASE_MODELS_VAR, COALESCE_WINDOW_VAR, engineCoalesceWindowMs } from '../shared/base/config.js';
 import { LOCAL_DIR } from '../shared/base/env-file.js';
@@ -54,31 +54,12 @@ const TOKENS = 256;
 const MODEL_SEED = 20_261_205;
 
 /** The folder of a size, written by the engine's tool when missing (the same bytes every time). */
-function modelDir(python: string, size: ModelSize): string {
+async function modelDir(size: ModelSize): Promise<string> {
   if (size.dims === undefined) return TINY_MODEL_DIR;
-  const dir = path.join(LOCAL_DIR, 'models', `bench-llama-${size.name}`);
-  if (existsSync(path.join(dir, 'config.json'))) return dir;
-  const { hidden, layers, heads, intermediate } = size.dims;
-  execFileSync(
-    python,
-    [
-      '-m',
-      'tinker_engine.tiny_model',
-      dir,
-      '--hidden',
-      String(hidden),
-      '--layers',
-      String(layers),
-      '--heads',
-      String(heads),
-      '--intermediate',
-      String(intermediate),
-      '--seed',
-      String(MODEL_SEED),
-    ],
-    { stdio: ['ignore', 'ignore', 'inherit'] },
-  );
-  return dir;
+  return writeRandomModel(path.join(LOCAL_DIR, 'models', `bench-llama-${size.name}`), {
+    ...size.dims,
+    seed: MODEL_SEED,
+  });
 }
 
 export interface SizeSweepTools {
@@ -115,7 +96,7 @@ export async function modelSizeCases(tools: SizeSweepTools): Promise<CaseResult[
 }
 
 async function sizeCase(tools: SizeSweepTools, size: ModelSize): Promise<CaseResult> {
-  const dir = modelDir(tools.python, size);
+  const dir = await modelDir(size);
   const command = torchEngineCommand({ baseModel: dir, device: 'cpu', dtype: 'float32' });
   const metered = tools.meteredEngine({
     ...command,

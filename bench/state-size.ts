@@ -1,20 +1,15 @@
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { CreateBucketCommand, DeleteObjectCommand } from '@aws-sdk/client-s3';
 import { localAwsClients } from '../local/cloud/aws-clients.js';
 import type { CloudEndpoints } from '../local/cloud/cloud.js';
 import type { BackendState, FileBlobs, ForwardBackwardInput } from '../shared/backend/backend.js';
 import { EngineBackend } from '../shared/backend/engine/engine-backend.js';
 import { EngineProcess } from '../shared/backend/engine/engine-process.js';
-import {
-  TORCH_ENGINE_SOURCES,
-  torchEngineCommand,
-  torchEnginePython,
-} from '../shared/backend/engine/installed-engines.js';
+import { torchEngineCommand, writeRandomModel } from '../shared/backend/engine/installed-engines.js';
 import {
   discardBlob,
   exportCheckpoint,
@@ -62,11 +57,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
   const model = path.join(folder, 'model');
   const { endpoints, child } = await startCloudChild();
   try {
-    await promisify(execFile)(
-      torchEnginePython(),
-      ['-m', 'tinker_engine.tiny_model', model, '--hidden', `${shape.hidden}`, '--layers', `${shape.layers}`],
-      { cwd: TORCH_ENGINE_SOURCES },
-    );
+    await writeRandomModel(model, { hidden: shape.hidden, layers: shape.layers });
     await localAwsClients(endpoints).s3.send(new CreateBucketCommand({ Bucket: 'state-size' }));
     const side = (name: Side) => () => sideProcess(name, { endpoints, model, rank: shape.rank });
     const result = await runCase({

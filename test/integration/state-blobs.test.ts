@@ -1,9 +1,7 @@
-import { execFile } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { GetObjectCommand, HeadObjectCommand, ListMultipartUploadsCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -14,11 +12,7 @@ import {
 } from '../../shared/aws/s3-streams.js';
 import { EngineBackend } from '../../shared/backend/engine/engine-backend.js';
 import { EngineProcess } from '../../shared/backend/engine/engine-process.js';
-import {
-  TORCH_ENGINE_SOURCES,
-  torchEngineCommand,
-  torchEnginePython,
-} from '../../shared/backend/engine/installed-engines.js';
+import { torchEngineCommand, writeRandomModel } from '../../shared/backend/engine/installed-engines.js';
 import { checkpointContentId } from '../../shared/base/storage-keys.js';
 import { type CheckpointNameRecord, type ModelRow, registryKey } from '../../shared/domain/records.js';
 import { runWorkItem } from '../../shared/services/worker/index.js';
@@ -115,11 +109,7 @@ describe.skipIf(torch.command === undefined || process.env.ENGINE_COMMAND !== un
 
     beforeAll(async () => {
       modelDir = path.join(mkdtempSync(path.join(tmpdir(), 'sized-model-')), 'llama-13m');
-      await promisify(execFile)(
-        torchEnginePython(),
-        ['-m', 'tinker_engine.tiny_model', modelDir, '--hidden', '512', '--layers', '4'],
-        { cwd: TORCH_ENGINE_SOURCES },
-      );
+      await writeRandomModel(modelDir, { hidden: 512, layers: 4 });
     }, 120_000);
     afterAll(async () => {
       await Promise.all(engines.map((backend) => backend.stop()));

@@ -1,7 +1,11 @@
+import path from 'node:path';
+import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { engineStack } from '../../local/runtime/engine-stack.js';
 import { type LocalStack, startLocalStack } from '../../local/runtime/stack.js';
 import type { EngineBackend } from '../../shared/backend/engine/engine-backend.js';
+import { writeRandomModel } from '../../shared/backend/engine/installed-engines.js';
+import { LOCAL_DIR } from '../../shared/base/env-file.js';
 import { createApiKey } from '../../shared/repositories/api-keys.js';
 import { engineUnderTest } from '../support/engine/engine-under-test.js';
 import { LOGPROB_TOLERANCE, runScenario, type ScenarioReport } from './scenario.js';
@@ -144,6 +148,78 @@ describe.skipIf(torch.command === undefined || torch.baseModel === undefined || 
         1e-3 * (1 + Math.abs(o.expected_loss_sum)),
       );
       expect(o.metrics['loss:sum']).toBeCloseTo(o.loss_sum, 4);
+    });
+  },
+);
+
+/** Larger than one request body of the local S3 (fauxqs takes at most 11 MiB). */
+const LOCAL_S3_BODY_LIMIT = 11 * 1024 * 1024;
+
+describe.skipIf(torch.command === undefined || torch.baseModel === undefined || sdk === undefined)(
+  `a model whose state exceeds one request body of the local S3 (SDK ${SDK_VERSION})`,
+  () => {
+    let stack: LocalStack | undefined;
+    let backend: EngineBackend | undefined;
+    let report: ScenarioReport | undefined;
+    const objects: { key: string; size: number }[] = [];
+
+    beforeAll(async () => {
+      // 12.9M parameters; at rank 32 its state (weights, both Adam moments, gradient) is 20 MB.
+      const model = await writeRandomModel(path.join(LOCAL_DIR, 'models', 'llama-13m'), {
+        hidden: 512,
+        layers: 4,
+      });
+      const started = await engineStack('torch', model, 'test:sdk');
+      backend = started.backend;
+      stack = await startLocalStack({
+        prefix: 'sdk-engine-large',
+        streamPollIntervalMs: 50,
+        ...started.options,
+        extraEnv: { ...started.options.extraEnv, POWERTOOLS_LOG_LEVEL: 'WARN' },
+      });
+      const { doc } = stack.clients;
+      const table = stack.resources.tables.registry;
+      const [owner, other] = await Promise.all([
+        createApiKey(doc, table, 'sdk-large-owner'),
+        createApiKey(doc, table, 'sdk-large-other'),
+      ]);
+      if (sdk === undefined) throw new Error('no SDK');
+      report = await runScenario(
+        { ...tier, baseUrl: stack.apiUrl, apiKeys: { owner, other } },
+        sdk,
+        'engine_large_state',
+        { timeoutMs: SCENARIO_TIMEOUT_MS, torch: true, env: { TINKER_BASE_MODEL: model } },
+      );
+      for (const prefix of ['state/', 'checkpoints/']) {
+        const page = await stack.clients.s3.send(
+          new ListObjectsV2Command({ Bucket: stack.resources.bucket, Prefix: prefix }),
+        );
+        for (const object of page.Contents ?? [])
+          objects.push({ key: object.Key ?? '', size: object.Size ?? 0 });
+      }
+    }, SCENARIO_TIMEOUT_MS + 120_000);
+
+    afterAll(async () => {
+      await stack?.stop();
+      await backend?.stop();
+    }, 60_000);
+
+    it('trains, saves its state in parts, and a client created from that state takes the same next step', () => {
+      if (report === undefined) throw new Error('the large-state scenario did not run');
+      const o = report.observed<{ path: string; losses: number[]; restored: number; next_step: number }>(
+        'large_state_trains_saves_and_restores',
+      );
+      expect(o.path).toMatch(/^tinker:\/\/.+\/weights\/large-state$/);
+      expect(o.losses.every(Number.isFinite)).toBe(true);
+      expect(o.restored).toBeLessThanOrEqual(LOGPROB_TOLERANCE);
+      expect(o.next_step).toBeLessThanOrEqual(LOGPROB_TOLERANCE);
+      // The training checkpoint and the snapshot a save or load forces (S3) are each past one request
+      // body, written in parts; states are written only there (one per model), not at each step (S1).
+      const large = (prefix: string) =>
+        objects.filter((object) => object.key.startsWith(prefix) && object.size > LOCAL_S3_BODY_LIMIT);
+      expect(large('checkpoints/').length, JSON.stringify(objects)).toBeGreaterThan(0);
+      expect(large('state/').length, JSON.stringify(objects)).toBeGreaterThan(0);
+      expect(objects.filter((object) => object.key.startsWith('state/')).length).toBeLessThanOrEqual(2);
     });
   },
 );

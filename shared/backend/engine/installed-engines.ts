@@ -1,5 +1,7 @@
+import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import type { BaseModelConfig } from '../../base/config.js';
 import { LOCAL_DIR, PROJECT_ROOT } from '../../base/env-file.js';
 import { EngineBackend } from './engine-backend.js';
@@ -127,4 +129,36 @@ export async function startEngineBackend(
     throw new Error(`the ${name} engine loaded ${served.join(', ')}, not ${options.baseModel}`);
   }
   return backend;
+}
+
+/** The size of a random Llama the engine's tool writes (`python -m tinker_engine.tiny_model`). */
+export interface RandomModelSize {
+  readonly hidden: number;
+  readonly layers: number;
+  readonly heads?: number;
+  readonly intermediate?: number;
+  readonly seed?: number;
+}
+
+/**
+ * Writes a random Llama of `size` into `dir` with the engine's own tool (the tiny model's byte-level
+ * tokenizer; the same bytes for the same size and seed), unless `dir` already holds one: for tests and
+ * benchmarks of models of real size, which no test downloads.
+ */
+export async function writeRandomModel(dir: string, size: RandomModelSize): Promise<string> {
+  if (existsSync(path.join(dir, 'config.json'))) return dir;
+  const args = [
+    '-m',
+    'tinker_engine.tiny_model',
+    dir,
+    '--hidden',
+    `${size.hidden}`,
+    '--layers',
+    `${size.layers}`,
+  ];
+  if (size.heads !== undefined) args.push('--heads', `${size.heads}`);
+  if (size.intermediate !== undefined) args.push('--intermediate', `${size.intermediate}`);
+  if (size.seed !== undefined) args.push('--seed', `${size.seed}`);
+  await promisify(execFile)(torchEnginePython(), args, { cwd: TORCH_ENGINE_SOURCES });
+  return dir;
 }
