@@ -146,20 +146,21 @@ export async function copyCheckpoint(
   const { source } = copy;
   const { doc, s3 } = store.clients;
   const table = store.tables.registry;
-  // A run of this key from before copies kept a record: its parameters are unknown, so it cannot be
-  // answered as a retry.
-  if (
-    copy.settled === undefined &&
-    (await readModelRow(doc, store.tables.models, copy.modelId)) !== undefined
-  ) {
-    throw new IdempotencyConflictError(
-      `model_seq_id ${copy.modelSeqId} of session ${copy.sessionId} was already used`,
-      {
-        context: { field: 'model_seq_id' },
-      },
-    );
+  let settled = copy.settled;
+  if (settled === undefined && (await readModelRow(doc, store.tables.models, copy.modelId)) !== undefined) {
+    // A twin settled the key and made the model since this request looked (answer its copy); else a
+    // run of this key from before copies kept a record: its parameters are unknown, so it cannot be
+    // answered as a retry.
+    const twin = await findCopy(store, copy, { tenant: copy.tenant, digest: copy.digest });
+    if (twin === undefined) {
+      throw new IdempotencyConflictError(
+        `model_seq_id ${copy.modelSeqId} of session ${copy.sessionId} was already used`,
+        { context: { field: 'model_seq_id' } },
+      );
+    }
+    settled = twin.record;
   }
-  const settled = copy.settled ?? (await settleCopy(copy, store));
+  settled ??= await settleCopy(copy, store);
   const answer = { tinker_path: settled.tinker_path };
   // Server side, in parts above one CopyObject's 5 GiB (a large training checkpoint).
   await copyObject(s3, store.bucket, settled.source_blob_key, settled.blob_key);
