@@ -18,6 +18,10 @@ export interface WorkerProcessesOptions {
   readonly envFile: string;
   /** Each worker's engine; unset, the reference backend. */
   readonly engine?: { readonly name: string; readonly baseModel: string };
+  /** A backend module instead (the worker's `--backend`; tests pass a slowed reference backend). */
+  readonly backend?: string;
+  /** Variables over this process's environment for the workers. */
+  readonly env?: Readonly<Record<string, string>>;
   /** The worker's `--grace-seconds` (default its own). */
   readonly graceSeconds?: number;
   /** Its `--wait-seconds`: the long poll a drain waits out (default 5). */
@@ -47,6 +51,7 @@ export function startWorkerProcesses(options: WorkerProcessesOptions): WorkerPro
     '--wait-seconds',
     String(options.waitSeconds ?? 5),
     ...(options.graceSeconds === undefined ? [] : ['--grace-seconds', String(options.graceSeconds)]),
+    ...(options.backend === undefined ? [] : ['--backend', options.backend]),
     ...(options.engine === undefined
       ? []
       : ['--engine', options.engine.name, '--base-model', options.engine.baseModel]),
@@ -56,7 +61,7 @@ export function startWorkerProcesses(options: WorkerProcessesOptions): WorkerPro
   for (let index = 1; index <= options.count; index++) {
     const child = spawn(process.execPath, ['--import', 'tsx', WORKER_SCRIPT, ...args], {
       cwd: PROJECT_ROOT,
-      env: { ...process.env, AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
+      env: { ...process.env, ...options.env, AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
       stdio: ['ignore', 'pipe', 'pipe'],
       // Its own process group: a terminal's Ctrl-C reaches `npm start` alone, whose one SIGTERM then
       // drains the worker (a second signal would abandon its work item at once).
