@@ -244,6 +244,9 @@ export class GpuWorkerFleet extends Construct {
       circuitBreaker: { enable: true, rollback: true },
       desiredCount: minTasks,
     });
+    // The capacity provider must be associated with the cluster before a service can use it, and the
+    // service deleted before it is dissociated: depend on the cluster and its associations.
+    this.service.node.addDependency(this.cluster);
 
     this.scaling = new appscaling.ScalableTarget(this, 'Workers', {
       serviceNamespace: appscaling.ServiceNamespace.ECS,

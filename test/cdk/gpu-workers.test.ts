@@ -140,6 +140,11 @@ describe('the GPU worker fleet', () => {
     const [, service] = only(template, 'AWS::ECS::Service');
     expect(service.CapacityProviderStrategy).toEqual([{ CapacityProvider: { Ref: providerId }, Weight: 1 }]);
     expect(service.DesiredCount).toBe(0);
+    // Created after the capacity provider's association with the cluster (and deleted before it).
+    const [associationId] = only(template, 'AWS::ECS::ClusterCapacityProviderAssociations');
+    const [serviceId] = only(template, 'AWS::ECS::Service');
+    const resources = template.toJSON().Resources as Record<string, { DependsOn?: string[] }>;
+    expect(resources[serviceId]?.DependsOn).toContain(associationId);
     expect(service.DeploymentConfiguration).toMatchObject({ MinimumHealthyPercent: 0, MaximumPercent: 100 });
   });
 
