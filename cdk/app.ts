@@ -1,5 +1,5 @@
 import { App, RemovalPolicy } from 'aws-cdk-lib';
-import { readDeployContext } from '../shared/base/config.js';
+import { readDeployContext, readGpuWorkersContext } from '../shared/base/config.js';
 import { topology } from '../shared/base/topology.js';
 import { addNagChecks } from './nag.js';
 import { TinkerServerlessStack } from './stack.js';
@@ -8,7 +8,9 @@ import { withoutIndexes } from './staging.js';
 /**
  * The CDK app. Options come from context (`cdk.json` or `-c key=value`):
  * - `stackName` (default `tinker-serverless`), `namePrefix` (default: the stack name)
- * - `referenceWorker` (default true): deploy the reference CPU worker Lambda
+ * - `referenceWorker` (default true, false with `gpuWorkers`): deploy the reference CPU worker Lambda
+ * - `gpuWorkers` (default unset): the GPU worker fleet, `true` or a JSON object of
+ *   `GpuWorkersConfig` (shared/base/config.ts; cdk/constructs/gpu-workers.ts)
  * - `removalPolicy`: `retain` (default) or `destroy`, for the tables, bucket and log groups
  * - `tokenizerId` (default unset): get_info's tokenizer_id, an id the clients can load (see the stack)
  * - `tracing` (default true): X-Ray active tracing on every function; `-c tracing=false` turns it off
@@ -43,6 +45,10 @@ if (tracingSetting !== 'true' && tracingSetting !== 'false') {
 
 const { limits, apiQuotaEnv } = readDeployContext((key) => app.node.tryGetContext(key));
 
+const gpuWorkers = readGpuWorkersContext((key) => app.node.tryGetContext(key));
+// A fleet replaces the reference worker Lambda, which would otherwise answer for every model name.
+const referenceWorkerSetting = context('referenceWorker') ?? (gpuWorkers === undefined ? 'true' : 'false');
+
 const omitIndexes = (context('omitIndexes') ?? '')
   .split(',')
   .map((name) => name.trim())
@@ -54,7 +60,8 @@ const stack = new TinkerServerlessStack(app, 'TinkerServerless', {
   apiQuotaEnv,
   stackName: context('stackName') ?? 'tinker-serverless',
   namePrefix: context('namePrefix'),
-  referenceWorker: context('referenceWorker') !== 'false',
+  referenceWorker: referenceWorkerSetting !== 'false',
+  ...(gpuWorkers === undefined ? {} : { gpuWorkers }),
   tracing: tracingSetting === 'true',
   removalPolicy: removalPolicyName === 'destroy' ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,
   tokenizerId: context('tokenizerId'),

@@ -47,6 +47,20 @@ const REASONS = {
     'Every object access is made by the stack’s own functions under least-privilege roles, and API requests are ' +
     'logged by the API stage; S3 server access logs would need a second bucket this stack does not otherwise ' +
     'need (CloudTrail data events can be enabled per account when an audit requires them).',
+  ecsAgent:
+    'The GPU hosts’ role holds what the ECS agent needs to register the instance and report its tasks, as CDK ' +
+    'grants it for a cluster’s capacity (ecs:Submit*, ecs:Poll, ecs:StartTelemetrySession, ecr:GetAuthorizationToken ' +
+    'and the like have no resource-level permissions or act on resources ECS names at run time); the worker ' +
+    'itself runs under the task role, which has the worker grants of the topology alone.',
+  ecsExecution:
+    'The task execution role pulls the worker image and writes its log stream: ecr:GetAuthorizationToken has no ' +
+    'resource-level permissions; the image repository and log group are named in their own statements.',
+  ecsEnvironment:
+    'The worker’s variables are resource names (tables, queues, bucket) and settings, the same as the WorkerEnv ' +
+    'output, and no secret: credentials come from the task role.',
+  hostVolumes:
+    'The hosts’ launch template encrypts their root volume (asserted in test/cdk/gpu-workers.test.ts); the rule ' +
+    'reads launch configurations, and the group launches from a launch template through a mixed instances policy.',
 } as const;
 
 /** The findings a stack built from `topology` accepts, with their reasons. */
@@ -104,6 +118,24 @@ export function nagAcknowledgments(
     });
   }
   acknowledgments.push({ scope: stack.bucket, id: 'AwsSolutions-S1', reason: REASONS.bucketAccessLogs });
+  const fleet = stack.gpuWorkers;
+  if (fleet !== undefined) {
+    const hostRole = fleet.hosts.role;
+    acknowledgments.push(
+      { scope: hostRole, id: 'AwsSolutions-IAM5[Action::ecs:Submit*]', reason: REASONS.ecsAgent },
+      { scope: hostRole, id: 'AwsSolutions-IAM5[Resource::*]', reason: REASONS.ecsAgent },
+      { scope: fleet.hosts, id: 'AwsSolutions-EC26', reason: REASONS.hostVolumes },
+      { scope: fleet.taskDefinition, id: 'AwsSolutions-ECS2', reason: REASONS.ecsEnvironment },
+    );
+    const executionRole = fleet.taskDefinition.executionRole;
+    if (executionRole !== undefined) {
+      acknowledgments.push({
+        scope: executionRole,
+        id: 'AwsSolutions-IAM5[Resource::*]',
+        reason: REASONS.ecsExecution,
+      });
+    }
+  }
   return acknowledgments;
 }
 

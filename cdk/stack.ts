@@ -3,10 +3,12 @@ import { fileURLToPath } from 'node:url';
 import { Aws, CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
 import type { NodejsFunction } from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
+import type * as sns from 'aws-cdk-lib/aws-sns';
 import type { Construct } from 'constructs';
 import {
   BASE_MODELS_VAR,
   type DeployLimits,
+  type GpuWorkersConfig,
   readConfig,
   readDeployContext,
   TOKENIZER_ID_VAR,
@@ -16,6 +18,7 @@ import {
   topology as declaredTopology,
   type FunctionDecl,
   type FunctionId,
+  LANE_QUEUE_IDS,
   physicalName,
   type Topology,
 } from '../shared/base/topology.js';
@@ -24,6 +27,7 @@ import { DataBucket } from './constructs/bucket.js';
 import { OperationsDashboard } from './constructs/dashboard.js';
 import { ExternalWorkerAccess } from './constructs/external-worker.js';
 import { TopologyFunction } from './constructs/functions.js';
+import { GpuWorkerFleet } from './constructs/gpu-workers.js';
 import { bindBucket, bindQueue, bindTable } from './constructs/grants.js';
 import { HttpEntry } from './constructs/http-api.js';
 import { TopologyQueues } from './constructs/queues.js';
@@ -73,6 +77,12 @@ export interface TinkerServerlessStackProps extends StackProps {
    * context's `tracing=false` turns it off, and the functions' POWERTOOLS_TRACE_ENABLED with it).
    */
   readonly tracing?: boolean;
+  /**
+   * The GPU worker fleet (cdk/constructs/gpu-workers.ts; the context's `gpuWorkers`): ECS tasks on EC2
+   * GPU hosts that follow the work queue, to zero when idle. Needs the reference worker off and
+   * `baseModels` naming the one model the workers load. Unset, no fleet.
+   */
+  readonly gpuWorkers?: GpuWorkersConfig;
 }
 
 /** Which deploy-time limit reserves each function's concurrency; the others keep their declaration's. */
@@ -100,6 +110,28 @@ function reservedConcurrencyOf(
   return reserved;
 }
 
+/**
+ * The model the GPU fleet's workers load: the pool must name it alone (each worker serves one base
+ * model and the shared queue is not split by model), and no Lambda may take its work (the reference
+ * backend would answer for any model name).
+ */
+function fleetBaseModel(props: TinkerServerlessStackProps): string {
+  if (props.referenceWorker !== false) {
+    throw new Error('gpuWorkers needs the reference worker off (referenceWorker=false)');
+  }
+  if (props.baseModels === undefined) {
+    throw new Error('gpuWorkers needs baseModels naming the model the GPU workers load');
+  }
+  const names = readConfig({ [BASE_MODELS_VAR]: props.baseModels }).baseModels.map((model) => model.name);
+  const wanted = props.gpuWorkers?.baseModel ?? names[0];
+  if (names.length !== 1 || wanted === undefined || wanted !== names[0]) {
+    throw new Error(
+      `gpuWorkers serves one base model, which baseModels must name alone; baseModels names ${names.join(', ')}`,
+    );
+  }
+  return wanted;
+}
+
 /** The whole system, built from the topology declaration and nothing else. */
 export class TinkerServerlessStack extends Stack {
   readonly tables: TopologyTables;
@@ -109,6 +141,7 @@ export class TinkerServerlessStack extends Stack {
   /** Whether the functions are traced (cdk/nag.ts acknowledges the X-Ray grant it brings). */
   readonly tracing: boolean;
   readonly http?: HttpEntry;
+  readonly gpuWorkers?: GpuWorkerFleet;
 
   constructor(scope: Construct, id: string, props: TinkerServerlessStackProps = {}) {
     super(scope, id, props);
@@ -123,6 +156,7 @@ export class TinkerServerlessStack extends Stack {
     this.tracing = props.tracing ?? true;
     // A malformed list fails the synth, naming the context's variable, not the first request.
     if (props.baseModels !== undefined) void readConfig({ [BASE_MODELS_VAR]: props.baseModels }).baseModels;
+    const fleetModel = props.gpuWorkers === undefined ? undefined : fleetBaseModel(props);
 
     this.tables = new TopologyTables(this, 'Tables', { tables: topology.tables, namePrefix, removalPolicy });
     this.bucket = new DataBucket(this, 'Data', { decl: topology.bucket, namePrefix, removalPolicy });
@@ -192,11 +226,34 @@ export class TinkerServerlessStack extends Stack {
     }
 
     this.addOutputs(topology);
-    this.addOperations(topology, namePrefix, props.referenceWorker !== false);
+    const external = this.addOperations(topology, namePrefix, props.referenceWorker !== false);
+    if (props.gpuWorkers !== undefined && fleetModel !== undefined) {
+      this.gpuWorkers = new GpuWorkerFleet(this, 'GpuWorkers', {
+        config: props.gpuWorkers,
+        namePrefix,
+        baseModel: fleetModel,
+        workerPolicy: external.access.policy,
+        environment: external.access.environment,
+        workQueue: this.queues.byId.work,
+        laneQueues: LANE_QUEUE_IDS.map((id) => this.queues.byId[id]),
+        alarmTopic: external.alarmTopic,
+        projectRoot: PROJECT_ROOT,
+        logRetention: props.logRetention ?? logs.RetentionDays.ONE_MONTH,
+        removalPolicy,
+      });
+      new CfnOutput(this, 'GpuWorkerCluster', {
+        description: 'The ECS cluster of the GPU worker fleet',
+        value: this.gpuWorkers.cluster.clusterName,
+      });
+    }
   }
 
   /** Alarms, the dashboard, and what external (GPU) workers need (`cdk/constructs/alarms.ts` and siblings). */
-  private addOperations(topology: Topology, namePrefix: string, referenceWorker: boolean): void {
+  private addOperations(
+    topology: Topology,
+    namePrefix: string,
+    referenceWorker: boolean,
+  ): { access: ExternalWorkerAccess; alarmTopic: sns.ITopic } {
     const scheduler = this.functions.scheduler;
     const pool = topology.settings.POOL;
     const deadLetter = topology.queues.work.deadLetter;
@@ -229,7 +286,7 @@ export class TinkerServerlessStack extends Stack {
       alarms: Object.values(alarms.alarms),
       oldestPendingAgeThresholdSeconds: alarms.thresholds.oldestPendingAgeSeconds,
     });
-    new ExternalWorkerAccess(this, 'ExternalWorker', {
+    const access = new ExternalWorkerAccess(this, 'ExternalWorker', {
       topology,
       namePrefix,
       referenceWorker,
@@ -244,6 +301,7 @@ export class TinkerServerlessStack extends Stack {
     new CfnOutput(this, 'DashboardUrl', {
       value: `https://${Aws.REGION}.console.aws.amazon.com/cloudwatch/home?region=${Aws.REGION}#dashboards:name=${dashboard.dashboardName}`,
     });
+    return { access, alarmTopic: alarms.topic };
   }
 
   private addOutputs(topology: Topology): void {

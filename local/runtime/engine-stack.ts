@@ -25,6 +25,19 @@ export interface EngineStack {
 }
 
 /**
+ * The variables of a local stack whose workers run an engine on `baseModel`: the pool serves that
+ * model alone (G6), and S5's coalescing window is on (`engineCoalesceWindowMs`: an engine's work item
+ * costs more than waiting for a step's optim_step). `npm start -- --engine X --workers N` sets them
+ * without an in-process engine (each worker process starts its own).
+ */
+export function engineStackEnv(baseModel: string): Record<string, string> {
+  return {
+    [BASE_MODELS_VAR]: JSON.stringify(engineBaseModels(baseModel)),
+    [COALESCE_WINDOW_VAR]: String(engineCoalesceWindowMs()),
+  };
+}
+
+/**
  * A local stack's worker on an engine, as `npm start -- --engine <name> [--base-model X]` runs it
  * (the SDK tier's engine scenario starts its stack the same way): the engine started on the base
  * model (by default the tiny local model), BASE_MODELS naming that model alone (G6), the worker
@@ -45,10 +58,7 @@ export async function engineStack(
     backend,
     residency,
     options: {
-      extraEnv: {
-        [BASE_MODELS_VAR]: JSON.stringify(engineBaseModels(baseModel)),
-        [COALESCE_WINDOW_VAR]: String(engineCoalesceWindowMs()),
-      },
+      extraEnv: engineStackEnv(baseModel),
       runtime: { handlers: { worker: createWorkerHandler({ backend, worker: { residency } }) } },
     },
   };

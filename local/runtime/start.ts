@@ -12,12 +12,14 @@ import {
   writeLocalEnvFile,
 } from '../../shared/base/env-file.js';
 import { logger } from '../../shared/base/logger.js';
+import { FUNCTION_IDS } from '../../shared/base/topology.js';
 import type { Residency } from '../../shared/services/worker/residency.js';
-import { engineStack } from './engine-stack.js';
+import { engineStack, engineStackEnv } from './engine-stack.js';
 import { printDevelopmentApiKey, readyHooks } from './on-ready.js';
 import { DEFAULT_API_PORT, DEFAULT_STATUS_PORT, portNotice, portSetting } from './port-choice.js';
 import { clientExportLines, type LocalStack, type LocalStackOptions, startLocalStack } from './stack.js';
 import { type StatusPageServer, startStatusPage } from './status-page/server.js';
+import { startWorkerProcesses, type WorkerProcesses } from './worker-processes.js';
 
 /**
  * `npm start`: DynamoDB Local + fauxqs, the topology's resources under the prefix `local`, and every
@@ -31,6 +33,11 @@ import { type StatusPageServer, startStatusPage } from './status-page/server.js'
  * reference backend, serving one base model: `--base-model <hub id or folder>`, by default the tiny
  * model `npm run engine:install` writes. The pool's base models (BASE_MODELS) are then that model,
  * named by its absolute path when it is a folder, with itself as the tokenizer.
+ *
+ * `--workers N` runs N worker processes (`bin/worker.ts`, each with its own engine under `--engine`)
+ * instead of the in-process worker handler (local/runtime/worker-processes.ts): each leases a work
+ * lane and keeps its models resident, as GPU hosts do; a SIGTERM to one drains it, a SIGKILL is a
+ * lost host. Ctrl-C drains them all before the local cloud stops.
  */
 const PREFIX = 'local';
 
@@ -40,14 +47,17 @@ interface StartSettings {
   readonly dataDir: string | undefined;
   /** Undefined: the reference backend. */
   readonly engine: { readonly name: EngineName; readonly baseModel: string | undefined } | undefined;
+  /** Undefined: the worker handler runs in this process. */
+  readonly workers: number | undefined;
 }
 
-const FLAGS = '--throwaway, --engine <name>, --base-model <id or path>';
+const FLAGS = '--throwaway, --engine <name>, --base-model <id or path>, --workers <n>';
 
 function startSettings(argv: readonly string[], env: NodeJS.ProcessEnv): StartSettings {
   let throwaway = env.TINKER_LOCAL_THROWAWAY === '1';
   let engine: string | undefined;
   let baseModel: string | undefined;
+  let workers: number | undefined;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const value = () => {
@@ -58,7 +68,13 @@ function startSettings(argv: readonly string[], env: NodeJS.ProcessEnv): StartSe
     if (arg === '--throwaway') throwaway = true;
     else if (arg === '--engine') engine = value();
     else if (arg === '--base-model') baseModel = value();
-    else throw new Error(`unknown argument ${arg} (the flags are ${FLAGS})`);
+    else if (arg === '--workers') {
+      const raw = value();
+      workers = Number(raw);
+      if (!Number.isInteger(workers) || workers < 1) {
+        throw new Error(`--workers must be a positive integer, got "${raw}"`);
+      }
+    } else throw new Error(`unknown argument ${arg} (the flags are ${FLAGS})`);
   }
   if (baseModel !== undefined && engine === undefined) {
     throw new Error('--base-model needs --engine (the reference backend serves its own model)');
@@ -68,6 +84,7 @@ function startSettings(argv: readonly string[], env: NodeJS.ProcessEnv): StartSe
     envFile: path.join(localDir, 'env.json'),
     dataDir: throwaway ? undefined : path.join(localDir, 'data'),
     engine: engine === undefined ? undefined : { name: engineName(engine), baseModel },
+    workers,
   };
 }
 
@@ -77,6 +94,7 @@ let stack: LocalStack | undefined;
 let engineBackend: EngineBackend | undefined;
 let residency: Residency | undefined;
 let statusPage: StatusPageServer | undefined;
+let workerProcesses: WorkerProcesses | undefined;
 let stopping = false;
 
 async function shutdown(exitCode: number): Promise<never> {
@@ -85,6 +103,8 @@ async function shutdown(exitCode: number): Promise<never> {
   try {
     if (envFile !== undefined) removeLocalEnvFile(envFile);
     await statusPage?.stop();
+    // Worker processes drain and let go of their models while the local cloud still runs (S3).
+    await workerProcesses?.stop();
     // Resident models are snapshotted and let go while the local cloud still runs (S3).
     await residency?.letGoAll();
   } finally {
@@ -120,7 +140,20 @@ async function main(): Promise<void> {
   const statusPort = portSetting('STATUS_PORT', process.env.STATUS_PORT, DEFAULT_STATUS_PORT);
   let engineLines: string[] = [];
   let engineOptions: Pick<LocalStackOptions, 'extraEnv' | 'runtime'> = {};
-  if (settings.engine !== undefined) {
+  let workerEngine: { name: EngineName; baseModel: string } | undefined;
+  if (settings.workers !== undefined) {
+    // The worker processes consume the work queue; the handler does not run here.
+    engineOptions = { runtime: { functions: FUNCTION_IDS.filter((id) => id !== 'worker') } };
+    if (settings.engine !== undefined) {
+      const baseModel = resolveBaseModel(settings.engine.baseModel);
+      workerEngine = { name: settings.engine.name, baseModel };
+      engineOptions = { ...engineOptions, extraEnv: engineStackEnv(baseModel) };
+      engineLines = [
+        `Workers: the ${settings.engine.name} engine; base model (base_model in requests):`,
+        baseModel,
+      ];
+    }
+  } else if (settings.engine !== undefined) {
     const baseModel = resolveBaseModel(settings.engine.baseModel);
     process.stdout.write(`starting the ${settings.engine.name} engine on ${baseModel}...\n`);
     const started = await engineStack(settings.engine.name, baseModel, 'npm start');
@@ -146,6 +179,17 @@ async function main(): Promise<void> {
     portNotice('status page', 'STATUS_PORT', statusPort, Number(new URL(statusPage.url).port)),
   ].filter((line) => line !== undefined);
   writeLocalEnvFile({ ...env, TINKER_BASE_URL: apiUrl, TINKER_STATUS_URL: statusPage.url }, envFile);
+  if (settings.workers !== undefined) {
+    workerProcesses = startWorkerProcesses({
+      count: settings.workers,
+      envFile,
+      ...(workerEngine === undefined ? {} : { engine: workerEngine }),
+      print: (line) => process.stdout.write(`${line}\n`),
+    });
+    engineLines.push(
+      `Worker processes (bin/worker.ts), pids: ${workerProcesses.workers.map((worker) => worker.pid).join(' ')}`,
+    );
+  }
   if (dataDir !== undefined) {
     // Streams start at their tip, so work restored from an earlier run waits for no new write: run
     // the sweeper's schedule (lease re-plans, then a safety tick) once now instead of in a minute.

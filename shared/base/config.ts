@@ -508,3 +508,111 @@ export function resetConfig(): void {
   cached = undefined;
   scoped = new WeakMap();
 }
+
+/** The CDK context key of the GPU worker fleet (`-c gpuWorkers=...`, docs/configuration.md#cdk-context). */
+export const GPU_WORKERS_CONTEXT = 'gpuWorkers';
+
+/** The GPU worker fleet `cdk deploy` brings up (cdk/constructs/gpu-workers.ts): opt-in by context. */
+export interface GpuWorkersConfig {
+  /** EC2 instance types the hosts may be (the first that has capacity; all with `gpusPerHost` GPUs). */
+  readonly instanceTypes: readonly string[];
+  /** GPUs of each host: one worker process (ECS task) per GPU. */
+  readonly gpusPerHost: number;
+  readonly minHosts: number;
+  readonly maxHosts: number;
+  /** Spot hosts (their interruption notice drains them like a scale-in). */
+  readonly spot: boolean;
+  /** Minutes with no message queued or in flight before the fleet goes to zero. */
+  readonly idleMinutes: number;
+  /** The base model the workers load; unset, the pool's single BASE_MODELS entry. */
+  readonly baseModel: string | undefined;
+  /** A prebuilt worker image; unset, CDK builds deploy/gpu-worker/Dockerfile at deploy. */
+  readonly image: string | undefined;
+  /** Memory reserved per worker process (MiB). */
+  readonly memoryMiB: number;
+  /** Root volume of each host (GiB): the image, with its base model, lives there. */
+  readonly volumeGiB: number;
+  /** Seconds work may wait in the shared queue before the work-waiting alarm fires. */
+  readonly waitingAlarmSeconds: number;
+}
+
+export const GPU_WORKERS_DEFAULTS: GpuWorkersConfig = {
+  instanceTypes: ['g5.xlarge'],
+  gpusPerHost: 1,
+  minHosts: 0,
+  maxHosts: 2,
+  spot: false,
+  idleMinutes: 15,
+  baseModel: undefined,
+  image: undefined,
+  memoryMiB: 12_288,
+  volumeGiB: 200,
+  waitingAlarmSeconds: 900,
+};
+
+/**
+ * The fleet's settings from the context: unset or `false` is no fleet, `true` the defaults, else a
+ * JSON object (or an object in cdk.json) overriding any of `GPU_WORKERS_DEFAULTS`. Unknown keys and
+ * bad values throw naming the key.
+ */
+export function readGpuWorkersContext(context: (key: string) => unknown): GpuWorkersConfig | undefined {
+  const raw = context(GPU_WORKERS_CONTEXT);
+  if (raw === undefined || raw === null || raw === '' || raw === false || raw === 'false') return undefined;
+  if (raw === true || raw === 'true') return GPU_WORKERS_DEFAULTS;
+  const fail = (problem: string): never => {
+    throw new ConfigError(`Context value ${GPU_WORKERS_CONTEXT} ${problem}`, {
+      context: { variable: GPU_WORKERS_CONTEXT },
+    });
+  };
+  let parsed: unknown = raw;
+  if (typeof raw === 'string') {
+    try {
+      parsed = JSON.parse(raw);
+    } catch {
+      return fail('is neither true nor a JSON object');
+    }
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed))
+    return fail('must be an object');
+  const given = parsed as Record<string, unknown>;
+  const unknown = Object.keys(given).filter((key) => !(key in GPU_WORKERS_DEFAULTS));
+  if (unknown.length > 0) fail(`has unknown keys ${unknown.join(', ')}`);
+  const integer = (key: keyof GpuWorkersConfig, min: number): number => {
+    const value = given[key] ?? GPU_WORKERS_DEFAULTS[key];
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < min) {
+      return fail(`.${key} must be an integer of ${min} or more, got ${JSON.stringify(value)}`);
+    }
+    return value;
+  };
+  const text = (key: 'baseModel' | 'image'): string | undefined => {
+    const value = given[key];
+    if (value === undefined) return undefined;
+    if (typeof value !== 'string' || value === '') return fail(`.${key} must be a non-empty string`);
+    return value;
+  };
+  const instanceTypes = given.instanceTypes ?? GPU_WORKERS_DEFAULTS.instanceTypes;
+  if (
+    !Array.isArray(instanceTypes) ||
+    instanceTypes.length === 0 ||
+    !instanceTypes.every((type) => typeof type === 'string' && /^[a-z0-9-]+\.[a-z0-9]+$/.test(type))
+  ) {
+    fail('.instanceTypes must be a non-empty list of EC2 instance types such as "g5.xlarge"');
+  }
+  const spot = given.spot ?? GPU_WORKERS_DEFAULTS.spot;
+  if (typeof spot !== 'boolean') fail('.spot must be true or false');
+  const config: GpuWorkersConfig = {
+    instanceTypes: instanceTypes as string[],
+    gpusPerHost: integer('gpusPerHost', 1),
+    minHosts: integer('minHosts', 0),
+    maxHosts: integer('maxHosts', 1),
+    spot: spot as boolean,
+    idleMinutes: integer('idleMinutes', 1),
+    baseModel: text('baseModel'),
+    image: text('image'),
+    memoryMiB: integer('memoryMiB', 512),
+    volumeGiB: integer('volumeGiB', 30),
+    waitingAlarmSeconds: integer('waitingAlarmSeconds', 60),
+  };
+  if (config.minHosts > config.maxHosts) fail('.minHosts must not exceed .maxHosts');
+  return config;
+}

@@ -669,7 +669,8 @@ export const topology: Topology = {
           ],
         },
         bucket: [{ prefix: '', actions: ['get', 'put', 'delete', 'list'] }],
-        queues: { work: ['send'] },
+        // Its safety tick dispatches as the scheduler does: a held model's work item to its holder's lane (S2).
+        queues: { work: ['send'], ...onLanes(['send']) },
       },
       triggers: [{ kind: 'schedule', rateMinutes: 1 }],
     },

@@ -6,6 +6,7 @@ import type { IConstruct } from 'constructs';
 import { describe, expect, it, vi } from 'vitest';
 import { acknowledgeNagFindings, addNagChecks, nagAcknowledgments, nagFindings } from '../../cdk/nag.js';
 import { TinkerServerlessStack } from '../../cdk/stack.js';
+import { GPU_WORKERS_DEFAULTS } from '../../shared/base/config.js';
 import { FUNCTION_IDS } from '../../shared/base/topology.js';
 import { functionLogicalId, properties, type SynthOptions, synth } from '../support/cdk/synth.js';
 
@@ -21,6 +22,14 @@ const VARIANTS: [string, SynthOptions][] = [
   ['destroyable', { removalPolicy: RemovalPolicy.DESTROY }],
   ['without the reference worker', { referenceWorker: false }],
   ['without tracing', { tracing: false }],
+  [
+    'with the GPU worker fleet',
+    {
+      referenceWorker: false,
+      baseModels: '[{"name":"Qwen/Qwen3-0.6B"}]',
+      gpuWorkers: { ...GPU_WORKERS_DEFAULTS, spot: true },
+    },
+  ],
 ];
 
 /** Every acknowledgment recorded anywhere in the tree: rule id and reason. */
