@@ -14,7 +14,7 @@ import type { GpuWorkersConfig } from '../../shared/base/config.js';
 import { physicalName } from '../../shared/base/topology.js';
 
 /** Where the worker image is built from, relative to the repository root (the Docker build context). */
-export const GPU_WORKER_DOCKERFILE = 'deploy/gpu-worker/Dockerfile';
+export const GPU_WORKER_DOCKERFILE = 'cdk/gpu-worker/Dockerfile';
 
 /**
  * What the Docker build context leaves out: local state, dependencies the image installs itself, and

@@ -526,7 +526,7 @@ export interface GpuWorkersConfig {
   readonly idleMinutes: number;
   /** The base model the workers load; unset, the pool's single BASE_MODELS entry. */
   readonly baseModel: string | undefined;
-  /** A prebuilt worker image; unset, CDK builds deploy/gpu-worker/Dockerfile at deploy. */
+  /** A prebuilt worker image; unset, CDK builds cdk/gpu-worker/Dockerfile at deploy. */
   readonly image: string | undefined;
   /** Memory reserved per worker process (MiB). */
   readonly memoryMiB: number;
