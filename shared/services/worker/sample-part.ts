@@ -31,6 +31,11 @@ import type { PartOutcome, SampleCutReport, SampleOutcome, SequenceStartReport }
  * (that sequence starts over). When dispatched again, each sequence continues from its restored prefix
  * through the backend's `resume`; the sampler is keyed by (seed, sample index, position), and stop
  * matching and max_tokens count the restored tokens, so the answer is the uninterrupted one.
+ *
+ * On a backend that `batchesSamples` (an engine of protocol version 2, B1) the call is not sliced: it
+ * is issued whole, so every call of the work item shares the engine's decode steps, and a cut (or the
+ * work item's abort) stops it at the engine's next step with its sequences so far, which the cut saves
+ * as it would a slice's.
  */
 export async function runSamplePart(sample: WorkItemSample, ctx: RunContext): Promise<SampleOutcome> {
   // Joined at once, so a cut's save waits for this sample before it goes out.
@@ -201,6 +206,7 @@ async function generate(sample: WorkItemSample, ctx: RunContext): Promise<Genera
     // The last slice's live state in the backend, which the next slice continues instead of replaying
     // `progress` (the answer is the same either way; a cut leaves it behind).
     let continuation: string | undefined;
+    const whole = (await ctx.backend.batchesSamples?.()) === true;
     for (;;) {
       // Let timers and I/O run between slices (a CPU backend never yields inside one): a SIGTERM,
       // the cut poll and lease renewals are seen here, and other samples get their turn.
@@ -215,11 +221,15 @@ async function generate(sample: WorkItemSample, ctx: RunContext): Promise<Genera
           sequences: progress,
         };
       }
-      const run: SampleRun = await ctx.backend.sample(sampler, request, {
-        resume: resumeOf(progress),
-        maxNewTokens: sampling.sliceTokens,
-        ...(continuation === undefined ? {} : { continuation }),
-      });
+      const run: SampleRun = whole
+        ? await sampleUntilStopped(ctx, sampling, ({ stop }) =>
+            ctx.backend.sample(sampler, request, { resume: resumeOf(progress), stop }),
+          )
+        : await ctx.backend.sample(sampler, request, {
+            resume: resumeOf(progress),
+            maxNewTokens: sampling.sliceTokens,
+            ...(continuation === undefined ? {} : { continuation }),
+          });
       continuation = run.continuation;
       progress = new Map(
         run.sequences.map((sequence, index) => [
@@ -248,6 +258,32 @@ async function generate(sample: WorkItemSample, ctx: RunContext): Promise<Genera
       };
     }
     throw error;
+  }
+}
+
+/** How often a whole call checks the cut's boundary condition (`cutWhen`) while it runs. */
+const STOP_CHECK_MS = 100;
+
+/**
+ * A whole call (the backend batches samples) given a stop signal that fires when the work item is cut
+ * or aborted: the backend then answers at its next decode step with the sequences so far.
+ */
+async function sampleUntilStopped(
+  ctx: RunContext,
+  sampling: SamplingContext,
+  call: (options: { stop: AbortSignal }) => Promise<SampleRun>,
+): Promise<SampleRun> {
+  const stop = new AbortController();
+  const check = (): void => {
+    if (sampling.cut.requested || ctx.signal?.aborted === true) stop.abort();
+  };
+  const timer = setInterval(check, STOP_CHECK_MS);
+  ctx.signal?.addEventListener('abort', check);
+  try {
+    return await call({ stop: stop.signal });
+  } finally {
+    clearInterval(timer);
+    ctx.signal?.removeEventListener('abort', check);
   }
 }
 
