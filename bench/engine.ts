@@ -596,21 +596,23 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       };
       // The engine alone: the same calls straight to the engine process, on the base model or spread
       // over 8 adapters (4 calls each at 32).
-      const base = await resident.loadSampler(TINY_MODEL_DIR, null);
+      // Its own backend over the same process, so the stack's samplers do not evict these 9.
+      const direct = new EngineBackend(engine, { name: 'torch', maxSamplers: 16 });
+      const base = await direct.loadSampler(TINY_MODEL_DIR, null);
       const adapters = await Promise.all(
         Array.from({ length: 8 }, async (_, a) => {
           const state = await resident.createModel({
             base_model: TINY_MODEL_DIR,
             lora_config: { rank: RANK, seed: 100 + a },
           });
-          return resident.loadSampler(TINY_MODEL_DIR, await resident.exportWeights(state, 'sampler'));
+          return direct.loadSampler(TINY_MODEL_DIR, await resident.exportWeights(state, 'sampler'));
         }),
       );
       const alone = (samplerOf: (call: number) => SamplerModel) => async (): Promise<Counts> => {
         const started = performance.now();
         await Promise.all(
           Array.from({ length: calls }, (_, c) =>
-            resident.sample(samplerOf(c), {
+            direct.sample(samplerOf(c), {
               num_samples: 1,
               prompt: { chunks: [{ type: 'encoded_text', tokens: Int32Array.from(prompt) }] },
               sampling_params: { max_tokens: newTokens, temperature: 1, seed: c },
