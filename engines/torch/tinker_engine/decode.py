@@ -32,7 +32,7 @@ from .errors import EngineError, InfrastructureError
 from .models import upcast
 from .prng import sample_uniform
 from .row_attention import RowCache, StepRows, decode_step, install
-from .row_lora import BASE, per_row_lora
+from .row_lora import BASE, lora_layers, per_row_lora
 from .sampling import (
     IDLE_TOKEN,
     SampleParams,
@@ -148,6 +148,9 @@ class Decoder:
         self.waiting: deque[Call] = deque()
         self.live: list[Call] = []
         self.reserved = 0
+        # The model's LoRA layers, listed again after an adapter load (one may adapt new modules).
+        self._layers: list[Any] = []
+        self._layers_at = -1
 
     @property
     def busy(self) -> bool:
@@ -282,7 +285,10 @@ class Decoder:
         slots += [None] * idle
         input_ids = torch.tensor(ids, dtype=torch.long, device=device).unsqueeze(1)
         position_ids = torch.tensor(positions, dtype=torch.long, device=device).unsqueeze(1)
-        with per_row_lora(self.pool.peft, names), decode_step(StepRows(slots)):
+        if self._layers_at != self.pool.loads:
+            self._layers = lora_layers(self.pool.peft)
+            self._layers_at = self.pool.loads
+        with per_row_lora(self._layers, names), decode_step(StepRows(slots)):
             out = self.pool.peft(input_ids=input_ids, position_ids=position_ids, use_cache=False)
         return torch.log_softmax(upcast(out.logits[: len(chunk), -1]), dim=-1).to(torch.float64)
 
