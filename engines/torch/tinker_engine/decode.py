@@ -30,7 +30,7 @@ import torch
 from .adapters import Adapter, AdapterPool
 from .errors import EngineError, InfrastructureError
 from .models import upcast
-from .prng import sample_uniform
+from .prng import sample_uniforms
 from .row_attention import RowCache, StepRows, decode_step, install
 from .row_lora import BASE, lora_layers, per_row_lora
 from .sampling import (
@@ -79,9 +79,16 @@ class Call:
         k = self.params.topk_sample_logprobs
         return any(self.active(i) or (k > 0 and self.step < self.replay[i]) for i in range(self.rows))
 
-    def choose(self, rows: torch.Tensor) -> None:
-        """The step's token per row from `rows` (float64 logprobs), as sampling.py's loop does."""
+    def draws(self) -> list[tuple[int, int, int]]:
+        """The keys of the draws `choose` takes at this step (rows that choose a token), in row order."""
+        seed = self.params.seed
+        return [(seed, i, self.step) for i in range(self.rows) if self.step >= self.replay[i] and self.active(i)]
+
+    def choose(self, rows: torch.Tensor, uniforms: list[float] | None = None) -> None:
+        """The step's token per row from `rows` (float64 logprobs), as sampling.py's loop does;
+        `uniforms`: the draws of `draws()`, computed together with other calls' (else computed here)."""
         params = self.params
+        draws = iter(uniforms if uniforms is not None else sample_uniforms(self.draws()))
         k = params.topk_sample_logprobs
         ranked = topk_rows_of(rows, k) if k > 0 else None
         fed: list[int] = []
@@ -93,7 +100,7 @@ class Call:
             elif self.active(i):
                 if ranked is not None:
                     self.topk[i].append(ranked[i])
-                token = choose_token(rows[i], params, sample_uniform(params.seed, i, self.step))
+                token = choose_token(rows[i], params, next(draws))
                 self.tokens[i].append(token)
                 self.logprobs[i].append(float(np.float32(rows[i, token].item())))
                 self.generated[i] += 1
@@ -267,12 +274,16 @@ class Decoder:
             rows = self._forward(chunk, width)
             for (call, _), row in zip(chunk, rows, strict=False):
                 logprobs[id(call)].append(row)
-        for call in self.live:
-            if not call.more():
-                continue
+        stepping = [call for call in self.live if call.more()]
+        # Every call's keyed draws of this step in one vectorised computation (prng.py).
+        keys = [call.draws() for call in stepping]
+        uniforms = sample_uniforms([key for call_keys in keys for key in call_keys])
+        taken = 0
+        for call, call_keys in zip(stepping, keys, strict=True):
             assert call.cache is not None
             call.cache.length += 1
-            call.choose(torch.stack(logprobs[id(call)]))
+            call.choose(torch.stack(logprobs[id(call)]), uniforms[taken : taken + len(call_keys)])
+            taken += len(call_keys)
 
     def _forward(self, chunk: list[tuple[Call, int]], width: int) -> torch.Tensor:
         """One forward of exactly `width` rows; the float64 logprobs of the chunk's rows."""

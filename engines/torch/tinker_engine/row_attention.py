@@ -81,19 +81,27 @@ def _grouped_attention(
     layer = module.layer_idx  # type: ignore[attr-defined]
     groups: dict[int, list[int]] = {}
     idle: list[int] = []
+    written: list[int] = []
+    targets: list[torch.Tensor] = []
     for slot, entry in enumerate(rows.slots):
         if entry is None:
             idle.append(slot)
             continue
         cache, row = entry
-        cache.keys[layer][row, :, cache.length] = key[slot, :, 0]
-        cache.values[layer][row, :, cache.length] = value[slot, :, 0]
+        targets.append(cache.keys[layer][row, :, cache.length])
+        targets.append(cache.values[layer][row, :, cache.length])
+        written.append(slot)
         groups.setdefault(cache.length + 1, []).append(slot)
+    if written:
+        # This step's keys and values into their rows' caches, as one batch of exact copies.
+        new = torch.stack((key[written, :, 0], value[written, :, 0]), dim=1).flatten(0, 1)
+        torch._foreach_copy_(targets, list(new.unbind(0)))
     output = torch.empty((query.shape[0], 1, query.shape[1], query.shape[3]), dtype=query.dtype, device=query.device)
     common = {"scaling": kwargs.get("scaling"), "dropout": 0.0, "is_causal": False}
     for length, slots in groups.items():
-        keys = torch.cat([_row(rows, s, layer, length, keys=True) for s in slots])
-        values = torch.cat([_row(rows, s, layer, length, keys=False) for s in slots])
+        entries = [rows.slots[s] for s in slots]
+        keys = torch.cat([c.keys[layer][r : r + 1, :, :length] for c, r in entries])  # type: ignore[misc]
+        values = torch.cat([c.values[layer][r : r + 1, :, :length] for c, r in entries])  # type: ignore[misc]
         out, _ = sdpa_attention_forward(module, query[slots], keys, values, None, **common)
         output[slots] = out
     if idle:
@@ -101,14 +109,6 @@ def _grouped_attention(
         out, _ = sdpa_attention_forward(module, query[idle], key[idle], value[idle], None, **common)
         output[idle] = out
     return output, None
-
-
-def _row(rows: StepRows, slot: int, layer: int, length: int, keys: bool) -> torch.Tensor:
-    entry = rows.slots[slot]
-    assert entry is not None
-    cache, row = entry
-    tensors = cache.keys if keys else cache.values
-    return tensors[layer][row : row + 1, :, :length]
 
 
 def _attention(
