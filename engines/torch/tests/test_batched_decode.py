@@ -99,6 +99,15 @@ def test_a_call_answers_the_same_bits_alone_in_a_batch_and_among_other_adapters(
         _same(answers[i], _run(engine2, {i: mixed[i]})[i])
 
 
+def test_calls_of_one_prompt_share_its_forward_and_each_answers_its_bits_alone(engine2: Engine) -> None:
+    """An RL group: calls of one prompt on one sampler, admitted together, run the prompt once."""
+    sampler = _sampler(engine2, 1)
+    group = {i: {"sampler": sampler, "request": _request(300 + i)} for i in range(6)}
+    answers = _run(engine2, group)
+    for i in (0, 3, 5):
+        _same(answers[i], _run(engine2, {i: group[i]})[i])
+
+
 def test_a_call_joining_a_running_batch_answers_its_bits_alone(engine2: Engine) -> None:
     sampler = _sampler(engine2, 5)
     subject = {"sampler": sampler, "request": _request(9)}

@@ -221,6 +221,9 @@ class Decoder:
 
     def _admit(self) -> list[Answer]:
         answers: list[Answer] = []
+        # Prompt forwards of this admission by (adapter, prompt): calls of one prompt on one sampler
+        # (an RL group's) share it; the same forward on the same inputs, so the same bits.
+        prompts: dict[tuple[int, bytes], tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]] = {}
         while self.waiting:
             call = self.waiting[0]
             if self.live and self.reserved + call.reserved > self.kv_budget_bytes:
@@ -229,23 +232,30 @@ class Decoder:
             self.reserved += call.reserved
             self.live.append(call)
             try:
-                self._start(call)
+                self._start(call, prompts)
             except Exception as error:  # noqa: BLE001 - the call's failure, answered like any other
                 failure = error if isinstance(error, EngineError) else InfrastructureError(f"sample: {error}")
                 answers.append(self._leave(call, failure))
         return answers
 
     @torch.no_grad()
-    def _start(self, call: Call) -> None:
-        """Runs the prompt, chooses the first tokens (or replays), and leaves the call ready to step."""
+    def _start(
+        self,
+        call: Call,
+        prompts: dict[tuple[int, bytes], tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]],
+    ) -> None:
+        """Runs the prompt (or takes this admission's run of it), chooses the first tokens (or replays),
+        and leaves the call ready to step."""
         params = call.params
-        if call.adapter is not None:
-            self.pool.activate([call.adapter])
-        names = [self._name(call)]
         prompt = torch.from_numpy(params.prompt.copy()).to(self.pool.base.device).unsqueeze(0)
-        out = self.pool.forward(names, input_ids=prompt, use_cache=True)
-        prompt_lp = torch.log_softmax(upcast(out.logits[0]), dim=-1)
-        layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        key = (id(call.adapter), params.prompt.astype(np.int64).tobytes())
+        if key not in prompts:
+            if call.adapter is not None:
+                self.pool.activate([call.adapter])
+            out = self.pool.forward([self._name(call)], input_ids=prompt, use_cache=True)
+            prompt_lp = torch.log_softmax(upcast(out.logits[0]), dim=-1)
+            prompts[key] = ([(layer.keys, layer.values) for layer in out.past_key_values.layers], prompt_lp)
+        layers, prompt_lp = prompts[key]
         call.cache = RowCache.from_prompt(layers, call.rows, params.prompt.size + params.max_tokens)
         call.result = prompt_outputs(prompt, prompt_lp, params)
         call.tokens = [list(p[0]) for p in call.prefixes]
