@@ -1,9 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Backend } from '../../shared/backend/backend.js';
+import type { Backend, SampleRun } from '../../shared/backend/backend.js';
+import { EngineBackend } from '../../shared/backend/engine/engine-backend.js';
+import { EngineProcess } from '../../shared/backend/engine/engine-process.js';
+import { TINY_MODEL_DIR } from '../../shared/backend/engine/installed-engines.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import type { WorkManifest } from '../../shared/domain/planning/work-item.js';
 import { cancelFuture } from '../../shared/services/api/session-futures.js';
 import { runWorkItem, type WorkerEvent } from '../../shared/services/worker/index.js';
+import { engineUnderTest } from '../support/engine/engine-under-test.js';
 import { onlyIds } from '../support/resume-harness.js';
 import { createBackend as slowSampler } from '../support/resume-slow-sampler.js';
 import { BASE_MODEL, type TenantClient, WorkerHarness } from '../support/worker-harness.js';
@@ -12,7 +16,8 @@ import { BASE_MODEL, type TenantClient, WorkerHarness } from '../support/worker-
  * cancel_future of a running sample (W9): the API marks its claim and answers `cancelled: true`; the
  * worker's cancel poll sees the mark, stops the sample at its next slice (a sliced backend) or decode
  * step (a backend that batches samples, through the call's stop signal), and commits it cancelled,
- * once. On the local cloud, the worker in-process.
+ * once. On the local cloud, the worker in-process; last, on the torch engine (protocol version 2),
+ * whose decoder ends the call at its next step (`stop_sample`).
  */
 
 let h: WorkerHarness;
@@ -129,5 +134,56 @@ describe('cancel_future of a running sample', () => {
     expect(answered).toBe(true);
     expect(outcome.samples[0]).toMatchObject({ outcome: 'committed' });
     await expectCancelled(id);
+  });
+});
+
+const torch = engineUnderTest();
+
+describe.skipIf(torch.command === undefined)('cancel_future of a running sample on the torch engine', () => {
+  let engine: EngineBackend | undefined;
+  afterAll(async () => {
+    await engine?.stop();
+  });
+
+  it('the engine stops the call at its next step and the future ends cancelled', {
+    timeout: 120_000,
+  }, async () => {
+    if (torch.command === undefined) throw new Error('no engine');
+    const runs: SampleRun[] = [];
+    let started = false;
+    engine = new (class extends EngineBackend {
+      override async sample(...[sampler, request, options]: Parameters<EngineBackend['sample']>) {
+        started = true;
+        const run = await super.sample(sampler, request, options);
+        runs.push(run);
+        return run;
+      }
+    })(new EngineProcess(torch.command, { requestTimeoutMs: 120_000, protocolVersions: [2] }));
+    expect(await engine.batchesSamples?.()).toBe(true);
+    const h2 = await WorkerHarness.start({ baseModel: torch.baseModel ?? TINY_MODEL_DIR });
+    try {
+      const t2 = h2.tenant('engine-cancels');
+      const sessionOnEngine = await t2.samplingSession({ base_model: h2.baseModel });
+      // Long enough to be running when the cancel lands (the tiny model's context is 2,048 tokens).
+      const id = await t2.sample(sessionOnEngine, body(2_000, 6));
+      const item = await h2.dispatch({ only: onlyIds([id]) });
+      const run = runWorkItem((item as { manifest: WorkManifest }).manifest, {
+        backend: engine,
+        clients: h2.cloud.clients,
+        cutPollMs: 0,
+        cancelPollMs: 20,
+      });
+      while (!started) await new Promise((resolve) => setTimeout(resolve, 10));
+      expect((await cancelFuture(t2.ctx(), { request_id: id })).cancelled).toBe(true);
+      expect((await run).samples[0]).toMatchObject({ outcome: 'committed' });
+      // The engine answered early, unfinished, with its tokens so far.
+      expect(runs).toHaveLength(1);
+      expect(runs[0]?.finished).toBe(false);
+      expect(runs[0]?.sequences[0]?.tokens.length ?? 2_000).toBeLessThan(2_000);
+      const answer = await h2.answer(t2.tenant, id);
+      expect(JSON.stringify(answer)).toContain('the sample was cancelled by the client');
+    } finally {
+      h2.cloud.clients.dynamo.destroy();
+    }
   });
 });
