@@ -8,6 +8,7 @@ import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import type { Context, SQSEvent } from 'aws-lambda';
 import { createWorkerHandler } from '../functions/worker/handler.js';
 import { startLocalStack } from '../local/runtime/stack.js';
+import type { SamplerModel } from '../shared/backend/backend.js';
 import { EngineBackend } from '../shared/backend/engine/engine-backend.js';
 import { EngineProcess } from '../shared/backend/engine/engine-process.js';
 import type { FrameBuilder } from '../shared/backend/engine/frame.js';
@@ -52,6 +53,12 @@ import { AwsCallCounter, type CallCount, callsBetween } from './support/aws-call
  * - `sample_rotation`: more sampling calls than the torch engine keeps live states for (8), submitted
  *   together so one work item runs them side by side, one slice each in turn, against the same calls
  *   through `generate` one after another, and through the stack in one slice.
+ * - `concurrent_samples_<n>`: n sampling calls of num_samples=1 submitted at once (an RL loop's
+ *   group x batch) through the stack, whose version 2 engine decodes them in shared steps (B1),
+ *   beside one `generate` of n rows (`plain_generate_batch`), the same calls straight to the engine
+ *   (`engine_alone`: the engine process without the stack), those calls spread over 8 adapters
+ *   (`engine_alone_8_adapters`), and the stack on a protocol version 1 engine (`stack_protocol_1`:
+ *   one call at a time in 64-token slices, the figure before batched decode).
  * - `fixed_cost`: the smallest step (one datum of 16 tokens) the same two ways: what a work item
  *   costs besides its compute, with what it is made of: engine round trips, state bytes
  *   serialized and loaded, the engine's time in serialize/deserialize, and AWS calls.
@@ -100,6 +107,8 @@ interface Shape {
    * for, 8), each of sequences x new tokens, after sample's prompt.
    */
   readonly rotation: readonly [number, number, number];
+  /** concurrent_samples: the call counts, each call num_samples=1 x this many new tokens. */
+  readonly concurrent: readonly [readonly number[], number];
   readonly models: number;
   readonly modelBatch: readonly [number, number];
   readonly stateBatch: readonly [number, number];
@@ -111,6 +120,7 @@ const FULL: Shape = {
   batch: [16, 512, 128],
   sample: [8, 32, 1024, 64],
   rotation: [16, 2, 256],
+  concurrent: [[32, 128], 128],
   models: 8,
   modelBatch: [2, 128],
   stateBatch: [4, 128],
@@ -121,6 +131,7 @@ const QUICK: Shape = {
   batch: [8, 128, 128],
   sample: [4, 16, 256, 32],
   rotation: [12, 2, 128],
+  concurrent: [[32], 64],
   models: 8,
   modelBatch: [1, 64],
   stateBatch: [2, 64],
@@ -305,12 +316,19 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
   // Keeps no resident handle: every work item loads its state's bytes (state_moved's baseline).
   const reloading = new EngineBackend(engine, { name: 'torch', maxResidentStates: 0 });
   await resident.start();
-  let mode: 'default' | 'reload' | 'one_slice' = 'default';
+  // The same engine pinned to protocol version 1 (slices, one request at a time): concurrent_samples' baseline.
+  const legacyEngine = new EngineProcess(
+    { ...command, args: [...command.args, '--threads', String(TORCH_THREADS)] },
+    { worker: 'bench engine v1', protocolVersions: [1] },
+  );
+  const legacy = new EngineBackend(legacyEngine, { name: 'torch' });
+  let mode: 'default' | 'reload' | 'one_slice' | 'legacy' = 'default';
   const handlers = {
     default: createWorkerHandler({ backend: resident }),
     reload: createWorkerHandler({ backend: reloading, worker: { states: new StateCache(0) } }),
     // Samples in one slice (no cut checks between 64-token slices, no prefix replays): sample's second baseline.
     one_slice: createWorkerHandler({ backend: resident, worker: { sampleSliceTokens: 1 << 20 } }),
+    legacy: createWorkerHandler({ backend: legacy }),
   };
   const calls = new AwsCallCounter();
   const stack = await startLocalStack({
@@ -332,7 +350,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
   const onSignal = () =>
     void stack
       .stop()
-      .then(() => engine.stop())
+      .then(() => Promise.all([engine.stop(), legacyEngine.stop()]))
       .finally(() => process.exit(130));
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
@@ -615,6 +633,89 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       );
     }
 
+    for (const calls of shape.concurrent[0]) {
+      const name = `concurrent_samples_${calls}`;
+      if (!selected(name) && !selected('concurrent_samples')) continue;
+      const newTokens = shape.concurrent[1];
+      const prompt = tokenRows(1, shape.sample[3] - 1, 7)[0] as number[];
+      const { sampling_session_id } = await client.createSamplingSession({
+        session_id,
+        sampling_session_seq_id: samplingSeq++,
+        base_model: TINY_MODEL_DIR,
+      });
+      let callSeq = 0;
+      const together = async (worker: typeof mode) => {
+        mode = worker;
+        try {
+          const first = callSeq;
+          callSeq += calls;
+          const submitted = await Promise.all(
+            Array.from({ length: calls }, (_, c) =>
+              client.asample({
+                sampling_session_id,
+                seq_id: first + c,
+                num_samples: 1,
+                prompt: { chunks: [{ type: 'encoded_text', tokens: prompt }] },
+                sampling_params: { max_tokens: newTokens, temperature: 1, seed: first + c },
+              }),
+            ),
+          );
+          await Promise.all(submitted.map(({ request_id }) => client.waitFor(request_id)));
+        } finally {
+          mode = 'default';
+        }
+      };
+      // The engine alone: the same calls straight to the engine process, on the base model or spread
+      // over 8 adapters (4 calls each at 32).
+      // Its own backend over the same process, so the stack's samplers do not evict these 9.
+      const direct = new EngineBackend(engine, { name: 'torch', maxSamplers: 16 });
+      const base = await direct.loadSampler(TINY_MODEL_DIR, null);
+      const adapters = await Promise.all(
+        Array.from({ length: 8 }, async (_, a) => {
+          const state = await resident.createModel({
+            base_model: TINY_MODEL_DIR,
+            lora_config: { rank: RANK, seed: 100 + a },
+          });
+          return direct.loadSampler(TINY_MODEL_DIR, await resident.exportWeights(state, 'sampler'));
+        }),
+      );
+      const alone = (samplerOf: (call: number) => SamplerModel) => async (): Promise<Counts> => {
+        const started = performance.now();
+        await Promise.all(
+          Array.from({ length: calls }, (_, c) =>
+            direct.sample(samplerOf(c), {
+              num_samples: 1,
+              prompt: { chunks: [{ type: 'encoded_text', tokens: Int32Array.from(prompt) }] },
+              sampling_params: { max_tokens: newTokens, temperature: 1, seed: c },
+            }),
+          ),
+        );
+        const wall = performance.now() - started;
+        return { tokens: calls * newTokens, tokens_per_s: round3((calls * newTokens) / (wall / 1000)) };
+      };
+      const tokens = calls * newTokens;
+      cases.push(
+        await runCase({
+          name,
+          params: { calls, num_samples: 1, max_tokens: newTokens, prompt_tokens: prompt.length },
+          repeats: shape.repeats,
+          ours: throughStack(tokens, () => together('default')),
+          baselines: {
+            plain_generate_batch: plainly(tokens, {
+              op: 'sample',
+              prompt,
+              num_samples: calls,
+              max_tokens: newTokens,
+              seed: 1,
+            }),
+            engine_alone: alone(() => base),
+            engine_alone_8_adapters: alone((c) => adapters[c % adapters.length] as SamplerModel),
+            stack_protocol_1: throughStack(tokens, () => together('legacy')),
+          },
+        }),
+      );
+    }
+
     if (selected('fixed_cost')) {
       cases.push(
         await runCase({
@@ -689,7 +790,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
   } finally {
     plain.stop();
     await stack.stop();
-    await engine.stop();
+    await Promise.all([engine.stop(), legacyEngine.stop()]);
   }
 }
 

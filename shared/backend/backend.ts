@@ -172,6 +172,11 @@ export interface SampleOptions {
    * backend may continue its kept state instead of replaying them; the answer is the same either way.
    */
   readonly continuation?: string;
+  /**
+   * Ends the call early (a cut or a cancel) where the backend `batchesSamples`: it answers at its next
+   * decode step with the sequences so far (`finished` false), resumable like a slice's end.
+   */
+  readonly stop?: AbortSignal;
 }
 
 /** What every backend's state exposes; the rest is backend-private. */
@@ -238,6 +243,11 @@ export interface Backend {
   /** `weights` from `exportWeights(..., 'sampler')`, or null to sample the base model. */
   loadSampler(baseModel: string, weights: Uint8Array | null): Promise<SamplerModel>;
   sample(sampler: SamplerModel, request: SampleRequest, options?: SampleOptions): Promise<SampleRun>;
+  /**
+   * True when concurrent `sample` calls share the backend's decode steps (B1) and honour
+   * `SampleOptions.stop`: the worker then issues each call whole instead of in slices. Absent: false.
+   */
+  batchesSamples?(): Promise<boolean>;
   serializeState(state: BackendState): Promise<Uint8Array>;
   deserializeState(bytes: Uint8Array): Promise<BackendState>;
   /**

@@ -471,6 +471,8 @@ export const topology: Topology = {
             // Condition checks: cancel_future's, that no worker holds the sample's claim; every
             // submit's, that its session has not finished.
             { keyPrefixes: [key.sampleClaim, key.session], actions: ['condition-check'] },
+            // cancel_future of a running sample marks its live claim (W9, repositories/samples/claims.ts).
+            { keyPrefixes: [key.sampleClaim], actions: ['update'] },
             // The listings (C1): checkpoints, sessions and runs from the by_owner and by_parent
             // indexes; the session futures' logs (W9) from by_parent.
             'query-index',

@@ -255,6 +255,8 @@ export interface SampleClaimRecord {
   /** Renewed by the worker while it samples; an ended lease lets the next tick claim it again. */
   readonly lease_until: number;
   readonly ttl: number;
+  /** When cancel_future asked the running sample to end cancelled (W9); absent: not asked. */
+  readonly cancel_requested?: number;
 }
 
 /** Idempotency record: the original future and the digest of the payload that created it (R7). */

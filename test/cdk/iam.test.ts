@@ -462,10 +462,12 @@ describe('IAM', () => {
     ]);
     // The seq counter (every training submit), the session heartbeat and finish, the quota counters,
     // the owner's checkpoint changes (publish, TTL, a legacy archive's key), the session futures'
-    // position and clone counters, and a cancelled queued sample's future (W9); never a model.
+    // position and clone counters, a cancelled queued sample's future and a running one's claim mark
+    // (W9); never a model.
     expect(dynamo.filter((p) => p.startsWith('dynamodb:UpdateItem '))).toEqual([
       'dynamodb:UpdateItem table:futures.Arn',
       `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['ckpt#'])}`,
+      `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['claim#'])}`,
       `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['rate#', 'polls#'])}`,
       `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['session#', 'seq#'])}`,
       `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['sfc#', 'sfj#'])}`,

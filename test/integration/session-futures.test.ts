@@ -4,6 +4,7 @@ import { transactWrite } from '../../shared/aws/transact.js';
 import { type TinkerClient, TinkerHttpError } from '../../shared/client/tinker-client.js';
 import { registryKey } from '../../shared/domain/records.js';
 import { CLONE_SEQ_SPAN, sessionLogKey } from '../../shared/domain/session-log.js';
+import { CANCELLED } from '../../shared/repositories/samples/cancel.js';
 import {
   logEntryItem,
   readLogAfter,
@@ -183,12 +184,14 @@ describe('session futures with queued samples (api only)', () => {
     expect(await client.cancelFuture(queued.request_id)).toMatchObject({ cancelled: false });
   });
 
-  it('cancel_future leaves a running sample (its claim is held) to finish', async () => {
+  it('cancel_future marks a running sample (its claim is held): only its cancelled commit lands', async () => {
     const { sampler } = await samplingSession(client);
     const running = await sample(client, sampler, 1);
-    await api.cloud.clients.doc.send(
+    const { doc } = api.cloud.clients;
+    const tables = { futures: api.cloud.names.tables.futures, registry: api.cloud.names.tables.registry };
+    await doc.send(
       new PutCommand({
-        TableName: api.cloud.names.tables.registry,
+        TableName: tables.registry,
         Item: {
           pk: registryKey.sampleClaim(running.request_id),
           request_id: running.request_id,
@@ -199,8 +202,23 @@ describe('session futures with queued samples (api only)', () => {
         },
       }),
     );
-    expect(await client.cancelFuture(running.request_id)).toMatchObject({ cancelled: false });
+    expect(await client.cancelFuture(running.request_id)).toMatchObject({ cancelled: true });
+    // Its worker has not seen the mark yet: the future runs on.
     expect(await client.retrieveFuture(running.request_id)).toMatchObject({ type: 'try_again' });
+    const store = { doc, tables: { ...tables, models: api.cloud.names.tables.models } };
+    const log = { logKey: sessionLogKey(sampler, 0), tenant: 'acme' };
+    const completed = { status: 'completed' as const, result: { sequences: [] } };
+    // A result that finishes after the cancel does not land ...
+    expect(
+      await commitSample(running.request_id, 'w1', 'r1', completed, Date.now(), store, undefined, log),
+    ).toEqual({ committed: false, cancelRequested: true });
+    // ... the cancelled end does, once.
+    const cancelled = { status: 'failed' as const, error: CANCELLED };
+    expect(
+      await commitSample(running.request_id, 'w1', 'r1', cancelled, Date.now(), store, undefined, log, true),
+    ).toMatchObject({ committed: true });
+    expect(await client.retrieveFuture(running.request_id)).toMatchObject({ category: 'user' });
+    expect(await client.cancelFuture(running.request_id)).toMatchObject({ cancelled: false });
   });
 
   it('a commit that lands late is answered in order: the poll waits at its position, never skips it', async () => {

@@ -219,11 +219,17 @@ describe('EngineBackend over the reference engine', () => {
     expect(engine.restarts).toBe(1);
   });
 
-  it('refuses an engine that does not speak protocol version 1, naming the versions it speaks', async () => {
-    const { engine } = start({ protocolVersions: [2] });
+  it('refuses an engine that speaks neither protocol version 2 nor 1, naming the versions it speaks', async () => {
+    const { engine } = start({ protocolVersions: [3] });
     const error = await engine.start().catch((e: unknown) => e);
     expect(error).toBeInstanceOf(EngineVersionError);
-    expect((error as Error).message).toMatch(/refused protocol version 1: .*speaks 2/);
+    expect((error as Error).message).toMatch(/refused protocol version 1: .*speaks 3/);
+  });
+
+  it('falls back to protocol version 1 when the engine refuses 2, and drives it one request at a time', async () => {
+    const { engine, backend } = start({});
+    expect((await engine.start()).protocol_version).toBe(1);
+    expect(await backend.batchesSamples()).toBe(false);
   });
 
   it('fails with an InfrastructureError naming the command when the engine cannot start', async () => {

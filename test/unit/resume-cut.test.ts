@@ -121,7 +121,8 @@ describe('returning a cut sample to pending', () => {
     expect(update?.UpdateExpression).not.toMatch(/live|status =|result/);
     expect(withRef.items[1]?.Delete).toMatchObject({
       Key: { pk: 'claim#r1' },
-      ConditionExpression: 'claim_token = :token',
+      // Not while cancel_future has marked the claim (W9): the sample then ends cancelled.
+      ConditionExpression: 'claim_token = :token AND attribute_not_exists(cancel_requested)',
       ExpressionAttributeValues: { ':token': 'wi-1' },
     });
     const without = sampleCutTransaction('r1', 'wi-1', undefined, 99, tables).items[0]?.Update;

@@ -228,10 +228,22 @@ describe('the sample commit transaction (R4)', () => {
       Delete: {
         TableName: 'p-registry',
         Key: { pk: 'claim#s1' },
-        ConditionExpression: 'claim_token = :token',
+        // A claim that cancel_future marked (W9) takes only the cancelled commit.
+        ConditionExpression: 'claim_token = :token AND attribute_not_exists(cancel_requested)',
         ExpressionAttributeValues: { ':token': 'wi-9' },
       },
     });
+    const cancelled = sampleCommitTransaction(
+      's1',
+      'wi-9',
+      'run-1',
+      { status: 'failed', error: { message: 'cancelled', category: 'user' } },
+      5,
+      tables,
+      undefined,
+      true,
+    );
+    expect(cancelled.items[1]?.Delete?.ConditionExpression).toBe('claim_token = :token');
   });
 
   it('writes its session log entry at the position it took, only where nothing is (W9)', () => {

@@ -73,11 +73,11 @@ def test_a_truncated_frame_is_a_protocol_error_and_stops_the_loop(engine: Engine
 def test_a_version_mismatch_is_refused_with_the_versions_spoken(make_engine) -> None:  # type: ignore[no-untyped-def]
     engine = make_engine()
     engine.greeted = False
-    reply, stop = answer(engine, Frame({"id": 1, "op": "hello", "args": {"protocol_version": 2, "worker": "t"}}))
-    assert not stop and reply.header["ok"] is False
+    reply, stop = answer(engine, Frame({"id": 1, "op": "hello", "args": {"protocol_version": 3, "worker": "t"}}))
+    assert not stop and reply is not None and reply.header["ok"] is False
     assert reply.header["error"]["kind"] == "protocol"
-    assert "protocol_version 2" in reply.header["error"]["message"]
-    assert "speaks 1" in reply.header["error"]["message"]
+    assert "protocol_version 3" in reply.header["error"]["message"]
+    assert "speaks 1, 2" in reply.header["error"]["message"]
     # Nothing else is served before a hello that succeeds.
     reply, _ = answer(engine, Frame({"id": 2, "op": "ping", "args": {}}))
     assert reply.header["error"]["kind"] == "protocol"

@@ -13,7 +13,7 @@ import torch
 from conftest import create, encoded, pass_input, sequence_datum
 
 from tinker_engine.engine import Engine
-from tinker_engine.prng import alt_uniform, sample_uniform
+from tinker_engine.prng import alt_uniform, sample_uniform, sample_uniforms
 from tinker_engine.sampling import SampleParams, choose_token
 
 PROMPT = [72, 101, 108, 108, 111, 32]
@@ -334,3 +334,15 @@ def test_bad_sdk_outputs_requests_are_user_errors(engine: Engine, change: dict[s
     with pytest.raises(UserError) as raised:
         _sample(engine, sampler, {**_request(), **change})
     assert raised.value.field == field
+
+
+def test_sample_uniforms_are_the_keyed_draws_bit_for_bit() -> None:
+    """The decoder's vectorised draws (one computation per step for every call) are sample_uniform's."""
+    keys = [
+        (seed, index, position)
+        for seed in (0, 7, -3, 2**64 - 1, -(2**63))
+        for index in (0, 5, 255)
+        for position in (0, 1, 4095)
+    ]
+    assert sample_uniforms(keys) == [sample_uniform(*key) for key in keys]
+    assert sample_uniforms([]) == []

@@ -2,4 +2,4 @@
 
 ENGINE_NAME = "tinker-engine-torch"
 ENGINE_VERSION = "0.1.0"
-PROTOCOL_VERSIONS = (1,)
+PROTOCOL_VERSIONS = (1, 2)

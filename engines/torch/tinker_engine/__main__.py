@@ -22,4 +22,13 @@ sys.stdout = sys.stderr
 
 from .server import main  # noqa: E402 - imported only once standard output is set aside
 
-raise SystemExit(main(output=frames))
+code = main(output=frames)
+# The server's frame reader (server.py) is a daemon thread blocked on standard input: finalizing the
+# interpreter while it holds that stream's lock aborts the process (SIGABRT), so the engine leaves
+# without finalizing, once everything written is flushed.
+for stream in (frames, sys.stderr):
+    try:
+        stream.flush()
+    except OSError:
+        pass  # the worker closed the pipe: nothing more can reach it
+os._exit(code)

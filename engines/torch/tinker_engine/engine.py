@@ -12,6 +12,10 @@ on the same sampler with the same request and restored prefixes equal to the sta
 instead of replaying (sampling.py). The states are bounded by count and bytes (live_samples.py: a state
 that does not fit is not kept unless stale ones make room); a key is used once, and releasing a sampler
 drops its states.
+
+Batched decode (protocol version 2, B1): `sample` calls are queued to the decoder (decode.py), which
+advances every live call in shared steps between requests; server.py answers each when it ends.
+`stop_sample` ends a running call at the next step boundary with its sequences so far.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import torch
 from . import ENGINE_NAME, ENGINE_VERSION, PROTOCOL_VERSIONS
 from .adapters import Adapter, AdapterPool, parse_lora_request
 from .blob_files import BLOB_FILES_FEATURE, open_blob_file, path_arg, write_blob_file
+from .decode import Answer, Decoder
 from .errors import EngineError, InfrastructureError, ProtocolError, UserError, user_error
 from .inputs import parse_pass_data
 from .live_samples import LiveSampleStore
@@ -58,6 +63,11 @@ class EngineOptions:
     max_live_samples: int = 8
     live_sample_bytes: int = 1 << 30
     live_sample_idle_s: float = 30.0
+    # Batched decode (protocol version 2): rows per decode forward (every forward has exactly this
+    # many, so a row's result does not depend on the batch), and the bytes of KV cache the admitted
+    # calls may reserve together (each its rows x (prompt + max_tokens) positions); the rest wait.
+    decode_rows: int = 32
+    kv_budget_bytes: int = 2 << 30
     clock: Callable[[], float] = time.monotonic
 
 
@@ -76,8 +86,12 @@ class Engine:
         self.live_samples = LiveSampleStore(
             options.max_live_samples, options.live_sample_bytes, options.live_sample_idle_s, options.clock
         )
+        self.decoder = Decoder(self.pool, options.decode_rows, options.kv_budget_bytes)
+        # Answers the decoder owes outside a step (calls of a released sampler), for server.py to send.
+        self.owed: list[Answer] = []
         self._ids = itertools.count(1)
         self.greeted = False
+        self.protocol_version = 1
 
     # ---- handles
 
@@ -115,6 +129,7 @@ class Engine:
             speaks = ", ".join(str(v) for v in PROTOCOL_VERSIONS)
             raise ProtocolError(f"protocol_version {version!r} is not spoken by this engine; it speaks {speaks}")
         self.greeted = True
+        self.protocol_version = version
         return {
             "protocol_version": version,
             "engine": {"name": ENGINE_NAME, "version": ENGINE_VERSION},
@@ -306,6 +321,23 @@ class Engine:
                 run["continuation"] = continuation
         return run
 
+    def submit_sample(self, key: Any, args: dict[str, Any]) -> None:
+        """Queues a `sample` call to the decoder (version 2): answered by a later `decoder.step()`.
+        A bad request raises here, answered at once."""
+        handle = args.get("sampler")
+        if not isinstance(handle, str) or handle not in self.samplers:
+            raise ProtocolError(f"sampler: no sampler handle {handle!r} in this engine")
+        params = parse_sample_request(args.get("request"), self.base)
+        adapter = self.samplers[handle].adapter
+        self.decoder.submit(key, params, adapter, args.get("resume"), args.get("max_new_tokens"))
+
+    def op_stop_sample(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Ends the running or queued `sample` request `call` at the next step boundary."""
+        call = args.get("call")
+        if not isinstance(call, int):
+            raise ProtocolError("call: must be the id of a sample request")
+        return {"stopped": self.decoder.stop(call)}
+
     def op_serialize_state(self, args: dict[str, Any]) -> dict[str, Any]:
         _, adapter = self._state(args)
         path = path_arg(args)
@@ -345,5 +377,6 @@ class Engine:
                 sampler = self.samplers.pop(handle)
                 self.live_samples.drop_sampler(handle)
                 if sampler.adapter is not None:
+                    self.owed.extend(self.decoder.drop_adapter(sampler.adapter))
                     self.pool.drop(sampler.adapter)
         return {}

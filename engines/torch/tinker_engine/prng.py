@@ -5,6 +5,8 @@ restored prefix draws exactly what an uninterrupted one would (P6, G4).
 
 from __future__ import annotations
 
+import numpy as np
+
 MASK32 = 0xFFFF_FFFF
 TAG_SAMPLE = 0x53414D50
 TAG_ALT = 0x414C5430
@@ -51,3 +53,31 @@ def alt_uniform(seed: int, prompt_position: int, draw: int) -> float:
     """Draw `draw` of `prompt_alt_tokens_k` at prompt position `prompt_position` (the reference's key)."""
     low, high = seed_words(seed)
     return uniform_at(TAG_ALT, low, high, prompt_position, draw)
+
+
+def _mix32_array(value: np.ndarray) -> np.ndarray:
+    """`_mix32` on uint64 arrays of 32-bit values (each product fits 64 bits, so the same bits)."""
+    x = value & MASK32
+    x ^= x >> np.uint64(16)
+    x = (x * np.uint64(0x7FEB352D)) & MASK32
+    x ^= x >> np.uint64(15)
+    x = (x * np.uint64(0x846CA68B)) & MASK32
+    x ^= x >> np.uint64(16)
+    return x
+
+
+def sample_uniforms(keys: list[tuple[int, int, int]]) -> list[float]:
+    """`sample_uniform(seed, sample_index, position)` for each key, computed together."""
+    if not keys:
+        return []
+    words = np.empty((len(keys), 5), dtype=np.uint64)
+    for n, (seed, index, position) in enumerate(keys):
+        low, high = seed_words(seed)
+        words[n] = (TAG_SAMPLE, low, high, index & MASK32, position & MASK32)
+    h = np.full(len(keys), 0x9E3779B9, dtype=np.uint64)
+    for column in range(words.shape[1]):
+        h = _mix32_array(h ^ _mix32_array((words[:, column] + np.uint64(0x632BE5AB)) & MASK32))
+    high = _mix32_array(h ^ np.uint64(0x85EBCA6B)) >> np.uint64(5)
+    low = _mix32_array(h ^ np.uint64(0xC2B2AE35)) >> np.uint64(6)
+    # Below 2**53 and divided by a power of two: exact in float64, as uniform_at's Python floats.
+    return ((high * np.uint64(67108864) + low).astype(np.float64) / 9007199254740992).tolist()

@@ -222,7 +222,7 @@ def choose_token(logprobs: torch.Tensor, params: SampleParams, u: float) -> int:
     return int(order[choice].item()) if order is not None else choice
 
 
-def _topk_rows(rows: torch.Tensor, k: int) -> list[list[list[Any]]]:
+def topk_rows_of(rows: torch.Tensor, k: int) -> list[list[list[Any]]]:
     """Per row, the k most likely [token, logprob] pairs (ties: lower id first), logprobs as float32."""
     values, order = torch.sort(rows, dim=-1, descending=True, stable=True)
     values = values[:, :k].cpu().numpy().astype(np.float32)
@@ -267,11 +267,11 @@ def _alt_draws(row: torch.Tensor, temperature: float, uniforms: list[float]) -> 
     return [int(c) for c in counts.tolist()]
 
 
-def _ends_with_stop(tokens: list[int], stops: list[list[int]]) -> bool:
+def ends_with_stop(tokens: list[int], stops: list[list[int]]) -> bool:
     return any(len(stop) <= len(tokens) and tokens[len(tokens) - len(stop) :] == stop for stop in stops)
 
 
-def _restored(resume: Any, index: int, params: SampleParams, vocab: int) -> tuple[list[int], list[float]]:
+def restored_prefix(resume: Any, index: int, params: SampleParams, vocab: int) -> tuple[list[int], list[float]]:
     if resume is None:
         return [], []
     if not isinstance(resume, dict):
@@ -355,7 +355,7 @@ def sample(
     device = base.device
     n = params.num_samples
     prefixes = [
-        _restored(resume[i] if resume is not None and i < len(resume) else None, i, params, base.vocab_size)
+        restored_prefix(resume[i] if resume is not None and i < len(resume) else None, i, params, base.vocab_size)
         for i in range(n)
     ]
     if live is not None and not live.holds(prefixes):
@@ -376,7 +376,7 @@ def sample(
         cache = out.past_key_values
         pending = None
         step = 0
-        result = _prompt_outputs(prompt, prompt_lp, params)
+        result = prompt_outputs(prompt, prompt_lp, params)
         first_rows = prompt_lp[-1].to(torch.float64).unsqueeze(0).expand(n, -1)
         tokens = [list(p[0]) for p in prefixes]
         logprobs = [list(p[1]) for p in prefixes]
@@ -385,7 +385,7 @@ def sample(
         topk_rows = [[] for _ in range(n)]
 
     def finish(i: int) -> str | None:
-        if _ends_with_stop(tokens[i], params.stops):
+        if ends_with_stop(tokens[i], params.stops):
             return "stop"
         return "length" if len(tokens[i]) >= params.max_tokens else None
 
@@ -420,7 +420,7 @@ def sample(
             rows = forward(pending)
         while True:
             fed: list[int] = []
-            ranked = _topk_rows(rows, topk) if topk > 0 else None
+            ranked = topk_rows_of(rows, topk) if topk > 0 else None
             for i in range(n):
                 if step < replay[i]:
                     if ranked is not None:
@@ -465,7 +465,7 @@ def sample(
     return {"finished": finished, **result, "sequences": sequences}, kept
 
 
-def _prompt_outputs(prompt: torch.Tensor, prompt_lp: torch.Tensor, params: SampleParams) -> dict[str, Any]:
+def prompt_outputs(prompt: torch.Tensor, prompt_lp: torch.Tensor, params: SampleParams) -> dict[str, Any]:
     """What a SampleRun answers about the prompt: its logprobs, top-k rows, alternatives, targets."""
     result: dict[str, Any] = {}
     if params.prompt_logprobs:

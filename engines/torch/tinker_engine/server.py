@@ -1,5 +1,10 @@
 """The request loop: frames in on standard input, answers out on standard output (nothing else is
-written there), logs on standard error. One request at a time, answered in order.
+written there), logs on standard error.
+
+Version 1 (docs/engine-protocol.md): one request at a time, answered in order. Version 2: a reader
+thread takes frames as they come; between decode steps every request read so far is handled in order,
+`sample` requests join the decoder (engine.py, decode.py) and are answered by id when they end, so
+requests run while samples decode and answers may come out of order.
 
     python -m tinker_engine --base-model <hub id or folder> [--device cpu|cuda] [--dtype float32|bfloat16]
 """
@@ -9,7 +14,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import queue
 import sys
+import threading
 import time
 import traceback
 from typing import Any, BinaryIO
@@ -39,8 +46,27 @@ def encode_value(value: Any, encoder: Encoder) -> Any:
     return value
 
 
-def answer(engine: Engine, frame: Frame) -> tuple[Frame, bool]:
-    """The answer to one request, and whether the loop should stop after sending it."""
+def _reply(request_id: Any, op: Any, outcome: dict[str, Any] | Exception) -> Frame:
+    """The answer frame for a result or a failure."""
+    if isinstance(outcome, dict):
+        try:
+            encoder = Encoder()
+            encoded = encode_value(outcome, encoder)
+            return Frame({"id": request_id, "ok": True, "result": encoded}, encoder.buffers)
+        except Exception as error:  # noqa: BLE001 - an unencodable result is the engine's failure
+            outcome = error
+    if isinstance(outcome, EngineError):
+        if outcome.kind != "user":
+            log.warning("%s failed (%s): %s", op, outcome.kind, outcome.message)
+        return Frame({"id": request_id, "ok": False, "error": outcome.to_json()})
+    log.error("%s failed: %s", op, "".join(traceback.format_exception(outcome)))
+    message = f"{op}: {type(outcome).__name__}: {outcome}"
+    return Frame({"id": request_id, "ok": False, "error": InfrastructureError(message).to_json()})
+
+
+def answer(engine: Engine, frame: Frame) -> tuple[Frame | None, bool]:
+    """The answer to one request (None: a version 2 `sample`, answered when it ends), and whether the
+    loop should stop after sending it."""
     header = frame.header
     request_id = header.get("id")
     op = header.get("op")
@@ -52,34 +78,52 @@ def answer(engine: Engine, frame: Frame) -> tuple[Frame, bool]:
             raise ProtocolError("args must be an object")
         if op == "shutdown":
             return Frame({"id": request_id, "ok": True, "result": {}}), True
+        if op == "sample" and engine.greeted and engine.protocol_version >= 2:
+            engine.submit_sample(request_id, args)
+            return None, False
         started = time.perf_counter()
         result = engine.dispatch(op, args)
-        encoder = Encoder()
-        encoded = encode_value(result, encoder)
         log.debug("%s answered in %.1f ms", op, (time.perf_counter() - started) * 1000)
-        return Frame({"id": request_id, "ok": True, "result": encoded}, encoder.buffers), False
-    except EngineError as error:
-        if error.kind != "user":
-            log.warning("%s failed (%s): %s", op, error.kind, error.message)
-        return Frame({"id": request_id, "ok": False, "error": error.to_json()}), False
-    except Exception as error:  # noqa: BLE001 - every other failure is the engine's, reported not fatal
-        log.error("%s failed: %s", op, traceback.format_exc())
-        message = f"{op}: {type(error).__name__}: {error}"
-        return Frame({"id": request_id, "ok": False, "error": InfrastructureError(message).to_json()}), False
+        return _reply(request_id, op, result), False
+    except Exception as error:  # noqa: BLE001 - every failure is answered, not fatal
+        return _reply(request_id, op, error), False
 
 
-def serve(engine: Engine, input_stream: BinaryIO, output_stream: BinaryIO) -> int:
+def _read_frames(input_stream: BinaryIO, frames: queue.Queue[Frame | ProtocolError | None]) -> None:
     while True:
         try:
             frame = read_frame(input_stream)
         except ProtocolError as error:
-            # The stream is out of step: nothing after this can be framed, so answer once and stop.
-            write_frame(output_stream, Frame({"id": None, "ok": False, "error": error.to_json()}))
-            return 2
+            frames.put(error)
+            return
+        frames.put(frame)
         if frame is None:
+            return
+
+
+def serve(engine: Engine, input_stream: BinaryIO, output_stream: BinaryIO) -> int:
+    frames: queue.Queue[Frame | ProtocolError | None] = queue.Queue()
+    threading.Thread(target=_read_frames, args=(input_stream, frames), daemon=True).start()
+    while True:
+        # Every request read so far is handled before the next decode step; with no live call, wait.
+        try:
+            item = frames.get(block=not engine.decoder.busy)
+        except queue.Empty:
+            for key, outcome in engine.decoder.step():
+                write_frame(output_stream, _reply(key, "sample", outcome))
+            continue
+        if isinstance(item, ProtocolError):
+            # The stream is out of step: nothing after this can be framed, so answer once and stop.
+            write_frame(output_stream, Frame({"id": None, "ok": False, "error": item.to_json()}))
+            return 2
+        if item is None:
             return 0
-        reply, stop = answer(engine, frame)
-        write_frame(output_stream, reply)
+        reply, stop = answer(engine, item)
+        if reply is not None:
+            write_frame(output_stream, reply)
+        for key, outcome in engine.owed:
+            write_frame(output_stream, _reply(key, "sample", outcome))
+        engine.owed.clear()
         if stop:
             return 0
 
@@ -114,6 +158,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=30.0,
         help="seconds after which a live sample state not continued may be dropped to make room (default 30)",
+    )
+    parser.add_argument(
+        "--decode-rows",
+        type=int,
+        default=32,
+        help="rows per batched decode forward (protocol 2); every forward has exactly this many (default 32)",
+    )
+    parser.add_argument(
+        "--kv-budget-bytes",
+        type=int,
+        default=2 << 30,
+        help="KV cache bytes the admitted sample calls may reserve together; the rest wait (default 2 GiB)",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log-level", default=os.environ.get("TINKER_ENGINE_LOG", "INFO"))
@@ -150,6 +206,8 @@ def main(argv: list[str] | None = None, output: BinaryIO | None = None) -> int:
         max_live_samples=args.max_live_samples,
         live_sample_bytes=args.live_sample_bytes,
         live_sample_idle_s=args.live_sample_idle_s,
+        decode_rows=args.decode_rows,
+        kv_budget_bytes=args.kv_budget_bytes,
     )
     engine = Engine(base, options)
     return serve(engine, sys.stdin.buffer, frames)

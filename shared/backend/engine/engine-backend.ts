@@ -285,7 +285,7 @@ export class EngineBackend implements Backend {
     const held = asEngineSampler(sampler);
     this.#samplerUsers.set(held.handle, (this.#samplerUsers.get(held.handle) ?? 0) + 1);
     try {
-      const { result } = await this.#engine.call(
+      const { result } = await this.#engine.stoppableCall(
         'sample',
         (frame) => ({
           sampler: held.handle,
@@ -323,7 +323,7 @@ export class EngineBackend implements Backend {
           max_new_tokens: options.maxNewTokens ?? null,
           ...(options.continuation === undefined ? {} : { continuation: options.continuation }),
         }),
-        { run: held.run },
+        { run: held.run, ...(options.stop === undefined ? {} : { stop: options.stop }) },
       );
       return sampleRun(result);
     } finally {
@@ -331,6 +331,12 @@ export class EngineBackend implements Backend {
       if (users === 0) this.#samplerUsers.delete(held.handle);
       else this.#samplerUsers.set(held.handle, users);
     }
+  }
+
+  /** A version 2 engine decodes concurrent calls together and stops them on request (B1). */
+  async batchesSamples(): Promise<boolean> {
+    const hello = await this.#engine.start();
+    return hello.protocol_version >= 2;
   }
 
   async serializeState(state: BackendState): Promise<Uint8Array> {

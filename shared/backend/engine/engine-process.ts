@@ -11,9 +11,11 @@ import {
 } from './frame.js';
 
 /**
- * One engine process (docs/engine-protocol.md, G1): spawned from a command, greeted with `hello`,
- * then driven one request at a time (version 1 engines answer in order). The worker's calls queue
- * here; each request's timeout starts when it is written.
+ * One engine process (docs/engine-protocol.md, G1): spawned from a command, greeted with `hello`
+ * (version 2 offered first, then 1). A version 1 engine is driven one request at a time, the worker's
+ * calls queued here; a version 2 engine takes every call as it comes (several in flight, answered by
+ * id), so concurrent `sample` calls share its decode steps (B1). Each request's timeout starts when it
+ * is written; a version 2 `sample` has none (it may wait for KV room, and `stop_sample` ends it).
  *
  * Faults are infrastructure errors of the request in flight (E6: its work item is re-planned), never a
  * wrong answer: the engine exiting fails that request and the queued ones; a request unanswered
@@ -23,6 +25,8 @@ import {
  */
 
 export const PROTOCOL_VERSION = 1;
+/** The versions this worker speaks, the preferred first. */
+export const PROTOCOL_VERSIONS = [2, 1] as const;
 
 export interface EngineCommand {
   readonly command: string;
@@ -40,6 +44,8 @@ export interface EngineProcessOptions {
   readonly pingTimeoutMs?: number;
   /** Free text sent in `hello` (which worker drives the engine). */
   readonly worker?: string;
+  /** The protocol versions to offer, preferred first (default `PROTOCOL_VERSIONS`). */
+  readonly protocolVersions?: readonly number[];
 }
 
 export interface EngineBaseModel {
@@ -83,9 +89,10 @@ export class EngineProcess {
   readonly #helloTimeoutMs: number;
   readonly #pingTimeoutMs: number;
   readonly #worker: string;
+  readonly #versions: readonly number[];
   #child: ChildProcess | undefined;
   #reader = new FrameReader();
-  #inFlight: InFlight | undefined;
+  readonly #inFlight = new Map<number, InFlight>();
   #nextId = 1;
   #run = 0;
   #hello: EngineHello | undefined;
@@ -102,11 +109,17 @@ export class EngineProcess {
     this.#helloTimeoutMs = options.helloTimeoutMs ?? 5 * 60_000;
     this.#pingTimeoutMs = options.pingTimeoutMs ?? 10_000;
     this.#worker = options.worker ?? 'tinker-serverless worker';
+    this.#versions = options.protocolVersions ?? PROTOCOL_VERSIONS;
   }
 
   /** Which process answered: bumped on every (re)start. Handles are valid only within one run. */
   get run(): number {
     return this.#run;
+  }
+
+  /** The protocol version the running engine agreed to at `hello` (undefined before it has). */
+  get protocolVersion(): number | undefined {
+    return this.#hello?.protocol_version;
   }
 
   /** Processes started after the first (crashes, hangs, protocol faults). */
@@ -144,23 +157,70 @@ export class EngineProcess {
     build: (frame: FrameBuilder) => Record<string, unknown>,
     options: { readonly run?: number; readonly timeoutMs?: number } = {},
   ): Promise<{ readonly result: Record<string, unknown>; readonly run: number }> {
-    return this.#serial(async () => {
-      await this.#ensureStarted();
-      if (options.run !== undefined && options.run !== this.#run) {
+    return this.#dispatch(op, build, options.timeoutMs ?? this.#requestTimeoutMs, options.run);
+  }
+
+  /**
+   * A `sample` request that `stop` can end early: on a version 2 engine an abort sends `stop_sample`,
+   * and the call answers at the engine's next decode step with its sequences so far (`finished`
+   * false). A version 1 engine ignores `stop` (its calls are slices that end on their own).
+   */
+  stoppableCall(
+    op: string,
+    build: (frame: FrameBuilder) => Record<string, unknown>,
+    options: { readonly run?: number; readonly stop?: AbortSignal } = {},
+  ): Promise<{ readonly result: Record<string, unknown>; readonly run: number }> {
+    const stop = options.stop;
+    const onWritten =
+      stop === undefined
+        ? undefined
+        : (id: number, run: number) => {
+            const send = () => {
+              if (run !== this.#run || !this.#inFlight.has(id)) return;
+              void this.#request('stop_sample', { call: id }, [], this.#requestTimeoutMs, undefined).catch(
+                () => undefined,
+              );
+            };
+            if (stop.aborted) send();
+            else stop.addEventListener('abort', send, { once: true });
+          };
+    return this.#dispatch(op, build, null, options.run, onWritten);
+  }
+
+  #dispatch(
+    op: string,
+    build: (frame: FrameBuilder) => Record<string, unknown>,
+    timeoutMs: number | null,
+    run: number | undefined,
+    onWritten?: (id: number, run: number) => void,
+  ): Promise<{ readonly result: Record<string, unknown>; readonly run: number }> {
+    const send = async () => {
+      if (run !== undefined && run !== this.#run) {
         throw new InfrastructureError(
-          `engine handle from run ${options.run} is gone: the engine restarted (now run ${this.#run})`,
+          `engine handle from run ${run} is gone: the engine restarted (now run ${this.#run})`,
         );
       }
       const frame = new FrameBuilder();
       const args = build(frame);
+      const answered = this.#run;
       const answer = await this.#request(
         op,
         args,
         frame.buffers,
-        options.timeoutMs ?? this.#requestTimeoutMs,
+        timeoutMs ?? (this.protocolVersion === 1 ? this.#requestTimeoutMs : null),
+        onWritten === undefined ? undefined : (id) => onWritten(id, answered),
       );
-      return { result: answerResult(op, answer), run: this.#run };
-    });
+      return { result: answerResult(op, answer), run: answered };
+    };
+    // Version 2 takes requests as they come; only the start (and a restart) is serialized.
+    if (this.#hello !== undefined && this.#hello.protocol_version >= 2 && this.#child !== undefined) {
+      return send();
+    }
+    return this.#serial(async () => {
+      await this.#ensureStarted();
+      if (this.protocolVersion === 1) return send();
+      return undefined;
+    }).then((sent) => sent ?? send());
   }
 
   /** Asks the engine to exit (`shutdown`), then kills it if it has not within a few seconds. */
@@ -186,30 +246,37 @@ export class EngineProcess {
     if (this.#child !== undefined && this.#hello !== undefined) return this.#hello;
     if (this.#run > 0) this.#restarts += 1;
     this.#spawn();
-    const answer = await this.#request(
-      'hello',
-      { protocol_version: PROTOCOL_VERSION, worker: this.#worker },
-      [],
-      this.#helloTimeoutMs,
-    ).catch((error: unknown) => {
+    let answer: Frame | undefined;
+    let offered: number = PROTOCOL_VERSION;
+    // The newest version first; a `protocol` refusal (the versions it speaks) tries the next.
+    for (const version of this.#versions) {
+      offered = version;
+      answer = await this.#request(
+        'hello',
+        { protocol_version: version, worker: this.#worker },
+        [],
+        this.#helloTimeoutMs,
+      ).catch((error: unknown) => {
+        this.#kill();
+        throw error;
+      });
+      if (answer.header.ok === true || errorOf(answer.header).kind !== 'protocol') break;
+    }
+    if (answer === undefined || answer.header.ok !== true) {
       this.#kill();
-      throw error;
-    });
-    if (answer.header.ok !== true) {
-      this.#kill();
-      const { kind, message } = errorOf(answer.header);
+      const { kind, message } = errorOf(answer?.header ?? {});
       if (kind === 'protocol') {
         throw new EngineVersionError(
-          `engine ${this.#describe()} refused protocol version ${PROTOCOL_VERSION}: ${message}`,
+          `engine ${this.#describe()} refused protocol version ${offered}: ${message}`,
         );
       }
       throw new InfrastructureError(`engine ${this.#describe()} failed to start: ${message}`);
     }
     const hello = answerResult('hello', answer) as unknown as EngineHello;
-    if (hello.protocol_version !== PROTOCOL_VERSION) {
+    if (hello.protocol_version !== offered) {
       this.#kill();
       throw new EngineVersionError(
-        `engine ${this.#describe()} answered hello with protocol version ${String(hello.protocol_version)}; this worker speaks ${PROTOCOL_VERSION}`,
+        `engine ${this.#describe()} answered hello with protocol version ${String(hello.protocol_version)}; this worker offered ${offered}`,
       );
     }
     this.#hello = hello;
@@ -267,7 +334,7 @@ export class EngineProcess {
         this.#stderrTail.length === 0 ? '' : `; its last log lines:\n${this.#stderrTail.join('\n')}`;
       this.#fail(
         new InfrastructureError(
-          `engine exited (${signal === null ? `code ${code}` : `signal ${signal}`}) during ${this.#inFlight?.op ?? 'no request'}${tail}`,
+          `engine exited (${signal === null ? `code ${code}` : `signal ${signal}`}) during ${this.#describeInFlight()}${tail}`,
         ),
       );
     });
@@ -284,21 +351,29 @@ export class EngineProcess {
     }
   }
 
+  #describeInFlight(): string {
+    const ops = [...this.#inFlight.values()].map((request) => request.op);
+    return ops.length === 0 ? 'no request' : ops.join(', ');
+  }
+
   #onFrame(frame: Frame): void {
-    const pending = this.#inFlight;
-    if (pending === undefined || frame.header.id !== pending.id) {
+    const id = frame.header.id;
+    const pending = typeof id === 'number' ? this.#inFlight.get(id) : undefined;
+    if (pending === undefined) {
+      const waiting = [...this.#inFlight.values()].map((request) => `${request.id} (${request.op})`);
       throw new EngineProtocolError(
-        `engine answered id ${String(frame.header.id)} while ${pending === undefined ? 'no request was in flight' : `request ${pending.id} (${pending.op}) was`}`,
+        `engine answered id ${String(id)} while ${waiting.length === 0 ? 'no request was in flight' : `requests ${waiting.join(', ')} were`}`,
       );
     }
-    this.#inFlight = undefined;
+    this.#inFlight.delete(pending.id);
     pending.resolve(frame);
   }
 
+  /** Fails every request in flight (the process is gone or out of step). */
   #fail(error: Error): void {
-    const pending = this.#inFlight;
-    this.#inFlight = undefined;
-    pending?.reject(error);
+    const pending = [...this.#inFlight.values()];
+    this.#inFlight.clear();
+    for (const request of pending) request.reject(error);
   }
 
   #kill(): void {
@@ -312,7 +387,8 @@ export class EngineProcess {
     op: string,
     args: Record<string, unknown>,
     buffers: readonly Uint8Array[],
-    timeoutMs: number,
+    timeoutMs: number | null,
+    onWritten?: (id: number) => void,
   ): Promise<Frame> {
     const child = this.#child;
     if (child?.stdin === undefined || child.stdin === null) {
@@ -321,23 +397,27 @@ export class EngineProcess {
     const id = this.#nextId;
     this.#nextId = (this.#nextId % 0xffff_ffff) + 1;
     return new Promise<Frame>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        if (this.#inFlight?.id !== id) return;
-        this.#fail(
-          new InfrastructureError(
-            `engine did not answer ${op} within ${timeoutMs} ms; it is killed and restarts on the next request`,
-          ),
-        );
-        this.#kill();
-      }, timeoutMs);
+      const timer =
+        timeoutMs === null
+          ? undefined
+          : setTimeout(() => {
+              if (!this.#inFlight.has(id)) return;
+              this.#fail(
+                new InfrastructureError(
+                  `engine did not answer ${op} within ${timeoutMs} ms; it is killed and restarts on the next request`,
+                ),
+              );
+              this.#kill();
+            }, timeoutMs);
       const settle =
         <T>(done: (value: T) => void) =>
         (value: T) => {
           clearTimeout(timer);
           done(value);
         };
-      this.#inFlight = { id, op, resolve: settle(resolve), reject: settle(reject) };
+      this.#inFlight.set(id, { id, op, resolve: settle(resolve), reject: settle(reject) });
       for (const chunk of encodeFrame({ id, op, args }, buffers)) child.stdin?.write(chunk);
+      onWritten?.(id);
     });
   }
 }

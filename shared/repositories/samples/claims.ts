@@ -10,7 +10,14 @@ import { registryKey, type SampleClaimRecord } from '../../domain/records.js';
  * The one module that reads and writes sample claims, the `registry` items `claim#<request_id>`
  * (docs/design.md#r4): the scheduler's claim, read and release, the worker's renewal, release and
  * the claim's deletion inside a sample's commit or cut (as a transaction item), and cancel_future's
- * check that no worker holds it.
+ * check that no worker holds it or, when one does, its cancel mark (`cancel_requested`).
+ *
+ * A running sample's cancel (W9) is a mark on its claim: the worker holding the claim reads it
+ * (`readCancelledClaims`), stops the call at its next step and commits it cancelled. Every other end
+ * of the sample (its commit, its cut) deletes the claim only while it has no mark, so once a cancel
+ * was answered `cancelled: true` nothing but the cancelled end lands, as long as the claim lives: a
+ * claim whose lease ended (its worker died) is replaced by the next `claimSample`, mark and all
+ * (docs/limitations.md).
  */
 
 const claimKey = (requestId: string) => ({ pk: registryKey.sampleClaim(requestId) });
@@ -65,7 +72,7 @@ export async function readSampleClaims(
 export async function claimSample(
   doc: DynamoDBDocumentClient,
   table: string,
-  claim: Omit<SampleClaimRecord, 'pk' | 'ttl'>,
+  claim: Omit<SampleClaimRecord, 'pk' | 'ttl' | 'cancel_requested'>,
   now: number,
 ): Promise<boolean> {
   const item: SampleClaimRecord = {
@@ -83,6 +90,47 @@ export async function claimSample(
       }),
     ),
   );
+}
+
+/**
+ * cancel_future of a running sample (W9): marks its claim while a worker holds it (the lease has not
+ * ended). `false` when no live claim is there (the sample is queued, or ended).
+ */
+export async function markSampleCancelled(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  requestId: string,
+  now: number,
+): Promise<boolean> {
+  return writeIfCondition(() =>
+    doc.send(
+      new UpdateCommand({
+        TableName: table,
+        Key: claimKey(requestId),
+        UpdateExpression: 'SET cancel_requested = if_not_exists(cancel_requested, :now)',
+        ConditionExpression: 'attribute_exists(pk) AND lease_until > :now',
+        ExpressionAttributeValues: { ':now': now },
+      }),
+    ),
+  );
+}
+
+/**
+ * Which of the `claims` (request id to claim token) are still those tokens' and carry a cancel mark
+ * (strongly consistent, one BatchGetItem per 100): the samples a worker must end cancelled.
+ */
+export async function readCancelledClaims(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  claims: ReadonlyMap<string, string>,
+): Promise<Set<string>> {
+  const cancelled = new Set<string>();
+  for (const [requestId, claim] of await readSampleClaims(doc, table, claims.keys())) {
+    if (claim.cancel_requested !== undefined && claim.claim_token === claims.get(requestId)) {
+      cancelled.add(requestId);
+    }
+  }
+  return cancelled;
 }
 
 /**
@@ -130,17 +178,23 @@ export async function releaseSampleClaim(
   );
 }
 
-/** The claim's deletion on its token, as a transaction item (a sample's commit or cut). */
+/**
+ * The claim's deletion on its token, as a transaction item (a sample's commit or cut). Unless the
+ * sample ends `cancelled`, only while the claim has no cancel mark: a cancel answered `true` wins.
+ */
 export function sampleClaimDeleteItem(
   table: string,
   requestId: string,
   claimToken: string,
+  cancelled = false,
 ): TransactItem & { readonly Delete: NonNullable<TransactItem['Delete']> } {
   return {
     Delete: {
       TableName: table,
       Key: claimKey(requestId),
-      ConditionExpression: 'claim_token = :token',
+      ConditionExpression: cancelled
+        ? 'claim_token = :token'
+        : 'claim_token = :token AND attribute_not_exists(cancel_requested)',
       ExpressionAttributeValues: { ':token': claimToken },
     },
   };

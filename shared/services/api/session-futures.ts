@@ -12,6 +12,7 @@ import {
 } from '../../domain/session-log.js';
 import { readFuture } from '../../repositories/futures.js';
 import { cancelQueuedSample } from '../../repositories/samples/cancel.js';
+import { markSampleCancelled } from '../../repositories/samples/claims.js';
 import { requireSamplingSession } from '../../repositories/sampling-sessions.js';
 import { readLogAfter, readLogEntry, takeCloneId, voidLogPosition } from '../../repositories/session-log.js';
 import type { OperationContext } from './operation-context.js';
@@ -193,8 +194,10 @@ function futureNotFound(requestId: string): NotFoundError {
 }
 
 /**
- * cancel_future: a queued sample is dropped (its future fails with `CANCELLED`); a running or ended
- * one is left as it is. `cancelled` says which; the SDK ignores the body.
+ * cancel_future: a queued sample is dropped (its future fails with `CANCELLED`); a running one is
+ * marked on its claim, and its worker stops it at the engine's next step and ends it the same way
+ * (W9, repositories/samples/claims.ts); an ended one is left as it is. `cancelled` says whether the
+ * future ends cancelled; the SDK ignores the body.
  */
 export async function cancelFuture(ctx: OperationContext, body: unknown) {
   const { request_id: requestId } = parseRequest(schemas.cancelFutureRequest, body);
@@ -209,17 +212,17 @@ export async function cancelFuture(ctx: OperationContext, body: unknown) {
       },
     );
   }
+  const sample = {
+    requestId,
+    tenant: row.tenant,
+    ...(row.session_log === undefined ? {} : { sessionLog: row.session_log }),
+  };
+  const dropQueued = () => cancelQueuedSample(ctx.clients.doc, ctx.tables, sample, ctx.now);
+  // Queued, else running (a live claim), else queued again: a claim whose lease ended meanwhile.
   const cancelled =
     row.status === 'pending' &&
-    (await cancelQueuedSample(
-      ctx.clients.doc,
-      ctx.tables,
-      {
-        requestId,
-        tenant: row.tenant,
-        ...(row.session_log === undefined ? {} : { sessionLog: row.session_log }),
-      },
-      ctx.now,
-    ));
+    ((await dropQueued()) ||
+      (await markSampleCancelled(ctx.clients.doc, ctx.tables.registry, requestId, ctx.now)) ||
+      (await dropQueued()));
   return { type: 'cancel_future' as const, request_id: requestId, cancelled };
 }

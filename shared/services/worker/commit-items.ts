@@ -88,7 +88,8 @@ const sampleTargets = (requestId: string): readonly ActionTarget[] => [
 ];
 
 /**
- * A sample's commit (R4): its future, and its per-request claim deleted if it is still this one;
+ * A sample's commit (R4): its future, and its per-request claim deleted if it is still this one and,
+ * unless the sample ends `cancelled`, carries no cancel mark (W9);
  * with its session's completion log entry at the position the commit took (W9), when it has a log.
  */
 export function sampleCommitTransaction(
@@ -99,10 +100,11 @@ export function sampleCommitTransaction(
   now: number,
   tables: CommitTables,
   logEntry?: LogEntryInput,
+  cancelled = false,
 ): CommitTransaction {
   const items = [
     futureEndItem(tables.futures, requestId, outcome, now, run),
-    sampleClaimDeleteItem(tables.registry, requestId, claimToken),
+    sampleClaimDeleteItem(tables.registry, requestId, claimToken, cancelled),
   ];
   if (logEntry === undefined) return { items, targets: sampleTargets(requestId) };
   return {

@@ -33,6 +33,12 @@ export type CommitResult =
   | { readonly committed: true; readonly settledByReread: boolean }
   | { readonly committed: false };
 
+/**
+ * A sample's commit or cut: also `cancelRequested` when it did not land because cancel_future marked
+ * the claim, still this work item's (W9); the sample is then to be committed cancelled.
+ */
+export type SampleCommitResult = CommitResult | { readonly committed: false; readonly cancelRequested: true };
+
 type Decided =
   | { readonly kind: 'ok'; readonly ambiguous: boolean }
   | { readonly kind: 'condition'; readonly codes: readonly string[]; readonly ambiguous: boolean }
@@ -176,7 +182,8 @@ export interface SampleLog {
  * Commits one sample (R4): its future and the deletion of its claim, if the claim is still this work
  * item's, and its session log entry (W9) at a position taken just before. A position a poll voided
  * meanwhile fails only the entry's condition: the commit takes a new position and tries again.
- * Settled by re-reading the claim and the future.
+ * Settled by re-reading the claim and the future. Only a `cancelled` commit lands on a claim that
+ * cancel_future marked (`cancelRequested` otherwise).
  */
 export async function commitSample(
   requestId: string,
@@ -187,7 +194,8 @@ export async function commitSample(
   store: CommitStore,
   sleep: Sleep = realSleep,
   log?: SampleLog,
-): Promise<CommitResult> {
+  cancelled = false,
+): Promise<SampleCommitResult> {
   const { doc, tables } = store;
   let ambiguous = false;
   let decided: Decided;
@@ -205,7 +213,16 @@ export async function commitSample(
             tenant: log.tenant,
             now,
           };
-    const transaction = sampleCommitTransaction(requestId, claimToken, run, outcome, now, tables, entry);
+    const transaction = sampleCommitTransaction(
+      requestId,
+      claimToken,
+      run,
+      outcome,
+      now,
+      tables,
+      entry,
+      cancelled,
+    );
     decided = await transactUntilDecided(
       transaction.items,
       commitToken(requestId, claimToken, run, ...(position === undefined ? [] : [position])),
@@ -225,6 +242,9 @@ export async function commitSample(
     readSampleClaim(doc, tables.registry, requestId),
     readFuture(doc, tables.futures, requestId, true),
   ]);
+  if (claim?.claim_token === claimToken && claim.cancel_requested !== undefined && !cancelled) {
+    return { committed: false, cancelRequested: true };
+  }
   if (claim?.claim_token === claimToken) {
     throw new InfrastructureError(`commit of sample ${requestId} did not land`, {
       context: { request_id: requestId },
@@ -247,7 +267,7 @@ export async function commitSample(
 /**
  * Returns a cut sample to pending (see `sampleCutTransaction`). `committed: false` when the claim is
  * no longer this work item's or the future already ended: someone else owns the sample, and nothing
- * changed. Throws `InfrastructureError` when it did not land while the claim is still ours.
+ * changed; `cancelRequested` when cancel_future marked the claim (it is to be committed cancelled). Throws `InfrastructureError` when it did not land while the claim is still ours.
  */
 export async function returnSampleToPending(
   requestId: string,
@@ -257,7 +277,7 @@ export async function returnSampleToPending(
   attempt: string,
   store: CommitStore,
   sleep: Sleep = realSleep,
-): Promise<CommitResult> {
+): Promise<SampleCommitResult> {
   const { doc, tables } = store;
   const transaction = sampleCutTransaction(requestId, claimToken, prefixRef, now, tables);
   const decided = await transactUntilDecided(
@@ -272,6 +292,7 @@ export async function returnSampleToPending(
     readFuture(doc, tables.futures, requestId, true),
   ]);
   if (claim?.claim_token === claimToken && future?.status === 'pending') {
+    if (claim.cancel_requested !== undefined) return { committed: false, cancelRequested: true };
     throw new InfrastructureError(`sample ${requestId} could not be returned to pending`, {
       context: { request_id: requestId },
     });

@@ -1,5 +1,6 @@
 import type { Backend } from '../../backend/backend.js';
 import { InfrastructureError } from '../../base/errors.js';
+import type { CancelWatch } from './cancel-watch.js';
 import type { CommitTables } from './commit-items.js';
 import type { WorkItemCut } from './cut.js';
 import type { LeaseKeeper } from './lease.js';
@@ -42,10 +43,12 @@ export interface RunContext {
   readonly sampling?: SamplingContext;
 }
 
-/** What the samples of one work item share: where each resumes, the cut, the slice size. */
+/** What the samples of one work item share: where each resumes, the cut, the cancels, the slice size. */
 export interface SamplingContext {
   readonly starts: ReadonlyMap<string, Promise<SampleStart>>;
   readonly cut: WorkItemCut;
+  /** cancel_future's marks on the running samples' claims (W9). */
+  readonly cancels: CancelWatch;
   readonly sliceTokens: number;
   /** The prefix writer's attempt: unique to this run of this work item (P2 row keys). */
   readonly attempt: string;

@@ -7,6 +7,7 @@ import { partIdsOf, type WorkItem, type WorkItemPartIds } from '../../domain/pla
 import { INLINE_RESULT_MAX_BYTES } from '../../repositories/futures.js';
 import { createPrefixStore } from '../../repositories/prefix/store.js';
 import { resolveTables } from '../../repositories/tables.js';
+import { CancelWatch } from './cancel-watch.js';
 import type { CommitTables } from './commit-items.js';
 import type { RunContext, SamplingContext } from './context.js';
 import { DEFAULT_CUT_POLL_MS, WorkItemCut } from './cut.js';
@@ -26,7 +27,10 @@ export const DEFAULT_SLICE_TOKENS = 64;
 /** Time a cut's prefix save gets when the driver names no deadline. */
 export const DEFAULT_CUT_SAVE_MS = 10_000;
 
-/** The samples' shared context: their starts are read at once, and the cut watches its triggers. */
+/**
+ * The samples' shared context: their starts are read at once, the cut watches its triggers, and the
+ * cancel watch their claims' cancel marks.
+ */
 function samplingContext(
   item: WorkItem,
   options: WorkerOptions,
@@ -65,9 +69,13 @@ function samplingContext(
         ...(options.signal === undefined ? {} : { signal: options.signal }),
       }),
   );
+  const cancelMs = options.cancelPollMs ?? pollMs;
   return {
     starts: loadSampleStarts(item.samples, opening.prefixRefs, prefixes),
     cut,
+    cancels: new CancelWatch(
+      cancelMs > 0 ? { everyMs: cancelMs, doc: clients.doc, registryTable: tables.registry } : undefined,
+    ),
     sliceTokens: Math.max(1, options.sampleSliceTokens ?? DEFAULT_SLICE_TOKENS),
     attempt,
   };
@@ -173,6 +181,7 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
   } finally {
     leases.stop();
     ctx.sampling?.cut.dispose();
+    ctx.sampling?.cancels.dispose();
   }
 }
 

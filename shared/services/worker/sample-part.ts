@@ -6,6 +6,7 @@ import type { WorkItemSample } from '../../domain/planning/work-item.js';
 import type { SamplePrefixRef } from '../../domain/records.js';
 import { countSampleAttempt } from '../../repositories/futures.js';
 import type { CutRow, PrefixPointer } from '../../repositories/prefix/types.js';
+import { CANCELLED } from '../../repositories/samples/cancel.js';
 import { releaseSampleClaim } from '../../repositories/samples/claims.js';
 import { requireLiveSamplerCheckpoint } from './checkpoint-source.js';
 import { commitSample, returnSampleToPending } from './commit.js';
@@ -32,6 +33,11 @@ import type { PartOutcome, SampleCutReport, SampleOutcome, SequenceStartReport }
  * (that sequence starts over). When dispatched again, each sequence continues from its restored prefix
  * through the backend's `resume`; the sampler is keyed by (seed, sample index, position), and stop
  * matching and max_tokens count the restored tokens, so the answer is the uninterrupted one.
+ *
+ * On a backend that `batchesSamples` (an engine of protocol version 2, B1) the call is not sliced: it
+ * is issued whole, so every call of the work item shares the engine's decode steps, and a cut (or the
+ * work item's abort) stops it at the engine's next step with its sequences so far, which the cut saves
+ * as it would a slice's.
  */
 export async function runSamplePart(sample: WorkItemSample, ctx: RunContext): Promise<SampleOutcome> {
   // Joined at once, so a cut's save waits for this sample before it goes out.
@@ -77,35 +83,63 @@ async function runSample(
   // The claim is renewed while the sample runs, so a long generation is not planned a second time.
   const claimLease = ctx.leases.holdSampleClaim(sample.request_id, sample.claim_token);
   const signal = ctx.signal === undefined ? claimLease : AbortSignal.any([ctx.signal, claimLease]);
+  // cancel_future's mark (W9): on the claim already (a claim taken over after its lease ended), or
+  // seen by the cancel poll while the sample runs.
+  const cancel = ctx.sampling?.cancels.watch(sample.request_id, sample.claim_token);
   try {
-    return await runClaimedSample(run, { ...ctx, signal }, participant);
+    const cancelled = claim.cancel_requested !== undefined;
+    return await runClaimedSample(run, { ...ctx, signal }, participant, { cancel, cancelled });
   } finally {
+    ctx.sampling?.cancels.unwatch(sample.request_id);
     ctx.leases.releaseSampleClaim(sample.request_id, sample.claim_token);
   }
 }
+
+/** Whether cancel_future asked this sample to end: already at its start, or by a signal meanwhile. */
+interface CancelState {
+  readonly cancel: AbortSignal | undefined;
+  readonly cancelled: boolean;
+}
+
+const CANCELLED_RESULT: StepResult = { status: 'failed', error: CANCELLED };
 
 async function runClaimedSample(
   sample: WorkItemSample,
   ctx: RunContext,
   participant: CutParticipant | undefined,
+  cancel: CancelState,
 ): Promise<PartOutcome> {
   stopIfAborted(ctx.signal);
   // A fail entry (its payload is missing): the error is this sample's outcome, committed as any other.
-  const generated: Generated =
-    sample.fail === undefined
-      ? await generate(sample, ctx)
+  const generated: Generated = cancel.cancelled
+    ? { kind: 'done', result: CANCELLED_RESULT, cancelled: true }
+    : sample.fail === undefined
+      ? await generate(sample, ctx, cancel.cancel)
       : { kind: 'done', result: { status: 'failed', error: sample.fail } };
   if (generated.kind === 'cut') {
     return cutSample(sample, ctx, participant as CutParticipant, generated);
   }
   participant?.leave();
   await ctx.emit({ kind: 'sample-done', request_id: sample.request_id });
+  return commitResult(sample, ctx, generated.result, generated.cancelled === true);
+}
+
+/**
+ * Stores and commits the sample's result. A commit refused because cancel_future marked the claim
+ * meanwhile (W9) commits the cancel instead: the future then ends cancelled, as the API answered.
+ */
+async function commitResult(
+  sample: WorkItemSample,
+  ctx: RunContext,
+  result: StepResult,
+  cancelled: boolean,
+): Promise<PartOutcome> {
   stopIfAborted(ctx.signal);
   const placement = { inlineMaxBytes: ctx.inlineResultMaxBytes, budget: ctx.inlineResultMaxBytes };
   const stored = await storeOutcome(
     sample.request_id,
     ctx.run,
-    generated.result,
+    result,
     placement,
     ctx.clients.s3,
     ctx.bucket,
@@ -123,7 +157,9 @@ async function runClaimedSample(
     { doc: ctx.clients.doc, tables: ctx.tables },
     undefined,
     typeof sessionLog === 'string' ? { logKey: sessionLog, tenant: sample.tenant } : undefined,
+    cancelled,
   );
+  if ('cancelRequested' in committed) return commitResult(sample, ctx, CANCELLED_RESULT, true);
   if (!committed.committed) return { outcome: 'lost' };
   return {
     outcome: 'committed',
@@ -140,7 +176,7 @@ interface Progress {
 }
 
 type Generated =
-  | { readonly kind: 'done'; readonly result: StepResult }
+  | { readonly kind: 'done'; readonly result: StepResult; readonly cancelled?: boolean }
   | {
       readonly kind: 'cut';
       readonly numSamples: number;
@@ -179,7 +215,11 @@ function resumeOf(progress: ReadonlyMap<number, Progress>): (SequencePrefix | nu
   return resume;
 }
 
-async function generate(sample: WorkItemSample, ctx: RunContext): Promise<Generated> {
+async function generate(
+  sample: WorkItemSample,
+  ctx: RunContext,
+  cancel: AbortSignal | undefined,
+): Promise<Generated> {
   try {
     const payload = parseSamplePayload(sample.request_id, sample.payload);
     // Deleted, expired or unpublished since the session was made: this sample's user error (C3-C5).
@@ -213,11 +253,13 @@ async function generate(sample: WorkItemSample, ctx: RunContext): Promise<Genera
     // The last slice's live state in the backend, which the next slice continues instead of replaying
     // `progress` (the answer is the same either way; a cut leaves it behind).
     let continuation: string | undefined;
+    const whole = (await ctx.backend.batchesSamples?.()) === true;
     for (;;) {
       // Let timers and I/O run between slices (a CPU backend never yields inside one): a SIGTERM,
       // the cut poll and lease renewals are seen here, and other samples get their turn.
       await new Promise<void>((resolve) => setImmediate(resolve));
       stopIfAborted(ctx.signal);
+      if (cancel?.aborted === true) return { kind: 'done', result: CANCELLED_RESULT, cancelled: true };
       if (sampling.cut.requested) {
         return {
           kind: 'cut',
@@ -227,11 +269,15 @@ async function generate(sample: WorkItemSample, ctx: RunContext): Promise<Genera
           sequences: progress,
         };
       }
-      const run: SampleRun = await ctx.backend.sample(sampler, request, {
-        resume: resumeOf(progress),
-        maxNewTokens: sampling.sliceTokens,
-        ...(continuation === undefined ? {} : { continuation }),
-      });
+      const run: SampleRun = whole
+        ? await sampleUntilStopped(ctx, sampling, cancel, ({ stop }) =>
+            ctx.backend.sample(sampler, request, { resume: resumeOf(progress), stop }),
+          )
+        : await ctx.backend.sample(sampler, request, {
+            resume: resumeOf(progress),
+            maxNewTokens: sampling.sliceTokens,
+            ...(continuation === undefined ? {} : { continuation }),
+          });
       continuation = run.continuation;
       progress = new Map(
         run.sequences.map((sequence, index) => [
@@ -260,6 +306,36 @@ async function generate(sample: WorkItemSample, ctx: RunContext): Promise<Genera
       };
     }
     throw error;
+  }
+}
+
+/** How often a whole call checks the cut's boundary condition (`cutWhen`) while it runs. */
+const STOP_CHECK_MS = 100;
+
+/**
+ * A whole call (the backend batches samples) given a stop signal that fires when the work item is cut
+ * or aborted, or the sample cancelled: the backend then answers at its next decode step with the
+ * sequences so far.
+ */
+async function sampleUntilStopped(
+  ctx: RunContext,
+  sampling: SamplingContext,
+  cancel: AbortSignal | undefined,
+  call: (options: { stop: AbortSignal }) => Promise<SampleRun>,
+): Promise<SampleRun> {
+  const stop = new AbortController();
+  const check = (): void => {
+    if (sampling.cut.requested || ctx.signal?.aborted === true || cancel?.aborted === true) stop.abort();
+  };
+  const timer = setInterval(check, STOP_CHECK_MS);
+  ctx.signal?.addEventListener('abort', check);
+  cancel?.addEventListener('abort', check);
+  try {
+    return await call({ stop: stop.signal });
+  } finally {
+    clearInterval(timer);
+    ctx.signal?.removeEventListener('abort', check);
+    cancel?.removeEventListener('abort', check);
   }
 }
 
@@ -334,6 +410,8 @@ async function cutSample(
     sampling.attempt,
     { doc: ctx.clients.doc, tables: ctx.tables },
   );
+  // Cancelled meanwhile (W9): the cut's saved prefixes are left unused and the future ends cancelled.
+  if ('cancelRequested' in returned) return commitResult(sample, ctx, CANCELLED_RESULT, true);
   if (!returned.committed) return { outcome: 'lost' };
   await ctx.emit({ kind: 'sample-cut', request_id: sample.request_id, report });
   logger.info('sample cut: back to pending', { request_id: sample.request_id, ...report });

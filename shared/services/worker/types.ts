@@ -83,6 +83,8 @@ export interface WorkerOptions {
   readonly cutDeadline?: () => number;
   /** Period of the `cut#<pool>` poll while samples run (default DEFAULT_CUT_POLL_MS; 0: no polling). */
   readonly cutPollMs?: number;
+  /** Period of the running samples' cancel poll (default: the cut poll's period; 0: no polling). */
+  readonly cancelPollMs?: number;
   /** New tokens per sequence per backend call; cuts happen between slices (default DEFAULT_SLICE_TOKENS). */
   readonly sampleSliceTokens?: number;
   /** Prefix store for cuts and restores (default: the configured `prefixes` table, the runtime's client). */
