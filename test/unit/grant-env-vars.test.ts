@@ -19,8 +19,8 @@ describe('grantedEnvVars', () => {
     // Both send or consume on the work lanes (S2).
     expect(of('scheduler')).toEqual([...TABLES, 'DATA_BUCKET', 'WORK_QUEUE_URL', ...LANES]);
     expect(of('worker')).toEqual([...TABLES, 'PREFIXES_TABLE', 'DATA_BUCKET', 'WORK_QUEUE_URL', ...LANES]);
-    // Nor does the sweeper: prefix rows expire by TTL.
-    expect(of('sweeper')).toEqual([...TABLES, 'DATA_BUCKET', 'WORK_QUEUE_URL']);
+    // Nor does the sweeper: prefix rows expire by TTL. Its safety tick sends to the lanes as a tick does.
+    expect(of('sweeper')).toEqual([...TABLES, 'DATA_BUCKET', 'WORK_QUEUE_URL', ...LANES]);
   });
 
   it('counts any action, but not an empty grant, and nothing for a queue that declares no variable', () => {
