@@ -83,8 +83,9 @@ async function raw(requests: readonly Record<string, unknown>[]): Promise<Frame[
 }
 
 suite('engine protocol conformance (docs/engine-protocol.md)', () => {
-  it('greets with version 1, its base models, device and dtype, and answers ping', async () => {
-    expect(hello.protocol_version).toBe(1);
+  it('greets with a version the worker offers (2, else 1), its base models, device and dtype, and answers ping', async () => {
+    // The worker offers version 2 first and falls back to 1 (docs/engine-protocol.md, "Version 2").
+    expect([1, 2]).toContain(hello.protocol_version);
     expect(hello.engine.name).toEqual(expect.any(String));
     expect(hello.base_models.length).toBeGreaterThan(0);
     for (const model of hello.base_models) {
