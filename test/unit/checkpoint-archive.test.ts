@@ -231,7 +231,9 @@ describe('checkpointArchivePlan', () => {
       { createdAtMs },
     );
     const parts = plan.segments.map((segment) =>
-      segment instanceof Uint8Array ? segment : blob.subarray(segment.offset, segment.offset + segment.length),
+      segment instanceof Uint8Array
+        ? segment
+        : blob.subarray(segment.offset, segment.offset + segment.length),
     );
     const bytes = new Uint8Array(Buffer.concat(parts));
     expect(bytes.length).toBe(plan.size);
