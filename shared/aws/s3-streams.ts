@@ -29,14 +29,13 @@ import { TRANSIENT_AWS_ERROR_NAMES } from './transient-errors.js';
  * Part size: S3 wants at least 5 MiB per part but the last, and at most 10,000 parts; the local S3
  * (fauxqs) refuses request bodies above 11 MiB. The default, 8 MiB, suits both (80 GB at most in
  * 10,000 parts; a larger body raises the part size to fit). A copy (`copyObject`) is server side, in
- * parts above CopyObject's 5 GiB. A failed upload is aborted, so its parts
- * stop costing storage (the bucket's lifecycle rule collects any an abort missed, cdk/constructs/bucket.ts).
+ * parts above CopyObject's 5 GiB. A failed upload is aborted, so its parts stop costing storage (the
+ * bucket's lifecycle rule collects any an abort missed, cdk/constructs/bucket.ts).
  */
 
 export const DEFAULT_PART_BYTES = 8 * 1024 * 1024;
 export const DEFAULT_PART_CONCURRENCY = 4;
-/** S3's bounds on multipart uploads. */
-export const MIN_PART_BYTES = 5 * 1024 * 1024;
+/** S3's bound on the parts of one upload. */
 export const MAX_PARTS = 10_000;
 
 /** A body of known size, read in ranges; each read answers exactly `length` bytes at `offset`. */

@@ -189,6 +189,12 @@ describe('EngineBackend over the reference engine', () => {
     await expect(backend.forward(copy, pass('xy'))).rejects.toThrow(/unknown state handle/);
   });
 
+  it('offers no file blobs for an engine whose hello lists no blob_files: the worker hands bytes', async () => {
+    const { engine, backend } = start();
+    expect(await backend.fileBlobs()).toBeUndefined();
+    expect(engine.lastHello?.features).toBeUndefined();
+  });
+
   it('fails the request in flight with an InfrastructureError when the engine crashes, then restarts', async () => {
     const folder = faults();
     const { engine, backend } = start({ faults: folder });

@@ -48,4 +48,13 @@ describe('the worker process state cache', () => {
       d: 6,
     });
   });
+
+  it('a state committed without its bytes (written through a file, too large to keep) drops what it replaces', () => {
+    const cache = new StateCache(30);
+    cache.committed('old', bytes(10, 1));
+    cache.committed('new', undefined, 'old');
+    expect(cache.get('old')).toBeUndefined();
+    expect(cache.get('new')).toBeUndefined();
+    expect(cache.bytes).toBe(0);
+  });
 });

@@ -307,7 +307,7 @@ export function planSource(plan: ArchivePlan, blob: PartSource): PartSource {
   let total = 0;
   for (const segment of plan.segments) {
     starts.push(total);
-    total += segment instanceof Uint8Array ? segment.length : segment.length;
+    total += segment.length;
   }
   if (total !== plan.size) throw new InfrastructureError(`archive plan of ${plan.size} bytes has ${total}`);
   return {
@@ -317,7 +317,7 @@ export function planSource(plan: ArchivePlan, blob: PartSource): PartSource {
       for (let i = 0; i < plan.segments.length; i++) {
         const segment = plan.segments[i] as ArchivePlan['segments'][number];
         const start = starts[i] as number;
-        const size = segment instanceof Uint8Array ? segment.length : segment.length;
+        const size = segment.length;
         const from = Math.max(offset, start);
         const to = Math.min(offset + length, start + size);
         if (from >= to) continue;
