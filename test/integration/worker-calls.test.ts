@@ -45,7 +45,15 @@ async function runNext(
     cutPollMs: 0,
     ...worker,
   });
-  return { item: dispatched.item, outcome, calls: [...log.calls].sort(), depth: log.depth() };
+  const commits = (call: string) => call.startsWith('UpdateItem') || call.startsWith('TransactWriteItems');
+  return {
+    item: dispatched.item,
+    outcome,
+    calls: [...log.calls].sort(),
+    depth: log.depth(),
+    /** The round trips before any commit: the work item's GET and the opening reads. */
+    readDepth: log.depth((call) => !commits(call)),
+  };
 }
 
 const sorted = (calls: string[]) => [...calls].sort();
@@ -172,7 +180,12 @@ describe('the calls of one work item', () => {
         'TransactWriteItems Update:futures+Delete:registry+Put:registry',
       ]),
     );
-    expect(run.depth).toBe(3);
+    // The claims and prefix pointers are read beside the work item's GET: one round trip. Each
+    // sample's commit then takes its log position, then ends the sample (two more); how far the two
+    // samples' commits overlap is the machine's load, not the code's, so only its bounds are pinned.
+    expect(run.readDepth).toBe(1);
+    expect(run.depth).toBeGreaterThanOrEqual(3);
+    expect(run.depth).toBeLessThanOrEqual(5);
     await expectOracle();
   });
 

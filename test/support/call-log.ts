@@ -13,9 +13,10 @@ export interface CallLog {
   readonly calls: string[];
   /**
    * Round trips in sequence: the longest chain of calls each sent after the previous one answered
-   * (calls in flight together count once). What a path's latency is made of, as a count.
+   * (calls in flight together count once). What a path's latency is made of, as a count. `only`
+   * keeps the calls whose entry it accepts (the chain of those calls alone).
    */
-  depth(): number;
+  depth(only?: (call: string) => boolean): number;
   reset(): void;
 }
 
@@ -31,12 +32,14 @@ export function loggedClients(
 ): { clients: AwsClients; log: CallLog } {
   const clients = localAwsClients(endpoints);
   const calls: string[] = [];
+  /** Each call's span, by the call's position in `calls`. */
   const spans: Span[] = [];
   const log: CallLog = {
     calls,
-    depth: () => {
+    depth: (only) => {
       // Longest chain by start time: a call extends every chain whose last call ended before it began.
-      const sorted = [...spans].sort((a, b) => a.start - b.start);
+      const kept = only === undefined ? spans : spans.filter((_, index) => only(calls[index] ?? ''));
+      const sorted = [...kept].sort((a, b) => a.start - b.start);
       const chain: number[] = [];
       sorted.forEach((span, index) => {
         let longest = 0;
