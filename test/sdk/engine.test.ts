@@ -30,6 +30,39 @@ if (torch.command !== undefined && sdk === undefined) {
   console.warn(`test:sdk: the engine scenario runs on SDK ${SDK_VERSION}, which is not found; skipped`);
 }
 
+/** A stack of its own on the torch engine serving `model` (as `npm start -- --engine torch`), and `scenario` run against it. */
+async function engineScenario(
+  model: string | undefined,
+  prefix: string,
+  scenario: string,
+): Promise<{ stack: LocalStack; backend: EngineBackend; baseModel: string; report: ScenarioReport }> {
+  const started = await engineStack('torch', model, 'test:sdk');
+  const stack = await startLocalStack({
+    prefix,
+    streamPollIntervalMs: 50,
+    ...started.options,
+    extraEnv: { ...started.options.extraEnv, POWERTOOLS_LOG_LEVEL: 'WARN' },
+  });
+  const { doc } = stack.clients;
+  const table = stack.resources.tables.registry;
+  const [owner, other] = await Promise.all([
+    createApiKey(doc, table, `${prefix}-owner`),
+    createApiKey(doc, table, `${prefix}-other`),
+  ]);
+  if (sdk === undefined) throw new Error('no SDK');
+  const report = await runScenario(
+    { ...tier, baseUrl: stack.apiUrl, apiKeys: { owner, other } },
+    sdk,
+    scenario,
+    {
+      timeoutMs: SCENARIO_TIMEOUT_MS,
+      torch: true,
+      env: { TINKER_BASE_MODEL: started.baseModel },
+    },
+  );
+  return { stack, backend: started.backend, baseModel: started.baseModel, report };
+}
+
 describe.skipIf(torch.command === undefined || torch.baseModel === undefined || sdk === undefined)(
   `the torch engine through the whole stack (SDK ${SDK_VERSION})`,
   () => {
@@ -39,28 +72,7 @@ describe.skipIf(torch.command === undefined || torch.baseModel === undefined || 
     let baseModel = '';
 
     beforeAll(async () => {
-      const started = await engineStack('torch', torch.baseModel, 'test:sdk');
-      backend = started.backend;
-      baseModel = started.baseModel;
-      stack = await startLocalStack({
-        prefix: 'sdk-engine',
-        streamPollIntervalMs: 50,
-        ...started.options,
-        extraEnv: { ...started.options.extraEnv, POWERTOOLS_LOG_LEVEL: 'WARN' },
-      });
-      const { doc } = stack.clients;
-      const table = stack.resources.tables.registry;
-      const [owner, other] = await Promise.all([
-        createApiKey(doc, table, 'sdk-engine-owner'),
-        createApiKey(doc, table, 'sdk-engine-other'),
-      ]);
-      if (sdk === undefined) throw new Error('no SDK');
-      report = await runScenario(
-        { ...tier, baseUrl: stack.apiUrl, apiKeys: { owner, other } },
-        sdk,
-        'engine',
-        { timeoutMs: SCENARIO_TIMEOUT_MS, torch: true, env: { TINKER_BASE_MODEL: baseModel } },
-      );
+      ({ stack, backend, baseModel, report } = await engineScenario(torch.baseModel, 'sdk-engine', 'engine'));
     }, SCENARIO_TIMEOUT_MS + 120_000);
 
     afterAll(async () => {
@@ -169,27 +181,7 @@ describe.skipIf(torch.command === undefined || torch.baseModel === undefined || 
         hidden: 512,
         layers: 4,
       });
-      const started = await engineStack('torch', model, 'test:sdk');
-      backend = started.backend;
-      stack = await startLocalStack({
-        prefix: 'sdk-engine-large',
-        streamPollIntervalMs: 50,
-        ...started.options,
-        extraEnv: { ...started.options.extraEnv, POWERTOOLS_LOG_LEVEL: 'WARN' },
-      });
-      const { doc } = stack.clients;
-      const table = stack.resources.tables.registry;
-      const [owner, other] = await Promise.all([
-        createApiKey(doc, table, 'sdk-large-owner'),
-        createApiKey(doc, table, 'sdk-large-other'),
-      ]);
-      if (sdk === undefined) throw new Error('no SDK');
-      report = await runScenario(
-        { ...tier, baseUrl: stack.apiUrl, apiKeys: { owner, other } },
-        sdk,
-        'engine_large_state',
-        { timeoutMs: SCENARIO_TIMEOUT_MS, torch: true, env: { TINKER_BASE_MODEL: model } },
-      );
+      ({ stack, backend, report } = await engineScenario(model, 'sdk-engine-large', 'engine_large_state'));
       for (const prefix of ['state/', 'checkpoints/']) {
         const page = await stack.clients.s3.send(
           new ListObjectsV2Command({ Bucket: stack.resources.bucket, Prefix: prefix }),

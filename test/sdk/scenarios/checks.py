@@ -101,10 +101,10 @@ def loss_of(output: types.ForwardBackwardOutput) -> float:
     return float(output.metrics["loss:sum"])
 
 
-def train_step(client, data: list[types.Datum]) -> float:
+def train_step(client, data: list[types.Datum], adam: types.AdamParams = ADAM) -> float:
     """One forward_backward and optim_step; the loss before the step."""
     fwd_bwd = client.forward_backward(data, "cross_entropy")
-    optim = client.optim_step(ADAM)
+    optim = client.optim_step(adam)
     loss = loss_of(fwd_bwd.result())
     optim.result()
     return loss

@@ -8,28 +8,19 @@ import os
 
 from tinker import types
 
-from checks import Checks, logprobs_of, loss_of, max_difference, service
+from checks import Checks, logprobs_of, max_difference, next_byte_datum, service
+from checks import train_step as sdk_train_step
 
 checks = Checks()
 
 BASE_MODEL = os.environ["TINKER_BASE_MODEL"]
 RANK = int(os.environ.get("TINKER_LORA_RANK", "32"))
 ADAM = types.AdamParams(learning_rate=0.005)
-TOKENS = list(b"the cat sat on the mat. a dog ran in the fog. ")
-DATA = [
-    types.Datum(
-        model_input=types.ModelInput.from_ints(TOKENS[:-1]),
-        loss_fn_inputs={"target_tokens": TOKENS[1:], "weights": [1.0] * (len(TOKENS) - 1)},
-    )
-]
+DATA = [next_byte_datum(b"the cat sat on the mat. a dog ran in the fog. ")]
 
 
 def train_step(client) -> float:
-    fwd_bwd = client.forward_backward(DATA, "cross_entropy")
-    optim = client.optim_step(ADAM)
-    loss = loss_of(fwd_bwd.result())
-    optim.result()
-    return loss
+    return sdk_train_step(client, DATA, ADAM)
 
 
 def forward_logprobs(client) -> list[list[float]]:
