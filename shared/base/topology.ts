@@ -317,7 +317,8 @@ const STEP_PATH_STREAM_PARALLELIZATION = 2;
  */
 const SCHEDULER_REGISTRY: readonly TableGrant[] = [
   { keyPrefixes: [key.tickLock], actions: ['put', 'update', 'delete'] },
-  { keyPrefixes: [key.sampleClaim], actions: ['batch-get', 'put', 'delete'] },
+  // A claim is an update: an expired one is taken over with its count and cancel mark (R4, E2, W9).
+  { keyPrefixes: [key.sampleClaim], actions: ['batch-get', 'update', 'delete'] },
   { keyPrefixes: [key.drain], actions: ['get'] },
 ];
 

@@ -257,6 +257,11 @@ export interface SampleClaimRecord {
   readonly ttl: number;
   /** When cancel_future asked the running sample to end cancelled (W9); absent: not asked. */
   readonly cancel_requested?: number;
+  /**
+   * Dispatches since the claim was last deleted (commit, cut, release): each past the first is a run
+   * whose worker vanished with the claim (E2's attempts, per sample). Absent on claims written before.
+   */
+  readonly claims?: number;
 }
 
 /** Idempotency record: the original future and the digest of the payload that created it (R7). */

@@ -413,7 +413,7 @@ describe('IAM', () => {
     ...['PutItem', 'UpdateItem', 'DeleteItem'].map(
       (action) => `dynamodb:${action} table:registry.Arn if ${leadingKeysCondition(['tick#'])}`,
     ),
-    ...['BatchGetItem', 'PutItem', 'DeleteItem'].map(
+    ...['BatchGetItem', 'UpdateItem', 'DeleteItem'].map(
       (action) => `dynamodb:${action} table:registry.Arn if ${leadingKeysCondition(['claim#'])}`,
     ),
     `dynamodb:GetItem table:registry.Arn if ${leadingKeysCondition(['drain#'])}`,

@@ -1,5 +1,5 @@
 import { DeleteObjectCommand, HeadObjectCommand } from '@aws-sdk/client-s3';
-import { PutCommand } from '@aws-sdk/lib-dynamodb';
+import { PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { localAwsClients } from '../../local/cloud/aws-clients.js';
 import type { Backend, BackendState } from '../../shared/backend/backend.js';
@@ -299,6 +299,34 @@ describe('worker faults change nothing in the results', () => {
       expect(outcome.samples.map((sample) => sample.outcome)).toEqual(['committed']);
       const answer = (await h.answer('sample-attempts', requestId)) as { error: string; category: string };
       expect(answer).toEqual({ error: `Request failed after ${maxAttempts} attempts`, category: 'server' });
+    });
+
+    it('a sample whose workers vanish with its claim fails as a server error after K attempts (E2)', async () => {
+      const requestId = await longSample('sample-vanished');
+      const maxAttempts = config().tunables.maxAttempts;
+      const expire = () =>
+        h.cloud.clients.doc.send(
+          new UpdateCommand({
+            TableName: config().table('registry'),
+            Key: { pk: registryKey.sampleClaim(requestId) },
+            UpdateExpression: 'SET lease_until = :ended',
+            ExpressionAttributeValues: { ':ended': Date.now() - 1 },
+          }),
+        );
+      // K dispatches whose workers die before doing anything: each claim's lease runs out.
+      for (let attempt = 1; attempt <= maxAttempts; attempt++) {
+        expect(await h.dispatch({ only: (row) => row.request_id === requestId })).toBeDefined();
+        await expire();
+        expect(await h.registry(registryKey.sampleClaim(requestId))).toMatchObject({ claims: attempt });
+      }
+      // The next dispatch takes the claim over a K-th time: its run fails the sample instead of sampling.
+      const dispatched = await h.dispatch({ only: (row) => row.request_id === requestId });
+      const outcome = await runWorkItem(dispatched!.manifest, { backend });
+      expect(outcome.samples.map((sample) => sample.outcome)).toEqual(['committed']);
+      const answer = (await h.answer('sample-vanished', requestId)) as { error: string; category: string };
+      expect(answer).toEqual({ error: `Request failed after ${maxAttempts} attempts`, category: 'server' });
+      // Its commit deleted the claim: a count never outlives its sample's runs.
+      expect(await h.registry(registryKey.sampleClaim(requestId))).toBeUndefined();
     });
 
     it('a long sample renews its claim while it runs, so no tick plans it again', async () => {

@@ -1,4 +1,4 @@
-import { DeleteCommand, type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { DeleteCommand, type DynamoDBDocumentClient, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { batchGetByKey } from '../../aws/batch-get.js';
 import { writeIfCondition } from '../../aws/conditional.js';
 import { getItem } from '../../aws/get-item.js';
@@ -15,9 +15,9 @@ import { registryKey, type SampleClaimRecord } from '../../domain/records.js';
  * A running sample's cancel (W9) is a mark on its claim: the worker holding the claim reads it
  * (`readCancelledClaims`), stops the call at its next step and commits it cancelled. Every other end
  * of the sample (its commit, its cut) deletes the claim only while it has no mark, so once a cancel
- * was answered `cancelled: true` nothing but the cancelled end lands, as long as the claim lives: a
- * claim whose lease ended (its worker died) is replaced by the next `claimSample`, mark and all
- * (docs/limitations.md).
+ * was answered `cancelled: true` nothing but the cancelled end lands: a claim whose lease ended (its
+ * worker died) is taken over by the next `claimSample` with its mark, so the next worker ends it
+ * cancelled.
  */
 
 const claimKey = (requestId: string) => ({ pk: registryKey.sampleClaim(requestId) });
@@ -68,25 +68,36 @@ export async function readSampleClaims(
   return claims;
 }
 
-/** A conditional put: wins when the sample is unclaimed or its claim expired. `false` when lost. */
+/**
+ * A conditional update: wins when the sample is unclaimed or its claim expired; `false` when lost.
+ * An expired claim is taken over, not replaced: its `claims` count goes on (the dispatches since the
+ * claim was last deleted, by a commit, a cut or a release, so each one past the first is a run whose
+ * worker vanished: E2's attempts, per sample) and a cancel mark stays (W9).
+ */
 export async function claimSample(
   doc: DynamoDBDocumentClient,
   table: string,
-  claim: Omit<SampleClaimRecord, 'pk' | 'ttl' | 'cancel_requested'>,
+  claim: Omit<SampleClaimRecord, 'pk' | 'ttl' | 'cancel_requested' | 'claims'>,
   now: number,
 ): Promise<boolean> {
-  const item: SampleClaimRecord = {
-    ...claimKey(claim.request_id),
-    ...claim,
-    ttl: sampleClaimTtl(claim.lease_until),
-  };
   return writeIfCondition(() =>
     doc.send(
-      new PutCommand({
+      new UpdateCommand({
         TableName: table,
-        Item: item,
+        Key: claimKey(claim.request_id),
+        UpdateExpression:
+          'SET request_id = :request, claim_token = :token, work_item_id = :item, lease_until = :until, #ttl = :ttl ADD claims :one',
         ConditionExpression: 'attribute_not_exists(pk) OR lease_until <= :now',
-        ExpressionAttributeValues: { ':now': now },
+        ExpressionAttributeNames: { '#ttl': 'ttl' },
+        ExpressionAttributeValues: {
+          ':request': claim.request_id,
+          ':token': claim.claim_token,
+          ':item': claim.work_item_id,
+          ':until': claim.lease_until,
+          ':ttl': sampleClaimTtl(claim.lease_until),
+          ':one': 1,
+          ':now': now,
+        },
       }),
     ),
   );

@@ -71,9 +71,12 @@ async function runSample(
   // Read with the other parts' claims and rows when the work item started (./opening-reads.ts).
   const claim = (await ctx.opening.claims).get(sample.request_id);
   if (claim?.claim_token !== sample.claim_token) return { outcome: 'not_inflight' };
-  // E2's attempt limit, per sample: after K failed runs the sample fails as the server's error.
-  const attempts = (await ctx.opening.prefixRefs).get(sample.request_id)?.attempts;
-  const exhausted = typeof attempts === 'number' && attempts >= ctx.maxAttempts && sample.fail === undefined;
+  // E2's attempt limit, per sample: after K failed runs the sample fails as the server's error. A run
+  // fails as the infrastructure's (counted on the future), or its worker vanishes with the claim
+  // (counted on the claim: every dispatch of it past the first).
+  const counted = (await ctx.opening.prefixRefs).get(sample.request_id)?.attempts;
+  const attempts = (typeof counted === 'number' ? counted : 0) + Math.max(0, (claim.claims ?? 1) - 1);
+  const exhausted = attempts >= ctx.maxAttempts && sample.fail === undefined;
   const run = exhausted
     ? {
         ...sample,
