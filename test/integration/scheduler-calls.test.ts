@@ -79,7 +79,7 @@ describe('the calls of one incremental tick', () => {
         'UpdateItem registry',
         'GetItem registry',
         'UpdateItem models',
-        'PutItem registry', // the sample's claim (R4), beside the model's
+        'UpdateItem registry', // the sample's claim (R4), beside the model's
         'BatchGetItem futures', // the claimed sample's row: still pending?
         'GetObject payloads',
         'GetObject payloads',

@@ -379,9 +379,11 @@ describe('the topology grants what the handlers call', () => {
     for (const operation of ['PutItem', 'UpdateItem', 'DeleteItem']) {
       expect(allowed('scheduler', 'dynamodb', operation, onKey(registryKey.tickLock('default')))).toBe(true);
     }
-    for (const operation of ['PutItem', 'DeleteItem']) {
+    // A claim is an update (an expired one is taken over with its count and cancel mark), never a put.
+    for (const operation of ['UpdateItem', 'DeleteItem']) {
       expect(allowed('scheduler', 'dynamodb', operation, onKey(registryKey.sampleClaim('r1')))).toBe(true);
     }
+    expect(allowed('scheduler', 'dynamodb', 'PutItem', onKey(registryKey.sampleClaim('r1')))).toBe(false);
     const claims = { RequestItems: { 'p-registry': { Keys: [{ pk: 'claim#r1' }, { pk: 'claim#r2' }] } } };
     expect(allowed('scheduler', 'dynamodb', 'BatchGetItem', claims)).toBe(true);
     expect(allowed('scheduler', 's3', 'ListObjectsV2', { Bucket: 'p-data' })).toBe(true);
