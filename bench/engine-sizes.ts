@@ -1,4 +1,4 @@
-import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import path from 'node:path';
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
@@ -161,20 +161,17 @@ async function sizeCase(tools: SizeSweepTools, size: ModelSize): Promise<CaseRes
     // Warm-up, untimed: the first step on each side.
     await sdkStep();
     await plain.send({ op: 'train_step', batch: 'step' });
-    const params = execFileSync(
-      tools.python,
-      [
-        '-c',
-        `import json;c=json.load(open('${dir}/config.json'));print(c['hidden_size'],c['num_hidden_layers'])`,
-      ],
-      { encoding: 'utf8' },
-    ).trim();
+    const config = JSON.parse(readFileSync(path.join(dir, 'config.json'), 'utf8')) as {
+      hidden_size: number;
+      num_hidden_layers: number;
+    };
     const tokens = tools.steps * TOKENS;
     return await runCase({
       name: `model_sizes_${size.name}`,
       params: {
         model: size.name,
-        hidden_layers: params,
+        hidden_size: config.hidden_size,
+        layers: config.num_hidden_layers,
         rank: RANK,
         tokens_per_step: TOKENS,
         steps: tools.steps,

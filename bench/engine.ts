@@ -437,6 +437,47 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       return count;
     };
 
+    /**
+     * `calls` sampling calls of `numSamples` x `newTokens` after `prompt`, on a sampling session of their
+     * own, submitted at once through `worker`'s handler and awaited together; `seedOf(first, c)` keys
+     * call c of the batch whose first seq_id is `first`.
+     */
+    const callsTogether = async (
+      calls: number,
+      numSamples: number,
+      newTokens: number,
+      prompt: readonly number[],
+      seedOf: (first: number, call: number) => number,
+    ) => {
+      const { sampling_session_id } = await client.createSamplingSession({
+        session_id,
+        sampling_session_seq_id: samplingSeq++,
+        base_model: TINY_MODEL_DIR,
+      });
+      let callSeq = 0;
+      return async (worker: typeof mode): Promise<void> => {
+        mode = worker;
+        try {
+          const first = callSeq;
+          callSeq += calls;
+          const submitted = await Promise.all(
+            Array.from({ length: calls }, (_, c) =>
+              client.asample({
+                sampling_session_id,
+                seq_id: first + c,
+                num_samples: numSamples,
+                prompt: { chunks: [{ type: 'encoded_text', tokens: [...prompt] }] },
+                sampling_params: { max_tokens: newTokens, temperature: 1, seed: seedOf(first, c) },
+              }),
+            ),
+          );
+          await Promise.all(submitted.map(({ request_id }) => client.waitFor(request_id)));
+        } finally {
+          mode = 'default';
+        }
+      };
+    };
+
     /** Runs `body` through the stack and reports what it cost: engine ops, work items, AWS calls. */
     const throughStack = (tokens: number, body: () => Promise<void>) => async (): Promise<Counts> => {
       const itemsBefore = await workItems();
@@ -576,33 +617,8 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     if (selected('sample_rotation')) {
       const [calls, samples, newTokens] = shape.rotation;
       const prompt = tokenRows(1, shape.sample[3] - 1, 5)[0] as number[];
-      const { sampling_session_id } = await client.createSamplingSession({
-        session_id,
-        sampling_session_seq_id: samplingSeq++,
-        base_model: TINY_MODEL_DIR,
-      });
-      let callSeq = 0;
-      const rotation = async (worker: typeof mode) => {
-        mode = worker;
-        try {
-          const first = callSeq;
-          callSeq += calls;
-          const submitted = await Promise.all(
-            Array.from({ length: calls }, (_, c) =>
-              client.asample({
-                sampling_session_id,
-                seq_id: first + c,
-                num_samples: samples,
-                prompt: { chunks: [{ type: 'encoded_text', tokens: prompt }] },
-                sampling_params: { max_tokens: newTokens, temperature: 1, seed: c },
-              }),
-            ),
-          );
-          await Promise.all(submitted.map(({ request_id }) => client.waitFor(request_id)));
-        } finally {
-          mode = 'default';
-        }
-      };
+      // Each call's draws keyed by its place in the batch: every repeat samples the same tokens.
+      const rotation = await callsTogether(calls, samples, newTokens, prompt, (_, c) => c);
       const tokens = calls * samples * newTokens;
       cases.push(
         await runCase({
@@ -638,33 +654,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       if (!selected(name) && !selected('concurrent_samples')) continue;
       const newTokens = shape.concurrent[1];
       const prompt = tokenRows(1, shape.sample[3] - 1, 7)[0] as number[];
-      const { sampling_session_id } = await client.createSamplingSession({
-        session_id,
-        sampling_session_seq_id: samplingSeq++,
-        base_model: TINY_MODEL_DIR,
-      });
-      let callSeq = 0;
-      const together = async (worker: typeof mode) => {
-        mode = worker;
-        try {
-          const first = callSeq;
-          callSeq += calls;
-          const submitted = await Promise.all(
-            Array.from({ length: calls }, (_, c) =>
-              client.asample({
-                sampling_session_id,
-                seq_id: first + c,
-                num_samples: 1,
-                prompt: { chunks: [{ type: 'encoded_text', tokens: prompt }] },
-                sampling_params: { max_tokens: newTokens, temperature: 1, seed: first + c },
-              }),
-            ),
-          );
-          await Promise.all(submitted.map(({ request_id }) => client.waitFor(request_id)));
-        } finally {
-          mode = 'default';
-        }
-      };
+      const together = await callsTogether(calls, 1, newTokens, prompt, (first, c) => first + c);
       // The engine alone: the same calls straight to the engine process, on the base model or spread
       // over 8 adapters (4 calls each at 32).
       // Its own backend over the same process, so the stack's samplers do not evict these 9.

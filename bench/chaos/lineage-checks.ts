@@ -1,5 +1,5 @@
 import { parseRunKey } from '../../shared/base/storage-keys.js';
-import type { FutureRow, ModelRow, RequestType } from '../../shared/domain/records.js';
+import { type FutureRow, type ModelRow, STATE_CHANGING_REQUEST_TYPES } from '../../shared/domain/records.js';
 import { reportedStateTag, stateTagOf } from '../../test/support/noisy-backend.js';
 
 /**
@@ -23,13 +23,6 @@ export interface LineageReport {
   readonly mismatched: readonly string[];
 }
 
-const STATE_CHANGING: ReadonlySet<RequestType> = new Set([
-  'create_model',
-  'forward_backward',
-  'optim_step',
-  'load_weights',
-]);
-
 export async function checkLineage(input: {
   readonly models: ReadonlyMap<string, ModelRow>;
   readonly futures: ReadonlyMap<string, FutureRow>;
@@ -40,7 +33,11 @@ export async function checkLineage(input: {
 }): Promise<LineageReport> {
   const lastStateStep = new Map<string, FutureRow>();
   for (const row of input.futures.values()) {
-    if (row.status !== 'completed' || row.seq === undefined || !STATE_CHANGING.has(row.request_type))
+    if (
+      row.status !== 'completed' ||
+      row.seq === undefined ||
+      !STATE_CHANGING_REQUEST_TYPES.has(row.request_type)
+    )
       continue;
     const model = input.models.get(row.model_id);
     // The snapshot is the state after `snapshot_through` (S3); later steps are in the replay log.

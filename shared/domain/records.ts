@@ -19,6 +19,17 @@ export const TRAINING_REQUEST_TYPES = [
 export type TrainingRequestType = (typeof TRAINING_REQUEST_TYPES)[number];
 export type RequestType = TrainingRequestType | 'sample';
 
+/**
+ * The requests whose completion changes a model's state (weights, moments, accumulated gradient): what
+ * a commit adds to the replay log (S4) and what the chaos run's lineage check follows (E3-E5).
+ */
+export const STATE_CHANGING_REQUEST_TYPES: ReadonlySet<RequestType> = new Set([
+  'create_model',
+  'forward_backward',
+  'optim_step',
+  'load_weights',
+]);
+
 /** Passes may be fused across models; barriers end a tick's run for their model (R2). */
 export const PASS_TYPES: ReadonlySet<RequestType> = new Set(['forward', 'forward_backward']);
 export const BARRIER_TYPES: ReadonlySet<RequestType> = new Set(['optim_step', 'load_weights']);

@@ -90,7 +90,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
     unloaded: false,
     saved: new Map(),
   };
-  let committed = false;
+  let kept = false;
   try {
     await ctx.emit({ kind: 'model-started', model_id: model.model_id, inflight: model.inflight });
     stopIfAborted(ctx.signal, lease);
@@ -125,14 +125,11 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
 
     // What the commit records of the state (S1, S3): a holder appends the steps that changed it to the
     // replay log and writes a snapshot only when one is due; without residency every change is written.
-    const changed = model.steps.filter(
-      (step, index) => changesState(step.request_type) && executions[index]?.outcome.status === 'completed',
-    );
+    const completed = model.steps.filter((_, index) => executions[index]?.outcome.status === 'completed');
+    const changed = completed.filter((step) => changesState(step.request_type));
+    const forced = completed.some((step) => forcesSnapshot(step.request_type));
     const replayBefore = row.replay?.length ?? 0;
     const keep = residency !== undefined && !part.unloaded && part.state !== undefined;
-    const forced = model.steps.some(
-      (step, index) => forcesSnapshot(step.request_type) && executions[index]?.outcome.status === 'completed',
-    );
     const snapshot = keep
       ? (part.stateChanged || replayBefore > 0) &&
         (forced ||
@@ -219,7 +216,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
         // A rebuilt state's log has no known age here: its age counts from now.
         unsnapshottedSince: replayLength === 0 ? undefined : (resident?.unsnapshottedSince ?? ctx.now()),
       });
-      committed = true;
+      kept = true;
     }
     return { outcome: 'committed', settled_by_reread: result.settledByReread };
   } finally {
@@ -227,7 +224,7 @@ async function runPart(model: WorkItemModel, ctx: RunContext): Promise<PartOutco
     await discardSavedCheckpoints(part.saved);
     ctx.leases.release(model.inflight);
     // A state not kept is freed: the part failed, was lost, or the model is unloaded.
-    if (residency !== undefined && !committed) residency.discard(part.state);
+    if (residency !== undefined && !kept) residency.discard(part.state);
   }
 }
 

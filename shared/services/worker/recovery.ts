@@ -1,6 +1,11 @@
 import type { BackendState } from '../../backend/backend.js';
 import { InfrastructureError } from '../../base/errors.js';
-import type { ModelRow, ReplayEntry, TrainingRequestType } from '../../domain/records.js';
+import {
+  type ModelRow,
+  type ReplayEntry,
+  STATE_CHANGING_REQUEST_TYPES,
+  type TrainingRequestType,
+} from '../../domain/records.js';
 import { readPayloads } from '../../repositories/payloads.js';
 import { stepPayloadOf } from './load-work-item.js';
 import { executeStep, type PartState, type StepEnv } from './steps.js';
@@ -12,16 +17,8 @@ import { executeStep, type PartState, type StepEnv } from './steps.js';
  * wrote. Replay is exact on the reference backend and within R1's tolerance on an engine.
  */
 
-/** The step types whose completion changes the state: what a commit adds to the replay log. */
-const STATE_CHANGING: ReadonlySet<TrainingRequestType> = new Set([
-  'create_model',
-  'forward_backward',
-  'optim_step',
-  'load_weights',
-]);
-
 export function changesState(type: TrainingRequestType): boolean {
-  return STATE_CHANGING.has(type);
+  return STATE_CHANGING_REQUEST_TYPES.has(type);
 }
 
 /**
