@@ -56,9 +56,10 @@ import { AwsCallCounter, type CallCount, callsBetween } from './support/aws-call
  * - `concurrent_samples_<n>`: n sampling calls of num_samples=1 submitted at once (an RL loop's
  *   group x batch) through the stack, whose version 2 engine decodes them in shared steps (B1),
  *   beside one `generate` of n rows (`plain_generate_batch`), the same calls straight to the engine
- *   (`engine_alone`: the engine process without the stack), those calls spread over 8 adapters
- *   (`engine_alone_8_adapters`), and the stack on a protocol version 1 engine (`stack_protocol_1`:
- *   one call at a time in 64-token slices, the figure before batched decode).
+ *   (`engine_alone`: the engine process without the stack), those calls on one adapter
+ *   (`engine_alone_1_adapter`) and spread over 8 adapters (`engine_alone_8_adapters`), and the stack
+ *   on a protocol version 1 engine (`stack_protocol_1`: one call at a time in 64-token slices, the
+ *   figure before batched decode).
  * - `fixed_cost`: the smallest step (one datum of 16 tokens) the same two ways: what a work item
  *   costs besides its compute, with what it is made of: engine round trips, state bytes
  *   serialized and loaded, the engine's time in serialize/deserialize, and AWS calls.
@@ -699,6 +700,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
               seed: 1,
             }),
             engine_alone: alone(() => base),
+            engine_alone_1_adapter: alone(() => adapters[0] as SamplerModel),
             engine_alone_8_adapters: alone((c) => adapters[c % adapters.length] as SamplerModel),
             stack_protocol_1: throughStack(tokens, () => together('legacy')),
           },

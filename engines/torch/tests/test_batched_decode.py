@@ -153,9 +153,11 @@ def test_calls_beyond_the_kv_budget_wait_and_then_run(make_engine: Callable[...,
         engine.submit_sample(i, {"sampler": sampler, "request": _request(500 + i)})
     engine.decoder.step()
     assert len(engine.decoder.live) == 2 and len(engine.decoder.waiting) == 3
-    assert engine.decoder.reserved <= engine.decoder.kv_budget_bytes
+    assert 0 < engine.decoder.kv_bytes <= engine.decoder.kv_budget_bytes
     answers = _drain(engine)
     assert sorted(answers) == list(range(5)) and all(a["finished"] for a in answers.values())
+    # The arena is given back once no call holds a slot.
+    assert engine.decoder.kv_bytes == 0
     _same(answers[4], _run(engine, {4: {"sampler": sampler, "request": _request(504)}})[4])
     # A call larger than the whole budget runs alone rather than never.
     big = {"sampler": sampler, "request": _request(600, num_samples=4)}

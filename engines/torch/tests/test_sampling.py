@@ -14,7 +14,7 @@ from conftest import create, encoded, pass_input, sequence_datum
 
 from tinker_engine.engine import Engine
 from tinker_engine.prng import alt_uniform, sample_uniform, sample_uniforms
-from tinker_engine.sampling import SampleParams, choose_token
+from tinker_engine.sampling import SampleParams, choose_token, choose_tokens
 
 PROMPT = [72, 101, 108, 108, 111, 32]
 
@@ -206,6 +206,22 @@ def test_token_choice_follows_the_reference_rule() -> None:
         u = float(rng.random())
         params = SampleParams(np.zeros(1), 1, 1, temperature, top_k, top_p, 0, [], False, 0)
         assert choose_token(logprobs, params, u) == _reference_choice(logprobs.tolist(), temperature, top_k, top_p, u)
+
+
+def test_rows_chosen_together_choose_what_each_chooses_alone() -> None:
+    """choose_tokens on a batch of rows (the batched decoder's way) gives every row the token the
+    one-row rule gives it, for every sampling rule (G4: a row's token does not depend on its batch)."""
+    rng = np.random.default_rng(2)
+    for case in range(48):
+        rows = torch.log_softmax(torch.tensor(rng.normal(size=(33, 300)) * 3), dim=-1).to(torch.float64)
+        temperature = [0.0, 0.7, 1.0, 1.3][case % 4]
+        top_k = [0, 1, 7, 500][(case // 4) % 4]
+        top_p = [1.0, 0.8, 0.2][(case // 16) % 3]
+        uniforms = [float(u) for u in rng.random(33)]
+        params = SampleParams(np.zeros(1), 1, 1, temperature, top_k, top_p, 0, [], False, 0)
+        together = choose_tokens(rows, params, uniforms)
+        assert together == [choose_token(rows[r], params, uniforms[r]) for r in range(33)]
+        assert together[:5] == choose_tokens(rows[:5], params, uniforms[:5])
 
 
 @pytest.mark.parametrize(

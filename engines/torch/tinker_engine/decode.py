@@ -1,12 +1,15 @@
 """Batched decode (B1): every live sample call advances in shared decode steps (protocol version 2).
 
-Calls join and leave at step boundaries. A call is admitted when its worst-case KV cache (its rows x
-(prompt + max_tokens) positions) fits the KV budget beside the admitted calls; the rest wait in arrival
-order (a call larger than the whole budget runs when nothing else is admitted). On admission its prompt
-runs alone (the same forward as sampling.py's), its rows' first tokens are chosen, and its rows join the
-next step. A step feeds each live row its last token: rows are packed into forwards of exactly
+Calls join and leave at step boundaries. Every admitted row holds a slot of the KV arena
+(row_attention.py: per layer `[slots, kv heads, positions, head size]`, grown at admission, dropped
+when idle); a call is admitted when the arena, grown for its rows and its worst case (prompt +
+max_tokens positions), stays within the KV budget; the rest wait in arrival order (a call larger than
+the whole budget runs when nothing else is admitted). On admission its prompt runs alone (the same
+forward as sampling.py's; calls of one prompt on one sampler admitted together share it), and its rows
+join the next step. A step feeds each live row its last token: rows are packed into forwards of exactly
 `decode_rows` rows (idle slots hold a placeholder), each row at its own position, with its call's
-adapter (a per-row LoRA product, row_lora.py), attending over its own cache (row_attention.py).
+adapter (a per-row LoRA product, row_lora.py), attending over its own cache. The step's tokens are
+then chosen for every row at once (sampling.choose_tokens, keyed draws from prng.py).
 
 Exactness (G4, P6): a forward's shape is the same whatever calls share it, a row's result does not
 depend on the other rows' values at equal shapes, and attention reads exactly the row's positions; so
@@ -31,12 +34,12 @@ from .adapters import Adapter, AdapterPool
 from .errors import EngineError, InfrastructureError
 from .models import upcast
 from .prng import sample_uniforms
-from .row_attention import RowCache, StepRows, decode_step, install
+from .row_attention import KvArena, StepRows, decode_step, install
 from .row_lora import BASE, lora_layers, per_row_lora
 from .sampling import (
     IDLE_TOKEN,
     SampleParams,
-    choose_token,
+    choose_tokens,
     ends_with_stop,
     prompt_outputs,
     restored_prefix,
@@ -54,8 +57,10 @@ class Call:
     # Restored prefixes, per row (empty: start).
     prefixes: list[tuple[list[int], list[float]]]
     budget: int
-    reserved: int
-    cache: RowCache | None = None
+    positions: int
+    # The call's rows' KV arena slots (row_attention.py) and how many positions they hold.
+    slots: list[int] = field(default_factory=list)
+    length: int = 0
     result: dict[str, Any] = field(default_factory=dict)
     tokens: list[list[int]] = field(default_factory=list)
     logprobs: list[list[float]] = field(default_factory=list)
@@ -67,29 +72,31 @@ class Call:
     fed: list[int] = field(default_factory=list)
     step: int = 0
     stop_requested: bool = False
+    rows: int = 0
+    # Whether a row has a step to take (set by `settle` after each change of the rows).
+    stepping: bool = True
 
-    @property
-    def rows(self) -> int:
-        return self.params.num_samples
+    def __post_init__(self) -> None:
+        self.rows = self.params.num_samples
 
     def active(self, row: int) -> bool:
         return self.stop_reason[row] is None and self.generated[row] < self.budget
 
-    def more(self) -> bool:
+    def settle(self) -> None:
         k = self.params.topk_sample_logprobs
-        return any(self.active(i) or (k > 0 and self.step < self.replay[i]) for i in range(self.rows))
+        self.stepping = any(self.active(i) or (k > 0 and self.step < self.replay[i]) for i in range(self.rows))
 
-    def draws(self) -> list[tuple[int, int, int]]:
-        """The keys of the draws `choose` takes at this step (rows that choose a token), in row order."""
-        seed = self.params.seed
-        return [(seed, i, self.step) for i in range(self.rows) if self.step >= self.replay[i] and self.active(i)]
+    def more(self) -> bool:
+        return self.stepping
 
-    def choose(self, rows: torch.Tensor, uniforms: list[float] | None = None) -> None:
-        """The step's token per row from `rows` (float64 logprobs), as sampling.py's loop does;
-        `uniforms`: the draws of `draws()`, computed together with other calls' (else computed here)."""
-        params = self.params
-        draws = iter(uniforms if uniforms is not None else sample_uniforms(self.draws()))
-        k = params.topk_sample_logprobs
+    def choosing(self) -> list[int]:
+        """The rows that choose a token at this step (the others replay a restored token or idle)."""
+        return [i for i in range(self.rows) if self.step >= self.replay[i] and self.active(i)]
+
+    def advance(self, rows: torch.Tensor, chosen: dict[int, tuple[int, float]]) -> None:
+        """Takes the step's tokens: `chosen[i]` (token, logprob) for the rows of `choosing()`, the
+        restored token for a replaying row; `rows` (float64 logprobs) ranks the top-k outputs."""
+        k = self.params.topk_sample_logprobs
         ranked = topk_rows_of(rows, k) if k > 0 else None
         fed: list[int] = []
         for i in range(self.rows):
@@ -97,12 +104,12 @@ class Call:
                 if ranked is not None:
                     self.topk[i].append(ranked[i])
                 fed.append(self.tokens[i][self.step])
-            elif self.active(i):
+            elif i in chosen:
                 if ranked is not None:
                     self.topk[i].append(ranked[i])
-                token = choose_token(rows[i], params, next(draws))
+                token, logprob = chosen[i]
                 self.tokens[i].append(token)
-                self.logprobs[i].append(float(np.float32(rows[i, token].item())))
+                self.logprobs[i].append(logprob)
                 self.generated[i] += 1
                 self.stop_reason[i] = self.finish(i)
                 fed.append(token)
@@ -110,6 +117,7 @@ class Call:
                 fed.append(IDLE_TOKEN)
         self.step += 1
         self.fed = fed
+        self.settle()
 
     def finish(self, row: int) -> str | None:
         if ends_with_stop(self.tokens[row], self.params.stops):
@@ -134,10 +142,21 @@ class Call:
 def kv_bytes_per_position(pool: AdapterPool) -> int:
     """Bytes one row's cache grows by per position: keys and values of every layer."""
     config = pool.base.model.config
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_size = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    itemsize = torch.empty((), dtype=pool.base.dtype).element_size()
-    return 2 * config.num_hidden_layers * heads * head_size * itemsize
+    return 2 * config.num_hidden_layers * _kv_heads(pool) * _head_size(pool) * _itemsize(pool)
+
+
+def _kv_heads(pool: AdapterPool) -> int:
+    config = pool.base.model.config
+    return int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+
+
+def _head_size(pool: AdapterPool) -> int:
+    config = pool.base.model.config
+    return int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+
+
+def _itemsize(pool: AdapterPool) -> int:
+    return torch.empty((), dtype=pool.base.dtype).element_size()
 
 
 Answer = tuple[Any, dict[str, Any] | EngineError]
@@ -152,9 +171,12 @@ class Decoder:
         self.decode_rows = max(1, decode_rows)
         self.kv_budget_bytes = kv_budget_bytes
         self.per_position = kv_bytes_per_position(pool)
+        config = pool.base.model.config
+        self.arena = KvArena(
+            config.num_hidden_layers, _kv_heads(pool), _head_size(pool), pool.base.dtype, pool.base.device
+        )
         self.waiting: deque[Call] = deque()
         self.live: list[Call] = []
-        self.reserved = 0
         # The model's LoRA layers, listed again after an adapter load (one may adapt new modules).
         self._layers: list[Any] = []
         self._layers_at = -1
@@ -162,6 +184,11 @@ class Decoder:
     @property
     def busy(self) -> bool:
         return bool(self.live or self.waiting)
+
+    @property
+    def kv_bytes(self) -> int:
+        """The KV arena's size: what the budget bounds."""
+        return self.arena.slots * self.arena.positions * self.per_position
 
     def submit(
         self,
@@ -182,9 +209,8 @@ class Decoder:
             for i in range(params.num_samples)
         ]
         positions = params.prompt.size + params.max_tokens
-        reserved = params.num_samples * positions * self.per_position
         budget = max_new_tokens if max_new_tokens is not None else params.max_tokens
-        self.waiting.append(Call(key, params, adapter, prefixes, budget, reserved))
+        self.waiting.append(Call(key, params, adapter, prefixes, budget, positions))
 
     def stop(self, key: Any) -> bool:
         """Marks a call to answer at the next step boundary; whether it was held."""
@@ -219,23 +245,40 @@ class Decoder:
 
     # ---- admission
 
+    def _fits(self, call: Call) -> bool:
+        """Whether the KV arena, grown for `call`, stays within the budget."""
+        slots, positions = self.arena.shape_after(call.rows, call.positions)
+        return slots * positions * self.per_position <= self.kv_budget_bytes
+
+    def _spare_slots(self, call: Call) -> int:
+        """Slots the arena may grow by beyond `call`'s: the waiting calls' rows (an RL batch arrives
+        together) or as many again as it holds, within the budget."""
+        slots, positions = self.arena.shape_after(call.rows, call.positions)
+        affordable = self.kv_budget_bytes // max(1, positions * self.per_position) - slots
+        wanted = max(sum(waiting.rows for waiting in self.waiting), slots)
+        return max(0, min(affordable, wanted))
+
     def _admit(self) -> list[Answer]:
         answers: list[Answer] = []
         # Prompt forwards of this admission by (adapter, prompt): calls of one prompt on one sampler
         # (an RL group's) share it; the same forward on the same inputs, so the same bits.
         prompts: dict[tuple[int, bytes], tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]] = {}
+        started: list[tuple[Call, torch.Tensor]] = []
         while self.waiting:
             call = self.waiting[0]
-            if self.live and self.reserved + call.reserved > self.kv_budget_bytes:
+            if self.live and not self._fits(call):
                 break
             self.waiting.popleft()
-            self.reserved += call.reserved
             self.live.append(call)
             try:
-                self._start(call, prompts)
+                started.append((call, self._start(call, prompts)))
             except Exception as error:  # noqa: BLE001 - the call's failure, answered like any other
                 failure = error if isinstance(error, EngineError) else InfrastructureError(f"sample: {error}")
                 answers.append(self._leave(call, failure))
+        # The admitted calls' first tokens, chosen together.
+        choosing = [(call, rows) for call, rows in started if call.more()]
+        if choosing:
+            self._choose([call for call, _ in choosing], torch.cat([rows for _, rows in choosing]))
         return answers
 
     @torch.no_grad()
@@ -243,9 +286,9 @@ class Decoder:
         self,
         call: Call,
         prompts: dict[tuple[int, bytes], tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]],
-    ) -> None:
-        """Runs the prompt (or takes this admission's run of it), chooses the first tokens (or replays),
-        and leaves the call ready to step."""
+    ) -> torch.Tensor:
+        """Runs the prompt (or takes this admission's run of it) into the call's arena slots and sets
+        up its rows; the float64 logprobs its rows choose their first tokens from."""
         params = call.params
         prompt = torch.from_numpy(params.prompt.copy()).to(self.pool.base.device).unsqueeze(0)
         key = (id(call.adapter), params.prompt.astype(np.int64).tobytes())
@@ -256,7 +299,9 @@ class Decoder:
             prompt_lp = torch.log_softmax(upcast(out.logits[0]), dim=-1)
             prompts[key] = ([(layer.keys, layer.values) for layer in out.past_key_values.layers], prompt_lp)
         layers, prompt_lp = prompts[key]
-        call.cache = RowCache.from_prompt(layers, call.rows, params.prompt.size + params.max_tokens)
+        call.slots = self.arena.take(call.rows, call.positions, self._spare_slots(call))
+        self.arena.fill(call.slots, layers)
+        call.length = params.prompt.size
         call.result = prompt_outputs(prompt, prompt_lp, params)
         call.tokens = [list(p[0]) for p in call.prefixes]
         call.logprobs = [list(p[1]) for p in call.prefixes]
@@ -264,8 +309,8 @@ class Decoder:
         call.topk = [[] for _ in range(call.rows)]
         call.generated = [0] * call.rows
         call.stop_reason = [call.finish(i) if call.tokens[i] else None for i in range(call.rows)]
-        if call.more():
-            call.choose(prompt_lp[-1].to(torch.float64).unsqueeze(0).expand(call.rows, -1))
+        call.settle()
+        return prompt_lp[-1].to(torch.float64).unsqueeze(0).expand(call.rows, -1)
 
     # ---- steps
 
@@ -276,24 +321,47 @@ class Decoder:
     def _decode(self) -> None:
         adapters = {id(c.adapter): c.adapter for c in self.live if c.adapter is not None}
         self.pool.activate(list(adapters.values()))
-        slots = [(call, row) for call in self.live if call.more() for row in range(call.rows)]
-        logprobs: dict[int, list[torch.Tensor]] = {id(call): [] for call in self.live}
-        width = self.decode_rows
-        for start in range(0, len(slots), width):
-            chunk = slots[start : start + width]
-            rows = self._forward(chunk, width)
-            for (call, _), row in zip(chunk, rows, strict=False):
-                logprobs[id(call)].append(row)
         stepping = [call for call in self.live if call.more()]
-        # Every call's keyed draws of this step in one vectorised computation (prng.py).
-        keys = [call.draws() for call in stepping]
-        uniforms = sample_uniforms([key for call_keys in keys for key in call_keys])
-        taken = 0
-        for call, call_keys in zip(stepping, keys, strict=True):
-            assert call.cache is not None
-            call.cache.length += 1
-            call.choose(torch.stack(logprobs[id(call)]), uniforms[taken : taken + len(call_keys)])
-            taken += len(call_keys)
+        slots = [(call, row) for call in stepping for row in range(call.rows)]
+        width = self.decode_rows
+        chunks = [slots[start : start + width] for start in range(0, len(slots), width)]
+        logprobs = torch.cat([self._forward(chunk, width) for chunk in chunks])
+        for call in stepping:
+            call.length += 1
+        self._choose(stepping, logprobs)
+
+    def _choose(self, calls: list[Call], logprobs: torch.Tensor) -> None:
+        """Advances each call by one step from its rows' float64 logprobs, `logprobs` holding the calls'
+        rows one after another: every choosing row of every call chooses its token together with the
+        others of its sampling rule (sampling.choose_tokens), their keyed draws in one vectorised
+        computation (prng.py)."""
+        if not calls:
+            return
+        offsets: list[int] = []
+        picks: list[dict[int, tuple[int, float]]] = []
+        # Choosing rows by sampling rule: (call index, row).
+        rules: dict[tuple[float, int, float], list[tuple[int, int]]] = {}
+        offset = 0
+        for c, call in enumerate(calls):
+            offsets.append(offset)
+            picks.append({})
+            offset += call.rows
+            params = call.params
+            rule = rules.setdefault((params.temperature, params.top_k, params.top_p), [])
+            rule.extend((c, i) for i in call.choosing())
+        for members in rules.values():
+            if not members:
+                continue
+            params = calls[members[0][0]].params
+            uniforms = sample_uniforms([(calls[c].params.seed, i, calls[c].step) for c, i in members])
+            index = torch.tensor([offsets[c] + i for c, i in members], dtype=torch.long, device=logprobs.device)
+            table = logprobs.index_select(0, index)
+            tokens = choose_tokens(table, params, uniforms)
+            chosen = table.gather(1, torch.tensor(tokens, device=table.device).unsqueeze(1)).squeeze(1)
+            for (c, i), token, logprob in zip(members, tokens, chosen.to(torch.float32).tolist(), strict=True):
+                picks[c][i] = (token, logprob)
+        for call, at, chosen_rows in zip(calls, offsets, picks, strict=True):
+            call.advance(logprobs[at : at + call.rows], chosen_rows)
 
     def _forward(self, chunk: list[tuple[Call, int]], width: int) -> torch.Tensor:
         """One forward of exactly `width` rows; the float64 logprobs of the chunk's rows."""
@@ -301,25 +369,26 @@ class Decoder:
         idle = width - len(chunk)
         names = [self._name(call) for call, _ in chunk] + [BASE] * idle
         ids = [call.fed[row] for call, row in chunk] + [IDLE_TOKEN] * idle
-        positions = [call.cache.length for call, _ in chunk] + [0] * idle  # type: ignore[union-attr]
-        slots: list[tuple[RowCache, int] | None] = [(call.cache, row) for call, row in chunk]  # type: ignore[misc]
-        slots += [None] * idle
+        positions = [call.length for call, _ in chunk] + [0] * idle
+        entries: list[tuple[int, int] | None] = [(call.slots[row], call.length) for call, row in chunk]
+        entries += [None] * idle
         input_ids = torch.tensor(ids, dtype=torch.long, device=device).unsqueeze(1)
         position_ids = torch.tensor(positions, dtype=torch.long, device=device).unsqueeze(1)
         if self._layers_at != self.pool.loads:
             self._layers = lora_layers(self.pool.peft)
             self._layers_at = self.pool.loads
-        with per_row_lora(self._layers, names), decode_step(StepRows(slots)):
+        with per_row_lora(self._layers, names), decode_step(StepRows.of(self.arena, entries)):
             out = self.pool.peft(input_ids=input_ids, position_ids=position_ids, use_cache=False)
         return torch.log_softmax(upcast(out.logits[: len(chunk), -1]), dim=-1).to(torch.float64)
 
     def _leave(self, call: Call, error: EngineError | None) -> Answer:
         if call in self.live:
             self.live.remove(call)
-            self.reserved -= call.reserved
         elif call in self.waiting:
             self.waiting.remove(call)
-        call.cache = None
+        if call.slots:
+            self.arena.give_back(call.slots)
+            call.slots = []
         if error is not None:
             return call.key, error
         if not call.tokens and not call.stop_reason:

@@ -66,7 +66,7 @@ class EngineOptions:
     # Batched decode (protocol version 2): rows per decode forward (every forward has exactly this
     # many, so a row's result does not depend on the batch), and the bytes of KV cache the admitted
     # calls may reserve together (each its rows x (prompt + max_tokens) positions); the rest wait.
-    decode_rows: int = 32
+    decode_rows: int = 64
     kv_budget_bytes: int = 2 << 30
     clock: Callable[[], float] = time.monotonic
 

@@ -70,10 +70,15 @@ def sample_uniforms(keys: list[tuple[int, int, int]]) -> list[float]:
     """`sample_uniform(seed, sample_index, position)` for each key, computed together."""
     if not keys:
         return []
+    seeds, indices, positions = zip(*keys, strict=True)
+    bits = np.array([seed & 0xFFFF_FFFF_FFFF_FFFF for seed in seeds], dtype=np.uint64)
     words = np.empty((len(keys), 5), dtype=np.uint64)
-    for n, (seed, index, position) in enumerate(keys):
-        low, high = seed_words(seed)
-        words[n] = (TAG_SAMPLE, low, high, index & MASK32, position & MASK32)
+    words[:, 0] = TAG_SAMPLE
+    # seed_words, on the array.
+    words[:, 1] = bits & np.uint64(MASK32)
+    words[:, 2] = bits >> np.uint64(32)
+    words[:, 3] = np.array([index & MASK32 for index in indices], dtype=np.uint64)
+    words[:, 4] = np.array([position & MASK32 for position in positions], dtype=np.uint64)
     h = np.full(len(keys), 0x9E3779B9, dtype=np.uint64)
     for column in range(words.shape[1]):
         h = _mix32_array(h ^ _mix32_array((words[:, column] + np.uint64(0x632BE5AB)) & MASK32))

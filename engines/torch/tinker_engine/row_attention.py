@@ -1,11 +1,15 @@
-"""Attention over per-call KV caches for a batched decode step (B1, G4).
+"""Attention over per-row KV caches for a batched decode step (B1, G4).
 
 A decode step runs one new token for every row of a fixed-width batch (decode.py). The rows belong to
-calls at different positions, so they share no cache: each call keeps its own key/value tensors, and
-attention runs per group of rows whose caches have the same length, over exactly those positions (no
-padding, so no masked positions that would change a row's float result). The model's other layers
-see a batch of the same width whatever the composition, and a row's result does not depend on the
-other rows' values at equal shapes; so a row's bits do not depend on which calls share its step.
+calls at different positions, so they share no cache: every live row owns a slot of the decoder's KV
+arena (per layer `[slots, kv heads, positions, head size]`), and attention runs per group of rows whose
+caches have the same length, over exactly those positions (no padding, so no masked positions that
+would change a row's float result). The model's other layers see a batch of the same width whatever
+the composition, and a row's result does not depend on the other rows' values at equal shapes; so a
+row's bits do not depend on which calls share its step.
+
+The step's rows are described once per forward (`StepRows.of`: index tensors of the writes and of each
+length group), so each layer's work is a few index operations whatever the number of rows.
 
 The model keeps calling transformers' `sdpa` attention; while a step is active (`decode_step`) that
 name answers with the grouped attention here, and otherwise with the library's own function, so the
@@ -24,38 +28,127 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_utils import AttentionInterface
 
 
-@dataclass
-class RowCache:
-    """One call's keys and values: per layer `[rows, kv heads, capacity, head size]`, `length` filled."""
+class KvArena:
+    """Every live row's keys and values, per layer `[slots, kv heads, positions, head size]`.
 
-    keys: list[torch.Tensor]
-    values: list[torch.Tensor]
-    length: int
+    A call holds `rows` slots from admission to its end. The arena grows (a copy) when an admitted call
+    needs more slots or positions than it has, and is dropped when no call holds a slot.
+    """
 
-    @staticmethod
-    def from_prompt(layers: list[tuple[torch.Tensor, torch.Tensor]], rows: int, capacity: int) -> RowCache:
-        """The prompt's cache (one row per layer) copied to `rows` rows with room for `capacity` positions."""
-        keys: list[torch.Tensor] = []
-        values: list[torch.Tensor] = []
-        length = layers[0][0].shape[2]
-        for key, value in layers:
-            for source, target in ((key, keys), (value, values)):
-                shape = (rows, source.shape[1], capacity, source.shape[3])
-                buffer = torch.empty(shape, dtype=source.dtype, device=source.device)
-                buffer[:, :, :length] = source[0:1]
-                target.append(buffer)
-        return RowCache(keys, values, length)
+    def __init__(self, layers: int, heads: int, head_size: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.layers = layers
+        self.heads = heads
+        self.head_size = head_size
+        self.dtype = dtype
+        self.device = device
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.slots = 0
+        self.positions = 0
+        self._free: list[int] = []
 
     @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
+    def held(self) -> int:
+        return self.slots - len(self._free)
+
+    def shape_after(self, rows: int, positions: int) -> tuple[int, int]:
+        """The arena's (slots, positions) once a call of `rows` x `positions` is admitted."""
+        return max(self.slots, self.held + rows), max(self.positions, positions)
+
+    def take(self, rows: int, positions: int, spare_slots: int = 0) -> list[int]:
+        """`rows` free slots with room for `positions` positions; when the arena must grow it grows by
+        up to `spare_slots` more, so calls admitted one after another do not copy it each time."""
+        slots, room = self.shape_after(rows, positions)
+        if (slots, room) != (self.slots, self.positions):
+            self._grow(slots + spare_slots if slots > self.slots else slots, room)
+        taken, self._free = self._free[:rows], self._free[rows:]
+        return taken
+
+    def give_back(self, slots: list[int]) -> None:
+        # Kept in order, so calls admitted together take consecutive slots (attention reads them as a view).
+        self._free = sorted(self._free + slots)
+        if self.held == 0:
+            self.keys, self.values, self._free = [], [], []
+            self.slots = self.positions = 0
+
+    def fill(self, slots: list[int], prompt: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """The prompt's keys and values (one row per layer) into `slots`."""
+        index = torch.tensor(slots, dtype=torch.long, device=self.device)
+        length = prompt[0][0].shape[2]
+        for layer, (key, value) in enumerate(prompt):
+            for target, source in ((self.keys[layer], key), (self.values[layer], value)):
+                target[:, :, :length].index_copy_(0, index, source[0:1].expand(len(slots), -1, -1, -1))
+
+    def _grow(self, slots: int, positions: int) -> None:
+        shape = (slots, self.heads, positions, self.head_size)
+        for tensors in (self.keys, self.values):
+            old = list(tensors)
+            tensors.clear()
+            for layer in range(self.layers):
+                grown = torch.empty(shape, dtype=self.dtype, device=self.device)
+                if old:
+                    held = old[layer]
+                    grown[: held.shape[0], :, : held.shape[2]] = held
+                tensors.append(grown)
+        self._free.extend(range(self.slots, slots))
+        self.slots, self.positions = slots, positions
+
+
+def _span(values: list[int]) -> tuple[int, int] | None:
+    """`(first, last + 1)` when `values` are consecutive ascending integers, else None."""
+    if values and values[-1] - values[0] == len(values) - 1 and values == list(range(values[0], values[-1] + 1)):
+        return values[0], values[-1] + 1
+    return None
+
+
+@dataclass(frozen=True)
+class _Group:
+    """Rows whose caches reach the same length this step: their batch positions and arena slots (each
+    also as a range when consecutive, read as a view instead of gathered: the same values, and
+    attention gives the same bits on a view as on a gathered copy)."""
+
+    batch: torch.Tensor
+    batch_span: tuple[int, int] | None
+    slots: torch.Tensor
+    slot_span: tuple[int, int] | None
+    length: int
 
 
 @dataclass(frozen=True)
 class StepRows:
-    """The step's rows: for slot s, the cache and row it extends, or None for an idle slot."""
+    """One forward's rows: where this step's keys go, and the attention groups."""
 
-    slots: list[tuple[RowCache, int] | None]
+    arena: KvArena
+    # Live rows: batch position, arena slot and the position written this step.
+    written: torch.Tensor
+    written_slots: torch.Tensor
+    written_positions: torch.Tensor
+    groups: tuple[_Group, ...]
+
+    @staticmethod
+    def of(arena: KvArena, slots: list[tuple[int, int] | None]) -> StepRows:
+        """`slots[b]`: the arena slot and cache length of batch row b, or None for an idle row."""
+        device = arena.device
+        batch = [b for b, entry in enumerate(slots) if entry is not None]
+        live = [entry for entry in slots if entry is not None]
+        by_length: dict[int, tuple[list[int], list[int]]] = {}
+        for b, (slot, length) in zip(batch, live, strict=True):
+            rows, arena_slots = by_length.setdefault(length + 1, ([], []))
+            rows.append(b)
+            arena_slots.append(slot)
+
+        def index(values: list[int]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.long, device=device)
+
+        return StepRows(
+            arena,
+            index(batch),
+            index([slot for slot, _ in live]),
+            index([length for _, length in live]),
+            tuple(
+                _Group(index(rows), _span(rows), index(s), _span(s), length) for length, (rows, s) in by_length.items()
+            ),
+        )
 
 
 _active: StepRows | None = None
@@ -75,39 +168,34 @@ def decode_step(rows: StepRows) -> Iterator[None]:
 def _grouped_attention(
     module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **kwargs: Any
 ) -> tuple[torch.Tensor, None]:
-    """query `[slots, heads, 1, d]`, key and value `[slots, kv heads, 1, d]` (this step's, rotated)."""
+    """query `[batch, heads, 1, d]`, key and value `[batch, kv heads, 1, d]` (this step's, rotated)."""
     rows = _active
     assert rows is not None
     layer = module.layer_idx  # type: ignore[attr-defined]
-    groups: dict[int, list[int]] = {}
-    idle: list[int] = []
-    written: list[int] = []
-    targets: list[torch.Tensor] = []
-    for slot, entry in enumerate(rows.slots):
-        if entry is None:
-            idle.append(slot)
-            continue
-        cache, row = entry
-        targets.append(cache.keys[layer][row, :, cache.length])
-        targets.append(cache.values[layer][row, :, cache.length])
-        written.append(slot)
-        groups.setdefault(cache.length + 1, []).append(slot)
-    if written:
-        # This step's keys and values into their rows' caches, as one batch of exact copies.
-        new = torch.stack((key[written, :, 0], value[written, :, 0]), dim=1).flatten(0, 1)
-        torch._foreach_copy_(targets, list(new.unbind(0)))
-    output = torch.empty((query.shape[0], 1, query.shape[1], query.shape[3]), dtype=query.dtype, device=query.device)
+    keys, values = rows.arena.keys[layer], rows.arena.values[layer]
+    # This step's keys and values into their rows' slots (exact copies).
+    keys[rows.written_slots, :, rows.written_positions] = key[rows.written, :, 0]
+    values[rows.written_slots, :, rows.written_positions] = value[rows.written, :, 0]
+    # Idle rows' outputs are never read; zeros keep them finite.
+    output = torch.zeros((query.shape[0], 1, query.shape[1], query.shape[3]), dtype=query.dtype, device=query.device)
     common = {"scaling": kwargs.get("scaling"), "dropout": 0.0, "is_causal": False}
-    for length, slots in groups.items():
-        entries = [rows.slots[s] for s in slots]
-        keys = torch.cat([c.keys[layer][r : r + 1, :, :length] for c, r in entries])  # type: ignore[misc]
-        values = torch.cat([c.values[layer][r : r + 1, :, :length] for c, r in entries])  # type: ignore[misc]
-        out, _ = sdpa_attention_forward(module, query[slots], keys, values, None, **common)
-        output[slots] = out
-    if idle:
-        # An idle slot attends to its own placeholder only; its output is never read.
-        out, _ = sdpa_attention_forward(module, query[idle], key[idle], value[idle], None, **common)
-        output[idle] = out
+    for group in rows.groups:
+        if group.slot_span is not None:
+            first, end = group.slot_span
+            cached_keys = keys[first:end, :, : group.length]
+            cached_values = values[first:end, :, : group.length]
+        else:
+            cached_keys = keys[:, :, : group.length].index_select(0, group.slots)
+            cached_values = values[:, :, : group.length].index_select(0, group.slots)
+        if group.batch_span is not None:
+            first, end = group.batch_span
+            out, _ = sdpa_attention_forward(module, query[first:end], cached_keys, cached_values, None, **common)
+            output[first:end] = out
+        else:
+            out, _ = sdpa_attention_forward(
+                module, query.index_select(0, group.batch), cached_keys, cached_values, None, **common
+            )
+            output.index_copy_(0, group.batch, out)
     return output, None
 
 

@@ -4,14 +4,17 @@ PEFT's mixed-adapter batches (`adapter_names`) multiply each adapter's rows as o
 row's product is a matrix product whose row count depends on how many rows share its adapter, and
 CPU matrix kernels give different low bits for different row counts. During a decode step the model
 runs with its adapters disabled (the base layers only) and a forward hook on every LoRA layer adds,
-for each row with an adapter, `B(A(x)) * scaling` as its own product in a batched matmul (`bmm`, one
-matrix product per row, the same kernel whatever the batch), grouped by rank. So a row's result does
-not depend on which adapters share the step; the arithmetic is PEFT's (`result + B(A(x)) * scaling`).
+for each row with an adapter, its adapter's `B(A(x)) * scaling`: every adapter of the step (grouped by
+rank) multiplies the whole fixed-width batch in one batched matmul (`bmm`, one product of the batch's
+width per adapter), and each row keeps its own adapter's product. Every product has the same shape
+whatever the batch holds, and a row's result depends only on its own values, so a row's bits do not
+depend on which adapters or rows share the step; the arithmetic is PEFT's
+(`result + B(A(x)) * scaling`). The work per layer is a few operations whatever the number of rows;
+an adapter costs two products of the batch's width (small beside the base layer at LoRA ranks).
 
-Per step the Python work is per adapter, not per row: each LoRA layer stacks its adapters' matrices
-once (kept while their weights are unchanged: same storage, same version) and gathers them per row
-with one index. The adapters are disabled by flipping the layers' flag directly (PEFT's own context
-walks and re-flags the whole model on every call; no gradient is taken here).
+Each LoRA layer stacks its adapters' matrices once (kept while their weights are unchanged: same
+tensors, same versions). The adapters are disabled by flipping the layers' flag directly (PEFT's own
+context walks and re-flags the whole model on every call; no gradient is taken here).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ BASE = "__base__"
 
 @dataclass(frozen=True)
 class _Group:
-    """Rows of one rank: their indices in the batch and, per row, its adapter's index in `names`."""
+    """The rows of one rank's adapters: their batch rows and, per row, its adapter's index in `names`."""
 
     names: tuple[str, ...]
     rows: torch.Tensor
@@ -50,28 +53,36 @@ class _Step:
 _active: _Step | None = None
 
 
-def _weights_key(module: LoraLayer, names: tuple[str, ...]) -> tuple[Any, ...]:
-    # A slot's name is new at every load (adapters.py), so storage and in-place updates are what change.
-    key: list[Any] = []
-    for name in names:
-        a, b = module.lora_A[name].weight, module.lora_B[name].weight
-        key.append((a._version, b._version, module.scaling[name]))
-    return tuple(key)
+@dataclass(frozen=True)
+class _Stack:
+    """A layer's `[A^T], [B^T], [scaling]` for some adapters, and the weights they were stacked from."""
+
+    weights: tuple[torch.Tensor, ...]
+    versions: tuple[int, ...]
+    a: torch.Tensor
+    b: torch.Tensor
+    scaling: torch.Tensor
+
+    def current(self) -> bool:
+        return all(w._version == v for w, v in zip(self.weights, self.versions, strict=True))
 
 
-def _stacked(module: LoraLayer, names: tuple[str, ...], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """`[A^T], [B^T], [scaling]` of `names`, stacked (cached on the layer while the weights hold)."""
-    cache: dict[tuple[str, ...], tuple[tuple[Any, ...], tuple[torch.Tensor, ...]]]
-    cache = module.__dict__.setdefault("_row_lora_stacks", {})
-    key = _weights_key(module, names)
+def _stacked(module: LoraLayer, names: tuple[str, ...], dtype: torch.dtype) -> _Stack:
+    """`names`' matrices stacked, cached on the layer while the weights hold (a slot's name is new at
+    every load, adapters.py, so in-place updates are what change)."""
+    cache: dict[tuple[str, ...], _Stack] = module.__dict__.setdefault("_row_lora_stacks", {})
     held = cache.get(names)
-    if held is not None and held[0] == key:
-        return held[1]
-    a = torch.stack([module.lora_A[name].weight.t() for name in names])
-    b = torch.stack([module.lora_B[name].weight.t() for name in names])
+    if held is not None and held.current():
+        return held
+    a_weights = [module.lora_A[name].weight for name in names]
+    b_weights = [module.lora_B[name].weight for name in names]
+    weights = (*a_weights, *b_weights)
+    a = torch.stack([w.t() for w in a_weights])
+    b = torch.stack([w.t() for w in b_weights])
     scaling = torch.tensor([module.scaling[name] for name in names], dtype=dtype, device=a.device).view(-1, 1, 1)
-    cache[names] = (key, (a, b, scaling))
-    return a, b, scaling
+    stack = _Stack(weights, tuple(w._version for w in weights), a, b, scaling)
+    cache[names] = stack
+    return stack
 
 
 def _groups(ranks: dict[str, int | None], names: list[str], device: torch.device) -> list[_Group]:
@@ -95,24 +106,37 @@ def _groups(ranks: dict[str, int | None], names: list[str], device: torch.device
     ]
 
 
+def _ranks(module: LoraLayer, adapters: tuple[str, ...]) -> tuple[int | None, ...]:
+    """The rank the layer gives each of `adapters` (None: not adapted there), kept for the last set."""
+    held = module.__dict__.get("_row_lora_ranks")
+    if held is not None and held[0] == adapters:
+        return held[1]
+    ranks = tuple(module.r[name] if name in module.lora_A else None for name in adapters)
+    module.__dict__["_row_lora_ranks"] = (adapters, ranks)
+    return ranks
+
+
 def _hook(module: LoraLayer, inputs: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor | None:
     step = _active
     if step is None:
         return None
-    ranks = tuple(module.r[name] if name in module.lora_A else None for name in step.adapters)
+    ranks = _ranks(module, step.adapters)
     groups = step.groups.get(ranks)
     if groups is None:
         groups = step.groups[ranks] = _groups(dict(zip(step.adapters, ranks, strict=True)), step.names, output.device)
     if not groups:
         return output
     x = inputs[0]
+    width = x.shape[0]
+    flat = x.reshape(width, -1)
     output = output.clone()
+    rows_out = output.view(width, -1)
     for group in groups:
-        a_all, b_all, scaling_all = _stacked(module, group.names, output.dtype)
-        a, b, scaling = a_all[group.which], b_all[group.which], scaling_all[group.which]
-        sub = x[group.rows].to(a.dtype)
-        delta = torch.bmm(torch.bmm(sub, a), b) * scaling
-        output[group.rows] = output[group.rows] + delta.to(output.dtype)
+        stack = _stacked(module, group.names, output.dtype)
+        batch = flat.to(stack.a.dtype).unsqueeze(0).expand(len(group.names), -1, -1)
+        # Every adapter of the group times the whole batch; each row keeps its own adapter's product.
+        products = torch.bmm(torch.bmm(batch, stack.a), stack.b) * stack.scaling
+        rows_out.index_add_(0, group.rows, products[group.which, group.rows].to(output.dtype))
     return output
 
 

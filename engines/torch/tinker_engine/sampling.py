@@ -203,23 +203,38 @@ def _parse_stops(stop: Any, base: BaseModel) -> list[list[int]]:
 
 def choose_token(logprobs: torch.Tensor, params: SampleParams, u: float) -> int:
     """The reference's rule on one row of float64 logprobs."""
+    return choose_tokens(logprobs.unsqueeze(0), params, [u])[0]
+
+
+def choose_tokens(rows: torch.Tensor, params: SampleParams, uniforms: list[float]) -> list[int]:
+    """The reference's rule on each row of `rows` (float64 logprobs `[R, V]`) with draw `uniforms[r]`.
+
+    Every operation is elementwise or along a row (max, sort, cumulative sum, counts), so a row's token
+    is the same whichever rows it is chosen with: the batched decoder (decode.py) and the one-call
+    loop below choose through this one function.
+    """
     if params.temperature == 0 or params.top_k == 1:
-        return int(torch.argmax(logprobs).item())
-    vocab = logprobs.shape[0]
+        return [int(t) for t in torch.argmax(rows, dim=-1).tolist()]
+    vocab = rows.shape[1]
     ranked = params.top_k > 0 or params.top_p < 1
     if ranked:
-        values, order = torch.sort(logprobs, descending=True, stable=True)
+        values, order = torch.sort(rows, dim=-1, descending=True, stable=True)
     else:
-        values, order = logprobs, None
+        values, order = rows, None
     count = min(params.top_k, vocab) if params.top_k > 0 else vocab
-    weights = torch.exp((values[:count] - logprobs.max()) / params.temperature)
-    cumulative = torch.cumsum(weights, 0)
+    weights = torch.exp((values[:, :count] - rows.max(dim=-1, keepdim=True).values) / params.temperature)
+    cumulative = torch.cumsum(weights, dim=-1)
+    counts = torch.full((rows.shape[0],), count, dtype=torch.long, device=rows.device)
     if params.top_p < 1:
-        threshold = params.top_p * float(cumulative[count - 1].item())
-        count = min(int((cumulative < threshold).sum().item()) + 1, count)
-    total = float(cumulative[count - 1].item())
-    choice = min(int((cumulative[:count] <= u * total).sum().item()), count - 1)
-    return int(order[choice].item()) if order is not None else choice
+        threshold = params.top_p * cumulative[:, count - 1 : count]
+        counts = torch.clamp((cumulative < threshold).sum(dim=-1) + 1, max=count)
+    total = cumulative.gather(1, (counts - 1).unsqueeze(1))
+    draws = torch.tensor(uniforms, dtype=rows.dtype, device=rows.device).unsqueeze(1)
+    kept = torch.arange(count, device=rows.device).unsqueeze(0) < counts.unsqueeze(1)
+    choices = torch.minimum(((cumulative <= draws * total) & kept).sum(dim=-1), counts - 1)
+    if order is not None:
+        choices = order.gather(1, choices.unsqueeze(1)).squeeze(1)
+    return [int(t) for t in choices.tolist()]
 
 
 def topk_rows_of(rows: torch.Tensor, k: int) -> list[list[list[Any]]]:

@@ -162,8 +162,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--decode-rows",
         type=int,
-        default=32,
-        help="rows per batched decode forward (protocol 2); every forward has exactly this many (default 32)",
+        default=64,
+        help="rows per batched decode forward (protocol 2); every forward has exactly this many (default 64)",
     )
     parser.add_argument(
         "--kv-budget-bytes",
