@@ -99,6 +99,17 @@ def test_a_call_answers_the_same_bits_alone_in_a_batch_and_among_other_adapters(
         _same(answers[i], _run(engine2, {i: mixed[i]})[i])
 
 
+def test_rows_over_several_forwards_of_a_step_answer_their_bits_alone(make_engine: Callable[..., Engine]) -> None:
+    """More live rows than `decode_rows`: a step runs several forwards; adapters' rows span blocks."""
+    engine = make_engine(decode_rows=16)
+    engine.dispatch("hello", {"protocol_version": 2, "worker": "pytest"})
+    samplers = [_sampler(engine, seed) for seed in (None, 1, 2)]
+    calls = {i: {"sampler": samplers[i % 3], "request": _request(400 + i, num_samples=1 + i % 2)} for i in range(25)}
+    answers = _run(engine, calls)
+    for i in (0, 7, 13, 24):
+        _same(answers[i], _run(engine, {i: calls[i]})[i])
+
+
 def test_calls_of_one_prompt_share_its_forward_and_each_answers_its_bits_alone(engine2: Engine) -> None:
     """An RL group: calls of one prompt on one sampler, admitted together, run the prompt once."""
     sampler = _sampler(engine2, 1)

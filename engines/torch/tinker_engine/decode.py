@@ -245,30 +245,42 @@ class Decoder:
 
     # ---- admission
 
-    def _fits(self, call: Call) -> bool:
-        """Whether the KV arena, grown for `call`, stays within the budget."""
-        slots, positions = self.arena.shape_after(call.rows, call.positions)
-        return slots * positions * self.per_position <= self.kv_budget_bytes
-
-    def _spare_slots(self, call: Call) -> int:
-        """Slots the arena may grow by beyond `call`'s: the waiting calls' rows (an RL batch arrives
-        together) or as many again as it holds, within the budget."""
-        slots, positions = self.arena.shape_after(call.rows, call.positions)
-        affordable = self.kv_budget_bytes // max(1, positions * self.per_position) - slots
-        wanted = max(sum(waiting.rows for waiting in self.waiting), slots)
-        return max(0, min(affordable, wanted))
+    def _arena_bytes(self, slots: int, positions: int) -> int:
+        return slots * positions * self.per_position
 
     def _admit(self) -> list[Answer]:
+        # The waiting calls that fit, in arrival order: the arena grown for all of their rows and the
+        # longest of their worst cases stays within the budget (or nothing else is admitted).
+        admitted: list[Call] = []
+        rows, positions = self.arena.held, self.arena.positions
+        while self.waiting:
+            call = self.waiting[0]
+            slots = max(self.arena.slots, rows + call.rows)
+            longest = max(positions, call.positions)
+            if (self.live or admitted) and self._arena_bytes(slots, longest) > self.kv_budget_bytes:
+                break
+            admitted.append(self.waiting.popleft())
+            rows, positions = rows + call.rows, longest
+        if not admitted:
+            return []
+        # Grown once for them all, with room for the calls still waiting where the budget allows (an RL
+        # batch arrives over several steps).
+        slots = max(self.arena.slots, rows)
+        affordable = self.kv_budget_bytes // max(1, self._arena_bytes(1, positions))
+        spare = sum(call.rows for call in self.waiting)
+        self.arena.reserve(max(slots, min(affordable, slots + spare)), positions)
+        # An adapter's calls side by side: they take consecutive slots and rows (row_lora.py multiplies
+        # an adapter by the blocks of rows holding its calls) and share their prompt forwards.
+        first: dict[int, int] = {}
+        for call in admitted:
+            first.setdefault(id(call.adapter), len(first))
+        admitted.sort(key=lambda call: first[id(call.adapter)])
         answers: list[Answer] = []
         # Prompt forwards of this admission by (adapter, prompt): calls of one prompt on one sampler
         # (an RL group's) share it; the same forward on the same inputs, so the same bits.
         prompts: dict[tuple[int, bytes], tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]] = {}
         started: list[tuple[Call, torch.Tensor]] = []
-        while self.waiting:
-            call = self.waiting[0]
-            if self.live and not self._fits(call):
-                break
-            self.waiting.popleft()
+        for call in admitted:
             self.live.append(call)
             try:
                 started.append((call, self._start(call, prompts)))
@@ -299,7 +311,7 @@ class Decoder:
             prompt_lp = torch.log_softmax(upcast(out.logits[0]), dim=-1)
             prompts[key] = ([(layer.keys, layer.values) for layer in out.past_key_values.layers], prompt_lp)
         layers, prompt_lp = prompts[key]
-        call.slots = self.arena.take(call.rows, call.positions, self._spare_slots(call))
+        call.slots = self.arena.take(call.rows)
         self.arena.fill(call.slots, layers)
         call.length = params.prompt.size
         call.result = prompt_outputs(prompt, prompt_lp, params)

@@ -51,16 +51,15 @@ class KvArena:
     def held(self) -> int:
         return self.slots - len(self._free)
 
-    def shape_after(self, rows: int, positions: int) -> tuple[int, int]:
-        """The arena's (slots, positions) once a call of `rows` x `positions` is admitted."""
-        return max(self.slots, self.held + rows), max(self.positions, positions)
+    def reserve(self, slots: int, positions: int) -> None:
+        """Grows the arena (a copy) to at least `slots` slots of `positions` positions."""
+        if slots > self.slots or positions > self.positions:
+            self._grow(max(slots, self.slots), max(positions, self.positions))
 
-    def take(self, rows: int, positions: int, spare_slots: int = 0) -> list[int]:
-        """`rows` free slots with room for `positions` positions; when the arena must grow it grows by
-        up to `spare_slots` more, so calls admitted one after another do not copy it each time."""
-        slots, room = self.shape_after(rows, positions)
-        if (slots, room) != (self.slots, self.positions):
-            self._grow(slots + spare_slots if slots > self.slots else slots, room)
+    def take(self, rows: int) -> list[int]:
+        """`rows` free slots, the lowest first (`reserve` made room)."""
+        if len(self._free) < rows:
+            raise ValueError(f"the KV arena has {len(self._free)} free slots, {rows} asked")
         taken, self._free = self._free[:rows], self._free[rows:]
         return taken
 

@@ -31,13 +31,23 @@ from peft.tuners.lora import LoraLayer
 BASE = "__base__"
 
 
+# Rows per block: an adapter multiplies the blocks of the batch that hold its rows, each a product of
+# exactly this many rows (a batch width that is not a multiple of it is one block).
+BLOCK_ROWS = 8
+
+
 @dataclass(frozen=True)
 class _Group:
-    """The rows of one rank's adapters: their batch rows and, per row, its adapter's index in `names`."""
+    """The rows of one rank's adapters. A pair is (adapter, block) for every block holding a row of
+    that adapter: `pair_adapters` (index in `names`) and `pair_blocks`; row `rows[i]` takes its
+    product from row `picks[i]` of the pairs' products laid end to end."""
 
     names: tuple[str, ...]
     rows: torch.Tensor
-    which: torch.Tensor
+    pair_adapters: torch.Tensor
+    pair_blocks: torch.Tensor
+    picks: torch.Tensor
+    block: int
 
 
 @dataclass
@@ -86,23 +96,33 @@ def _stacked(module: LoraLayer, names: tuple[str, ...], dtype: torch.dtype) -> _
 
 
 def _groups(ranks: dict[str, int | None], names: list[str], device: torch.device) -> list[_Group]:
-    by_rank: dict[int, tuple[list[str], list[int], list[int]]] = {}
+    width = len(names)
+    block = BLOCK_ROWS if width % BLOCK_ROWS == 0 else width
+    by_rank: dict[int, tuple[list[str], list[int], dict[tuple[int, int], int], list[int]]] = {}
     for row, name in enumerate(names):
         rank = ranks.get(name)
         if rank is None:
             continue
-        adapters, rows, which = by_rank.setdefault(rank, ([], [], []))
+        adapters, rows, pairs, picks = by_rank.setdefault(rank, ([], [], {}, []))
         if name not in adapters:
             adapters.append(name)
+        pair = pairs.setdefault((adapters.index(name), row // block), len(pairs))
         rows.append(row)
-        which.append(adapters.index(name))
+        picks.append(pair * block + row % block)
+
+    def index(values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=device)
+
     return [
         _Group(
             tuple(adapters),
-            torch.tensor(rows, dtype=torch.long, device=device),
-            torch.tensor(which, dtype=torch.long, device=device),
+            index(rows),
+            index([adapter for adapter, _ in pairs]),
+            index([at for _, at in pairs]),
+            index(picks),
+            block,
         )
-        for adapters, rows, which in by_rank.values()
+        for adapters, rows, pairs, picks in by_rank.values()
     ]
 
 
@@ -133,10 +153,13 @@ def _hook(module: LoraLayer, inputs: tuple[Any, ...], output: torch.Tensor) -> t
     rows_out = output.view(width, -1)
     for group in groups:
         stack = _stacked(module, group.names, output.dtype)
-        batch = flat.to(stack.a.dtype).unsqueeze(0).expand(len(group.names), -1, -1)
-        # Every adapter of the group times the whole batch; each row keeps its own adapter's product.
-        products = torch.bmm(torch.bmm(batch, stack.a), stack.b) * stack.scaling
-        rows_out.index_add_(0, group.rows, products[group.which, group.rows].to(output.dtype))
+        blocks = flat.to(stack.a.dtype).view(width // group.block, group.block, -1)
+        # Each adapter times each block holding its rows (products of `block` rows, whatever the mix).
+        hidden = torch.bmm(blocks.index_select(0, group.pair_blocks), stack.a.index_select(0, group.pair_adapters))
+        products = torch.bmm(hidden, stack.b.index_select(0, group.pair_adapters))
+        products = products * stack.scaling.index_select(0, group.pair_adapters)
+        picked = products.view(-1, products.shape[-1]).index_select(0, group.picks)
+        rows_out.index_add_(0, group.rows, picked.to(output.dtype))
     return output
 
 
