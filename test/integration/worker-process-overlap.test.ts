@@ -1,0 +1,246 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { runWorkerProcess } from '../../bin/worker.js';
+import type { Backend } from '../../shared/backend/backend.js';
+import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
+import { manifestOf, type WorkManifest } from '../../shared/domain/planning/work-item.js';
+import type { LiveRow } from '../../shared/domain/records.js';
+import { cycle, expectBackToPending, onlyIds, startsOf, uninterrupted } from '../support/resume-harness.js';
+import { waitFor } from '../support/wait.js';
+import {
+  BASE_MODEL,
+  crossEntropy,
+  type TenantClient,
+  textDatum,
+  WorkerHarness,
+} from '../support/worker-harness.js';
+
+/**
+ * `npm run worker` runs up to `--max-work-items` work items at once (bin/worker.ts): the sample calls
+ * of separate work items are in the backend together (so an engine of protocol version 2 decodes
+ * them in shared steps, B1), a duplicate delivery of a model's work item waits for the original
+ * (shared/services/worker/admission.ts), and SIGTERM cuts every running work item's samples.
+ */
+
+let h: WorkerHarness;
+let t: TenantClient;
+let session: string;
+
+beforeAll(async () => {
+  h = await WorkerHarness.start();
+  t = h.tenant('overlap');
+  session = await t.samplingSession({ base_model: BASE_MODEL });
+});
+
+afterAll(() => h?.cloud.clients.dynamo.destroy());
+
+const queueUrl = () => h.cloud.env.WORK_QUEUE_URL as string;
+
+const send = (manifest: WorkManifest) =>
+  h.cloud.clients.sqs.send(
+    new SendMessageCommand({ QueueUrl: queueUrl(), MessageBody: JSON.stringify(manifest) }),
+  );
+
+const body = (maxTokens: number, seed: number) => ({
+  num_samples: 1,
+  prompt: { chunks: [{ type: 'encoded_text' as const, tokens: [111, 118, 101, 114] }] },
+  sampling_params: { max_tokens: maxTokens, temperature: 0.9, seed },
+});
+
+/** Each request dispatched as a work item of its own, named as the scheduler names it (`manifestOf`). */
+async function sampleWorkItems(
+  requests: readonly ReturnType<typeof body>[],
+): Promise<{ ids: string[]; manifests: WorkManifest[] }> {
+  const ids: string[] = [];
+  const manifests: WorkManifest[] = [];
+  for (const request of requests) {
+    const id = await t.sample(session, request);
+    const dispatched = await h.dispatch({ only: onlyIds([id]) });
+    if (dispatched === undefined) throw new Error(`${id} was not dispatched`);
+    ids.push(id);
+    manifests.push(manifestOf(dispatched.item));
+  }
+  return { ids, manifests };
+}
+
+/** The reference backend with slow sample calls and optimizer steps, counting how many run at once. */
+function recording(delayMs: number) {
+  const inner = new ReferenceBackend();
+  const backend = Object.create(inner) as Backend;
+  const seen = { samples: 0, maxSamples: 0, optims: 0, maxOptims: 0 };
+  const sleep = () => new Promise((resolve) => setTimeout(resolve, delayMs));
+  backend.sample = async (sampler, request, options) => {
+    seen.samples += 1;
+    seen.maxSamples = Math.max(seen.maxSamples, seen.samples);
+    try {
+      await sleep();
+      return await inner.sample(sampler, request, options);
+    } finally {
+      seen.samples -= 1;
+    }
+  };
+  backend.optimStep = async (state, params) => {
+    seen.optims += 1;
+    seen.maxOptims = Math.max(seen.maxOptims, seen.optims);
+    try {
+      await sleep();
+      return await inner.optimStep(state, params);
+    } finally {
+      seen.optims -= 1;
+    }
+  };
+  return { backend, seen };
+}
+
+/** Runs the worker process loop until it printed `items` lines. */
+async function runUntil(
+  backend: Backend,
+  items: number,
+  maxWorkItems?: number,
+): Promise<{ lines: string[]; handled: number }> {
+  const stop = new AbortController();
+  const lines: string[] = [];
+  const running = runWorkerProcess({
+    queueUrl: queueUrl(),
+    backend,
+    sqs: h.cloud.clients.sqs,
+    stop: stop.signal,
+    waitTimeSeconds: 1,
+    print: (line) => lines.push(line),
+    ...(maxWorkItems === undefined ? {} : { maxWorkItems }),
+    // One token per call: a sample's calls span its whole generation.
+    worker: { clients: h.cloud.clients, sampleSliceTokens: 1, cutPollMs: 0 },
+  });
+  await waitFor(`${items} work item lines`, () => lines.length >= items, 30_000);
+  stop.abort();
+  return { lines, handled: await running };
+}
+
+describe('the worker process runs work items side by side', () => {
+  const overlap = async (maxWorkItems?: number) => {
+    const requests = [body(10, 3), body(10, 4)];
+    const { ids, manifests } = await sampleWorkItems(requests);
+    for (const manifest of manifests) await send(manifest);
+    const { backend, seen } = recording(60);
+    const { lines, handled } = await runUntil(backend, 2, maxWorkItems);
+    expect(handled).toBe(2);
+    for (const manifest of manifests) {
+      expect(lines.join('\n')).toContain(
+        `work item ${manifest.work_item_id}: models none; samples 1 committed`,
+      );
+    }
+    for (const [index, id] of ids.entries()) {
+      expect(await h.answer(t.tenant, id)).toEqual(
+        await uninterrupted(requests[index] as ReturnType<typeof body>),
+      );
+    }
+    return seen.maxSamples;
+  };
+
+  it('with --max-work-items 1, one work item at a time: one sample call in the backend at once', async () => {
+    expect(await overlap(1)).toBe(1);
+  });
+
+  it('by default, the sample calls of two work items are in the backend at once', async () => {
+    expect(await overlap()).toBeGreaterThanOrEqual(2);
+  });
+
+  it("runs a duplicate delivery of a model's work item after the original, which finds it committed", async () => {
+    const m = await t.createModel(4, 1);
+    const ids = [
+      m.request_id,
+      await t.pass('forward_backward', m.model_id, crossEntropy(textDatum('overlap'))),
+      await t.optimStep(m.model_id),
+    ];
+    const dispatched = await h.dispatch({ only: (row: LiveRow) => row.model_id === m.model_id });
+    if (dispatched === undefined) throw new Error('nothing dispatched');
+    const manifest = manifestOf(dispatched.item);
+    await send(manifest);
+    await send(manifest);
+    const { backend, seen } = recording(300);
+    const { lines } = await runUntil(backend, 2);
+    // Never two optimizer steps of the model at once: the second delivery ran after the commit.
+    expect(seen.maxOptims).toBe(1);
+    expect(lines.map((line) => / models 1 (\w+);/.exec(line)?.[1])).toEqual(['committed', 'not_inflight']);
+    const [expected, actual] = [await h.oracle(), await h.answers()];
+    for (const id of ids) expect(actual.get(id), id).toEqual(expected.get(id));
+  });
+});
+
+describe('SIGTERM while two work items run', () => {
+  const children: ChildProcess[] = [];
+  afterEach(() => {
+    for (const child of children.splice(0)) if (child.exitCode === null) child.kill('SIGKILL');
+  });
+
+  function spawnWorker(args: string[], env: Record<string, string> = {}) {
+    const root = fileURLToPath(new URL('../../', import.meta.url));
+    const child = spawn(process.execPath, ['--import', 'tsx', 'bin/worker.ts', ...args], {
+      cwd: root,
+      env: {
+        ...process.env,
+        ...h.cloud.env,
+        AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
+        ...env,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    children.push(child);
+    let out = '';
+    child.stdout?.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.stderr?.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    return { child, out: () => out, exited };
+  }
+
+  it('cuts the samples of both, deletes both messages, and each resumes exactly once', async () => {
+    const requests = [body(60, 41), body(60, 43)];
+    const { ids, manifests } = await sampleWorkItems(requests);
+    for (const manifest of manifests) await send(manifest);
+    const { child, out, exited } = spawnWorker(
+      ['--backend', 'test/support/resume-slow-sampler.ts', '--wait-seconds', '1'],
+      { SLOW_SAMPLE_MS: '150' },
+    );
+    const slices = (seed: number) => out().split(`slow sample slice seed=${seed}\n`).length - 1;
+    await waitFor('both work items sampling', () => slices(41) >= 3 && slices(43) >= 3, 40_000).catch(
+      (error: unknown) => {
+        throw new Error(`${String(error)}\n${out()}`);
+      },
+    );
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(out()).toContain('up to 4 work items at once');
+    for (const manifest of manifests) {
+      expect(out()).toContain(`work item ${manifest.work_item_id}: models none; samples 1 cut`);
+    }
+    expect(out()).toContain('worker stopped after 2 work items');
+    for (const id of ids) {
+      const ref = await expectBackToPending(h, t.tenant, id);
+      expect(ref?.sequences[0]?.length).toBeGreaterThanOrEqual(3);
+    }
+    // Both messages were deleted: the cut samples come back through the scheduler, not redeliveries.
+    const left = await h.cloud.clients.sqs.send(
+      new ReceiveMessageCommand({ QueueUrl: queueUrl(), WaitTimeSeconds: 0, VisibilityTimeout: 0 }),
+    );
+    expect(left.Messages ?? []).toEqual([]);
+    // Another worker resumes both in one work item from their saved prefixes, with the uninterrupted answers.
+    const done = await cycle(h, ids, { worker: { sampleSliceTokens: 4 } });
+    expect(done?.samples.map((sample) => sample.outcome)).toEqual(['committed', 'committed']);
+    for (const [index, id] of ids.entries()) {
+      expect(startsOf(done?.events ?? [], id)?.every((start) => start.from === 'restored')).toBe(true);
+      expect(await h.answer(t.tenant, id)).toEqual(
+        await uninterrupted(requests[index] as ReturnType<typeof body>),
+      );
+    }
+    // Nothing is left to run: each was answered once.
+    expect(await h.dispatch({ only: onlyIds(ids) })).toBeUndefined();
+  });
+
+  it('refuses a --max-work-items that is not a positive integer', async () => {
+    const { out, exited } = spawnWorker(['--max-work-items', '0']);
+    expect(await exited).toBe(1);
+    expect(out()).toContain('--max-work-items must be a positive integer');
+  });
+});
