@@ -1,12 +1,13 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
+import { GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { runWorkerProcess } from '../../bin/worker.js';
 import type { Backend } from '../../shared/backend/backend.js';
 import { ReferenceBackend } from '../../shared/backend/reference/reference-backend.js';
 import { manifestOf, type WorkManifest } from '../../shared/domain/planning/work-item.js';
 import type { LiveRow } from '../../shared/domain/records.js';
+import { runWorkItem } from '../../shared/services/worker/index.js';
 import { cycle, expectBackToPending, onlyIds, startsOf, uninterrupted } from '../support/resume-harness.js';
 import { waitFor } from '../support/wait.js';
 import {
@@ -236,6 +237,70 @@ describe('SIGTERM while two work items run', () => {
     }
     // Nothing is left to run: each was answered once.
     expect(await h.dispatch({ only: onlyIds(ids) })).toBeUndefined();
+  });
+
+  it('abandons every running work item at the grace deadline and gives back the one waiting for its turn', async () => {
+    const items = [];
+    for (const tenant of ['abandon-a', 'abandon-b']) {
+      const m = await h.tenant(tenant).createModel(4, 1);
+      const ids = [m.request_id, await h.tenant(tenant).optimStep(m.model_id)];
+      const dispatched = await h.dispatch({ only: (row: LiveRow) => row.model_id === m.model_id });
+      if (dispatched === undefined) throw new Error('nothing dispatched');
+      items.push({ model_id: m.model_id, ids, manifest: manifestOf(dispatched.item) });
+    }
+    const [a, b] = items as [(typeof items)[0], (typeof items)[0]];
+    // The second delivery of a's work item waits for a's model (it never runs here).
+    for (const manifest of [a.manifest, b.manifest, a.manifest]) await send(manifest);
+    const backendModule = fileURLToPath(new URL('../support/worker-slow-backend.ts', import.meta.url));
+    const { child, out, exited } = spawnWorker(
+      ['--backend', backendModule, '--grace-seconds', '1', '--wait-seconds', '1'],
+      { SLOW_OPTIM_MS: '3000' },
+    );
+    await waitFor(
+      'both slow steps to start',
+      () => out().split('slow optim_step started').length > 2,
+      30_000,
+    );
+    await waitFor('all three messages taken', async () => {
+      const answer = await h.cloud.clients.sqs.send(
+        new GetQueueAttributesCommand({
+          QueueUrl: queueUrl(),
+          AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+        }),
+      );
+      const attributes = answer.Attributes ?? {};
+      return (
+        attributes.ApproximateNumberOfMessages === '0' &&
+        attributes.ApproximateNumberOfMessagesNotVisible === '3'
+      );
+    });
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(out().match(/left for redelivery/g)).toHaveLength(2);
+    expect(out()).toContain('worker stopped after 2 work items');
+    for (const { model_id, ids } of items) {
+      const row = await h.modelRow(model_id);
+      expect(row?.inflight).toBe(`${model_id}@${row?.epoch}`);
+      for (const id of ids) expect((await h.future(id))?.status).toBe('pending');
+    }
+    // All three messages are visible again at once; the next worker continues both work items.
+    const bodies: string[] = [];
+    await waitFor('the three messages to come back', async () => {
+      const answer = await h.cloud.clients.sqs.send(
+        new ReceiveMessageCommand({ QueueUrl: queueUrl(), MaxNumberOfMessages: 10, WaitTimeSeconds: 0 }),
+      );
+      for (const message of answer.Messages ?? []) bodies.push(message.Body ?? '');
+      return bodies.length >= 3;
+    });
+    expect(bodies.map((text) => (JSON.parse(text) as WorkManifest).work_item_id).sort()).toEqual(
+      [a.manifest.work_item_id, a.manifest.work_item_id, b.manifest.work_item_id].sort(),
+    );
+    for (const { manifest } of items) {
+      const outcome = await runWorkItem(manifest, { backend: new ReferenceBackend() });
+      expect(outcome.models.map((model) => model.outcome)).toEqual(['committed']);
+    }
+    const [expected, actual] = [await h.oracle(), await h.answers()];
+    for (const id of items.flatMap((item) => item.ids)) expect(actual.get(id), id).toEqual(expected.get(id));
   });
 
   it('refuses a --max-work-items that is not a positive integer', async () => {
