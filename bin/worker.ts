@@ -151,7 +151,10 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<n
   const polls = new Map<string, Promise<Received>>();
   // The messages taken and not yet ended: running, or waiting for their turn (./admission.ts).
   const taken = new Set<Promise<void>>();
-  const stopped = signalled(options.stop);
+  // Wakes a turn that waits for a free slot: a work item ended, or the stop came.
+  let wake: (() => void) | undefined;
+  const slotOrStop = () => new Promise<undefined>((resolve) => (wake = () => resolve(undefined)));
+  options.stop.addEventListener('abort', () => wake?.(), { once: true });
   let handled = 0;
   const take = (message: Message, queueUrl: string) => {
     const task = handleMessage(message, queueUrl, options, admission, visibility, print)
@@ -164,7 +167,10 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<n
             error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
           }),
       )
-      .finally(() => taken.delete(task));
+      .finally(() => {
+        taken.delete(task);
+        wake?.();
+      });
     taken.add(task);
   };
   let errors = 0;
@@ -186,8 +192,9 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<n
     // Full, a turn also ends when a work item does (a slot freed) or at the stop.
     const answer = await Promise.race([
       ...polls.values(),
-      ...(taken.size < admission.limit ? [] : [...taken, stopped].map((p) => p.then(() => undefined))),
+      ...(taken.size < admission.limit ? [] : [slotOrStop()]),
     ]);
+    wake = undefined;
     if (answer === undefined) continue;
     polls.delete(answer.queueUrl);
     if (answer.error !== undefined) {
@@ -217,14 +224,6 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<n
   // for their turn give their messages back.
   while (taken.size > 0) await Promise.all(taken);
   return handled;
-}
-
-/** Resolves when `signal` aborts (at once if it has). */
-function signalled(signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) resolve();
-    else signal.addEventListener('abort', () => resolve(), { once: true });
-  });
 }
 
 /** A message taken or received after the stop: visible again at once for another worker. */
