@@ -90,8 +90,9 @@ export interface WorkerProcessOptions {
   readonly visibilityTimeoutSeconds?: number;
   readonly extendEveryMs?: number;
   /**
-   * Checked before each receive (an engine's `ping`, which restarts a dead engine first): while it
-   * fails the process takes no work item it could not compute, and retries with backoff.
+   * Checked before each receive while no work item runs (an engine's `ping`, which restarts a dead
+   * engine first): while it fails the process takes no work item it could not compute, and retries
+   * with backoff.
    */
   readonly healthCheck?: () => Promise<void>;
   /**
@@ -178,7 +179,10 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<n
     // New polls only while a work item could start: a message beyond that would wait in this process.
     if (taken.size < admission.limit) {
       try {
-        await options.healthCheck?.();
+        // While work items run, their own requests are the check: a ping would wait behind their
+        // engine requests (docs/engine-protocol.md, version 2) and, past its timeout, restart the
+        // engine under them.
+        if (taken.size === 0) await options.healthCheck?.();
       } catch (error) {
         errors += 1;
         logger.warn('health check failed; retrying', {

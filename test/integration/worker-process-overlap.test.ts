@@ -95,15 +95,24 @@ function recording(delayMs: number) {
   return { backend, seen };
 }
 
-/** Runs the worker process loop until it printed `items` lines. */
+/**
+ * Runs the worker process loop until it printed `items` lines; `health` counts its health checks, and
+ * those made while `busy()` said a backend call ran.
+ */
 async function runUntil(
   backend: Backend,
   items: number,
   maxWorkItems?: number,
-): Promise<{ lines: string[]; handled: number }> {
+  busy: () => boolean = () => false,
+): Promise<{ lines: string[]; handled: number; health: { checks: number; whileBusy: number } }> {
   const stop = new AbortController();
   const lines: string[] = [];
+  const health = { checks: 0, whileBusy: 0 };
   const running = runWorkerProcess({
+    healthCheck: async () => {
+      health.checks += 1;
+      if (busy()) health.whileBusy += 1;
+    },
     queueUrl: queueUrl(),
     backend,
     sqs: h.cloud.clients.sqs,
@@ -116,17 +125,22 @@ async function runUntil(
   });
   await waitFor(`${items} work item lines`, () => lines.length >= items, 30_000);
   stop.abort();
-  return { lines, handled: await running };
+  return { lines, handled: await running, health };
 }
 
 describe('the worker process runs work items side by side', () => {
   const overlap = async (maxWorkItems?: number) => {
-    const requests = [body(10, 3), body(10, 4)];
+    // Longer than a 1 s poll: turns come while the samples run.
+    const requests = [body(24, 3), body(24, 4)];
     const { ids, manifests } = await sampleWorkItems(requests);
     for (const manifest of manifests) await send(manifest);
     const { backend, seen } = recording(60);
-    const { lines, handled } = await runUntil(backend, 2, maxWorkItems);
+    const { lines, handled, health } = await runUntil(backend, 2, maxWorkItems, () => seen.samples > 0);
     expect(handled).toBe(2);
+    // The engine is pinged before a receive only while nothing runs: a ping waits behind the running
+    // work items' requests, and past its timeout would restart the engine under them.
+    expect(health.checks).toBeGreaterThan(0);
+    expect(health.whileBusy).toBe(0);
     for (const manifest of manifests) {
       expect(lines.join('\n')).toContain(
         `work item ${manifest.work_item_id}: models none; samples 1 committed`,
