@@ -53,17 +53,15 @@ const body = (maxTokens: number, seed: number) => ({
 /** Each request dispatched as a work item of its own, named as the scheduler names it (`manifestOf`). */
 async function sampleWorkItems(
   requests: readonly ReturnType<typeof body>[],
-): Promise<{ ids: string[]; manifests: WorkManifest[] }> {
-  const ids: string[] = [];
-  const manifests: WorkManifest[] = [];
+): Promise<{ id: string; request: ReturnType<typeof body>; manifest: WorkManifest }[]> {
+  const items = [];
   for (const request of requests) {
     const id = await t.sample(session, request);
     const dispatched = await h.dispatch({ only: onlyIds([id]) });
     if (dispatched === undefined) throw new Error(`${id} was not dispatched`);
-    ids.push(id);
-    manifests.push(manifestOf(dispatched.item));
+    items.push({ id, request, manifest: manifestOf(dispatched.item) });
   }
-  return { ids, manifests };
+  return items;
 }
 
 /** The reference backend with slow sample calls and optimizer steps, counting how many run at once. */
@@ -131,9 +129,8 @@ async function runUntil(
 describe('the worker process runs work items side by side', () => {
   const overlap = async (maxWorkItems?: number) => {
     // Longer than a 1 s poll: turns come while the samples run.
-    const requests = [body(24, 3), body(24, 4)];
-    const { ids, manifests } = await sampleWorkItems(requests);
-    for (const manifest of manifests) await send(manifest);
+    const items = await sampleWorkItems([body(24, 3), body(24, 4)]);
+    for (const { manifest } of items) await send(manifest);
     const { backend, seen } = recording(60);
     const { lines, handled, health } = await runUntil(backend, 2, maxWorkItems, () => seen.samples > 0);
     expect(handled).toBe(2);
@@ -141,15 +138,11 @@ describe('the worker process runs work items side by side', () => {
     // work items' requests, and past its timeout would restart the engine under them.
     expect(health.checks).toBeGreaterThan(0);
     expect(health.whileBusy).toBe(0);
-    for (const manifest of manifests) {
+    for (const { id, request, manifest } of items) {
       expect(lines.join('\n')).toContain(
         `work item ${manifest.work_item_id}: models none; samples 1 committed`,
       );
-    }
-    for (const [index, id] of ids.entries()) {
-      expect(await h.answer(t.tenant, id)).toEqual(
-        await uninterrupted(requests[index] as ReturnType<typeof body>),
-      );
+      expect(await h.answer(t.tenant, id)).toEqual(await uninterrupted(request));
     }
     return seen.maxSamples;
   };
@@ -211,9 +204,9 @@ describe('SIGTERM while two work items run', () => {
   }
 
   it('cuts the samples of both, deletes both messages, and each resumes exactly once', async () => {
-    const requests = [body(60, 41), body(60, 43)];
-    const { ids, manifests } = await sampleWorkItems(requests);
-    for (const manifest of manifests) await send(manifest);
+    const items = await sampleWorkItems([body(60, 41), body(60, 43)]);
+    const ids = items.map((item) => item.id);
+    for (const { manifest } of items) await send(manifest);
     const { child, out, exited } = spawnWorker(
       ['--backend', 'test/support/resume-slow-sampler.ts', '--wait-seconds', '1'],
       { SLOW_SAMPLE_MS: '150' },
@@ -227,7 +220,7 @@ describe('SIGTERM while two work items run', () => {
     child.kill('SIGTERM');
     expect(await exited).toBe(0);
     expect(out()).toContain('up to 4 work items at once');
-    for (const manifest of manifests) {
+    for (const { manifest } of items) {
       expect(out()).toContain(`work item ${manifest.work_item_id}: models none; samples 1 cut`);
     }
     expect(out()).toContain('worker stopped after 2 work items');
@@ -243,11 +236,9 @@ describe('SIGTERM while two work items run', () => {
     // Another worker resumes both in one work item from their saved prefixes, with the uninterrupted answers.
     const done = await cycle(h, ids, { worker: { sampleSliceTokens: 4 } });
     expect(done?.samples.map((sample) => sample.outcome)).toEqual(['committed', 'committed']);
-    for (const [index, id] of ids.entries()) {
+    for (const { id, request } of items) {
       expect(startsOf(done?.events ?? [], id)?.every((start) => start.from === 'restored')).toBe(true);
-      expect(await h.answer(t.tenant, id)).toEqual(
-        await uninterrupted(requests[index] as ReturnType<typeof body>),
-      );
+      expect(await h.answer(t.tenant, id)).toEqual(await uninterrupted(request));
     }
     // Nothing is left to run: each was answered once.
     expect(await h.dispatch({ only: onlyIds(ids) })).toBeUndefined();
