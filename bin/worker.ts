@@ -150,7 +150,8 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<n
   // At most one poll per queue in flight; the one that answers first is handled, the other keeps
   // waiting and is handled on a later turn.
   const polls = new Map<string, Promise<Received>>();
-  // The messages taken and not yet ended: running, or waiting for their turn (./admission.ts).
+  // The messages taken and not yet ended: running, or waiting for their turn
+  // (shared/services/worker/admission.ts).
   const taken = new Set<Promise<void>>();
   // Wakes a turn that waits for a free slot: a work item ended, or the stop came.
   let wake: (() => void) | undefined;
