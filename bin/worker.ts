@@ -245,8 +245,9 @@ async function giveBack(options: WorkerProcessOptions, queueUrl: string, message
 }
 
 /**
- * The models a message's work item names (`manifestOf`), for its turn (shared/services/worker/admission.ts): `all` when the
- * manifest does not name them; none when it is no manifest (it fails before touching anything).
+ * The models a message's work item names (`manifestOf`), for its turn
+ * (shared/services/worker/admission.ts): `all` when the manifest does not name them; none when it is
+ * no manifest (it fails before touching anything).
  */
 function modelsOf(message: Message): WorkItemModels {
   let manifest: WorkManifest;
