@@ -25,9 +25,12 @@ import { mintRunId } from '../shared/base/ids.js';
 import { logger } from '../shared/base/logger.js';
 import { STACK_ENV_OUTPUTS } from '../shared/base/stack-outputs.js';
 import { laneQueueId, topology } from '../shared/base/topology.js';
+import type { WorkManifest } from '../shared/domain/planning/work-item.js';
+import { WorkItemAdmission, type WorkItemModels } from '../shared/services/worker/admission.js';
 import {
   describeVerdict,
   GraceStop,
+  parseManifest,
   processWorkMessage,
   type WorkerOptions,
 } from '../shared/services/worker/index.js';
@@ -40,22 +43,27 @@ import { WorkLane } from '../shared/services/worker/work-lane.js';
  * differs:
  * - a work lane leased at start (S2): the models it trains stay resident in its backend (S1), and the
  *   scheduler sends their work to the lane's queue; without a free lane it holds nothing;
- * - long polling (ReceiveMessage, WaitTimeSeconds 20) of its lane and the shared queue at once, one work
- *   item at a time;
- * - the message's visibility is extended while its work item runs, so a long step is not redelivered;
- * - the message is deleted when the work item ended (committed, or found to be someone else's);
- * - SIGTERM / SIGINT: stop polling (the poll in flight ends within `--wait-seconds`; a message it
- *   brings is made visible again at once) and cut the running samples at once (their prefixes are
- *   saved within the grace period, and they go back to pending to resume elsewhere, P1-P6); let the
- *   rest of the current work item finish for up to `--grace-seconds`, then abandon it without
- *   committing (its message is made visible at once so another worker continues it), snapshot and let
- *   go of the models it holds (S3), give the lane back, and exit 0. A second signal abandons at once.
+ * - long polling (ReceiveMessage, WaitTimeSeconds 20) of its lane and the shared queue at once, and
+ *   up to `--max-work-items` work items running at once (default 4): polling goes on while they run,
+ *   so the sample calls of the next work items reach the engine while the first ones decode and share
+ *   its decode steps (B1). Two work items naming the same model never run at once, and one whose
+ *   manifest names no parts runs alone (shared/services/worker/admission.ts says why);
+ * - each message's visibility is extended from its receipt until its work item ended, so a long step,
+ *   or a wait for its turn, is not redelivered;
+ * - each message is deleted when its own work item ended (committed, or found to be someone else's);
+ * - SIGTERM / SIGINT: stop polling (the polls in flight end within `--wait-seconds`; a message they
+ *   bring, or one still waiting for its turn, is made visible again at once) and cut the running
+ *   samples of every running work item at once (their prefixes are saved within the grace period, and
+ *   they go back to pending to resume elsewhere, P1-P6); let the rest of the running work items finish
+ *   for up to `--grace-seconds`, then abandon them all without committing (their messages are made
+ *   visible at once so other workers continue them); once every one has ended, snapshot and let go of
+ *   the models it holds (S3), give the lane back, and exit 0. A second signal abandons at once.
  *
  * Options: `--engine torch --base-model <hub id or folder>` runs the PyTorch + PEFT engine process
  * (shared/backend/engine/installed-engines.ts; `--device`, `--dtype` pass to it; install it with `npm run engine:install`), the
  * base model being one of the pool's BASE_MODELS; `--backend <module>` loads a module exporting
  * `createBackend(): Backend | Promise<Backend>` (default: the reference CPU backend); `--grace-seconds <n>` (default 60); `--wait-seconds <n>` (long
- * poll, default 20); `--env-file <file>`. Resources come from the same environment variables as the
+ * poll, default 20); `--max-work-items <n>` (default 4; 1 runs one work item at a time); `--env-file <file>`. Resources come from the same environment variables as the
  * functions' (WORK_QUEUE_URL, MODELS_TABLE, DATA_BUCKET, ...): from `--env-file` (a flat JSON map,
  * NAME=value lines, or `cdk deploy --outputs-file` JSON, whose `WorkerEnv` is used), else the
  * environment, else a running `npm start`'s `.local/env.json`. Against `npm start`'s stack the process
@@ -71,9 +79,9 @@ export interface WorkerProcessOptions {
   readonly lane?: { readonly queueUrl: string; readonly lost?: AbortSignal };
   readonly backend: Backend;
   readonly sqs: SQSClient;
-  /** Stop polling; the current work item still finishes. */
+  /** Stop polling; the running work items still finish, those waiting for their turn go back. */
   readonly stop: AbortSignal;
-  /** Abandon the current work item without committing. */
+  /** Abandon the running work items without committing. */
   readonly abandon?: AbortSignal;
   /** Cut the running samples (save their prefixes, back to pending); epoch ms the save must end by. */
   readonly cut?: AbortSignal;
@@ -82,10 +90,16 @@ export interface WorkerProcessOptions {
   readonly visibilityTimeoutSeconds?: number;
   readonly extendEveryMs?: number;
   /**
-   * Checked before each receive (an engine's `ping`, which restarts a dead engine first): while it
-   * fails the process takes no work item it could not compute, and retries with backoff.
+   * Checked before each receive while no work item runs (an engine's `ping`, which restarts a dead
+   * engine first): while it fails the process takes no work item it could not compute, and retries
+   * with backoff.
    */
   readonly healthCheck?: () => Promise<void>;
+  /**
+   * Work items run at once (default DEFAULT_MAX_WORK_ITEMS; 1: one at a time), never two naming the
+   * same model (shared/services/worker/admission.ts).
+   */
+  readonly maxWorkItems?: number;
   /** Runtime options (clients, lease, hooks, residency); `backend` and `signal` are set by the process. */
   readonly worker?: Omit<WorkerOptions, 'backend' | 'signal' | 'cut' | 'cutDeadline'>;
   readonly print?: (line: string) => void;
@@ -100,11 +114,18 @@ interface Received {
   readonly error?: unknown;
 }
 
-/** Polls until `stop` aborts; resolves with the number of work items handled. */
+/** Work items a worker process runs at once unless `--max-work-items` says otherwise. */
+export const DEFAULT_MAX_WORK_ITEMS = 4;
+
+/**
+ * Polls until `stop` aborts; resolves with the number of work items handled, once every one it took
+ * has ended.
+ */
 export async function runWorkerProcess(options: WorkerProcessOptions): Promise<number> {
   const waitTimeSeconds = options.waitTimeSeconds ?? 20;
   const visibility = options.visibilityTimeoutSeconds ?? topology.queues.work.visibilityTimeoutSeconds;
   const print = options.print ?? ((line: string) => process.stdout.write(`${line}\n`));
+  const admission = new WorkItemAdmission(options.maxWorkItems ?? DEFAULT_MAX_WORK_ITEMS);
   // A stop lets the polls in flight finish: an aborted long poll may still take a message off the
   // queue (until its visibility timeout) with nobody left to run it. Abandoning aborts them anyway.
   const receive = (queueUrl: string): Promise<Received> =>
@@ -127,23 +148,59 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<n
       ? [options.queueUrl]
       : [options.lane.queueUrl, options.queueUrl];
   // At most one poll per queue in flight; the one that answers first is handled, the other keeps
-  // waiting and is handled on a later turn (its message, if any, stays invisible meanwhile).
+  // waiting and is handled on a later turn.
   const polls = new Map<string, Promise<Received>>();
+  // The messages taken and not yet ended: running, or waiting for their turn
+  // (shared/services/worker/admission.ts).
+  const taken = new Set<Promise<void>>();
+  // Wakes a turn that waits for a free slot: a work item ended, or the stop came.
+  let wake: (() => void) | undefined;
+  const slotOrStop = () => new Promise<undefined>((resolve) => (wake = () => resolve(undefined)));
+  options.stop.addEventListener('abort', () => wake?.(), { once: true });
   let handled = 0;
+  const take = (message: Message, queueUrl: string) => {
+    const task = handleMessage(message, queueUrl, options, admission, visibility, print)
+      .then(
+        (ran) => {
+          if (ran) handled += 1;
+        },
+        (error: unknown) =>
+          logger.error('work message handling failed; it will be delivered again', {
+            error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+          }),
+      )
+      .finally(() => {
+        taken.delete(task);
+        wake?.();
+      });
+    taken.add(task);
+  };
   let errors = 0;
   while (!options.stop.aborted) {
-    try {
-      await options.healthCheck?.();
-    } catch (error) {
-      errors += 1;
-      logger.warn('health check failed; retrying', {
-        error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
-      });
-      await realSleep(backoffDelay(errors, RECEIVE_BACKOFF, Math.random) + 100, options.stop);
-      continue;
+    // New polls only while a work item could start: a message beyond that would wait in this process.
+    if (taken.size < admission.limit) {
+      try {
+        // While work items run, their own requests are the check: a ping would wait behind their
+        // engine requests (docs/engine-protocol.md, version 2) and, past its timeout, restart the
+        // engine under them.
+        if (taken.size === 0) await options.healthCheck?.();
+      } catch (error) {
+        errors += 1;
+        logger.warn('health check failed; retrying', {
+          error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+        });
+        await realSleep(backoffDelay(errors, RECEIVE_BACKOFF, Math.random) + 100, options.stop);
+        continue;
+      }
+      for (const queueUrl of queues()) if (!polls.has(queueUrl)) polls.set(queueUrl, receive(queueUrl));
     }
-    for (const queueUrl of queues()) if (!polls.has(queueUrl)) polls.set(queueUrl, receive(queueUrl));
-    const answer = await Promise.race(polls.values());
+    // Full, a turn also ends when a work item does (a slot freed) or at the stop.
+    const answer = await Promise.race([
+      ...polls.values(),
+      ...(taken.size < admission.limit ? [] : [slotOrStop()]),
+    ]);
+    wake = undefined;
+    if (answer === undefined) continue;
     polls.delete(answer.queueUrl);
     if (answer.error !== undefined) {
       if (options.stop.aborted || options.abandon?.aborted) break;
@@ -160,22 +217,21 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<n
     }
     errors = 0;
     for (const message of answer.messages) {
-      if (options.stop.aborted) {
-        await giveBack(options, answer.queueUrl, message);
-        continue;
-      }
-      await handleMessage(message, answer.queueUrl, options, visibility, print);
-      handled += 1;
+      if (options.stop.aborted) await giveBack(options, answer.queueUrl, message);
+      else take(message, answer.queueUrl);
     }
   }
   // Polls still in flight end within their wait; what they bring goes back at once.
   for (const answer of await Promise.all(polls.values())) {
     for (const message of answer.messages) await giveBack(options, answer.queueUrl, message);
   }
+  // The running work items finish or are abandoned (the driver's stop policy); those still waiting
+  // for their turn give their messages back.
+  while (taken.size > 0) await Promise.all(taken);
   return handled;
 }
 
-/** A message received after the stop: visible again at once for another worker. */
+/** A message taken or received after the stop: visible again at once for another worker. */
 async function giveBack(options: WorkerProcessOptions, queueUrl: string, message: Message): Promise<void> {
   await options.sqs
     .send(
@@ -188,13 +244,34 @@ async function giveBack(options: WorkerProcessOptions, queueUrl: string, message
     .catch(() => undefined);
 }
 
+/**
+ * The models a message's work item names (`manifestOf`), for its turn
+ * (shared/services/worker/admission.ts): `all` when the manifest does not name them; none when it is
+ * no manifest (it fails before touching anything).
+ */
+function modelsOf(message: Message): WorkItemModels {
+  let manifest: WorkManifest;
+  try {
+    manifest = parseManifest(message.Body ?? '');
+  } catch {
+    return [];
+  }
+  return manifest.model_ids ?? 'all';
+}
+
+/**
+ * One message from its receipt to its settling: its visibility is extended from the start (also while
+ * it waits for its turn), it runs when admitted, and it is deleted when its work item ended. Resolves
+ * false when the stop came before its turn (the message went back at once, nothing ran).
+ */
 async function handleMessage(
   message: Message,
   queueUrl: string,
   options: WorkerProcessOptions,
+  admission: WorkItemAdmission,
   visibility: number,
   print: (line: string) => void,
-): Promise<void> {
+): Promise<boolean> {
   const { sqs } = options;
   const receiptHandle = message.ReceiptHandle;
   const setVisibility = (seconds: number) =>
@@ -216,13 +293,26 @@ async function handleMessage(
   );
   let verdict: Awaited<ReturnType<typeof processWorkMessage>>;
   try {
-    verdict = await processWorkMessage(message.Body ?? '', {
-      ...options.worker,
-      backend: options.backend,
-      ...(options.abandon === undefined ? {} : { signal: options.abandon }),
-      ...(options.cut === undefined ? {} : { cut: options.cut }),
-      ...(options.cutDeadline === undefined ? {} : { cutDeadline: options.cutDeadline }),
-    });
+    const release = await admission.admit(
+      modelsOf(message),
+      options.abandon === undefined ? options.stop : AbortSignal.any([options.stop, options.abandon]),
+    );
+    if (release === undefined) {
+      clearInterval(extender);
+      await giveBack(options, queueUrl, message);
+      return false;
+    }
+    try {
+      verdict = await processWorkMessage(message.Body ?? '', {
+        ...options.worker,
+        backend: options.backend,
+        ...(options.abandon === undefined ? {} : { signal: options.abandon }),
+        ...(options.cut === undefined ? {} : { cut: options.cut }),
+        ...(options.cutDeadline === undefined ? {} : { cutDeadline: options.cutDeadline }),
+      });
+    } finally {
+      release();
+    }
   } finally {
     clearInterval(extender);
   }
@@ -239,6 +329,7 @@ async function handleMessage(
       error: error instanceof Error ? error.name : String(error),
     });
   }
+  return true;
 }
 
 async function loadBackend(args: readonly string[]): Promise<Backend & { stop?: () => Promise<void> }> {
@@ -278,6 +369,10 @@ async function main(args: readonly string[]): Promise<number> {
   if (!Number.isInteger(waitTimeSeconds) || waitTimeSeconds < 0 || waitTimeSeconds > 20) {
     throw new Error('--wait-seconds must be an integer from 0 to 20');
   }
+  const maxWorkItems = Number(flag(args, '--max-work-items') ?? DEFAULT_MAX_WORK_ITEMS);
+  if (!Number.isInteger(maxWorkItems) || maxWorkItems < 1) {
+    throw new Error('--max-work-items must be a positive integer');
+  }
   const environment = useEnvironment(flag(args, '--env-file'));
   const backend = await loadBackend(args);
   const policy = new GraceStop(graceSeconds * 1000);
@@ -307,7 +402,7 @@ async function main(args: readonly string[]): Promise<number> {
         : new Residency(backend, undefined, undefined, { worker, lane: lane.lane });
     const laneQueueUrl = lane === undefined ? undefined : config().queueUrl(laneQueueId(lane.lane));
     process.stdout.write(
-      `worker (${backend.name} backend) polling ${queueUrl}${laneQueueUrl === undefined ? '; no work lane: models are not kept resident' : ` and its lane ${lane?.lane} (${laneQueueUrl}); models stay resident`}\n`,
+      `worker (${backend.name} backend, up to ${maxWorkItems} work items at once) polling ${queueUrl}${laneQueueUrl === undefined ? '; no work lane: models are not kept resident' : ` and its lane ${lane?.lane} (${laneQueueUrl}); models stay resident`}\n`,
     );
     try {
       return await runWorkerProcess({
@@ -322,6 +417,7 @@ async function main(args: readonly string[]): Promise<number> {
         cut: policy.cut,
         cutDeadline: policy.cutDeadline,
         waitTimeSeconds,
+        maxWorkItems,
         ...(residency === undefined ? {} : { worker: { residency } }),
         ...(backend instanceof EngineBackend ? { healthCheck: () => backend.ping() } : {}),
       });

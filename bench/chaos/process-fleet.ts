@@ -136,6 +136,9 @@ export class ProcessFleet {
               stop: stop.signal,
               abandon: abandon.signal,
               waitTimeSeconds: 1,
+              // One work item at a time: `print` attributes each line (and the faults injected since
+              // the last one) to the message this process received last.
+              maxWorkItems: 1,
               visibilityTimeoutSeconds: this.options.visibilitySeconds,
               extendEveryMs: (this.options.visibilitySeconds * 1000) / 3,
               worker: {

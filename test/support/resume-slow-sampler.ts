@@ -4,7 +4,8 @@ import { ReferenceBackend } from '../../shared/backend/reference/reference-backe
 /**
  * A backend module for `npm run worker -- --backend <this file>` in the resume suites: the reference
  * backend generating one token per sequence per call, each call taking SLOW_SAMPLE_MS (default 200 ms)
- * and saying so on stderr, standing in for a long generation that a SIGTERM interrupts. In-process,
+ * and saying so on stderr with the request's seed (`slow sample slice seed=<seed>`, which tells the
+ * samples of a run apart), standing in for a long generation that a SIGTERM interrupts. In-process,
  * `busyMs` makes each call hold the CPU instead (it never yields, like a CPU backend mid-slice).
  */
 export function createBackend(options: { readonly busyMs?: number } = {}): Backend {
@@ -13,7 +14,7 @@ export function createBackend(options: { readonly busyMs?: number } = {}): Backe
   const delay = Number(process.env.SLOW_SAMPLE_MS ?? 200);
   slow.sample = async (sampler, request, sampleOptions) => {
     if (options.busyMs === undefined) {
-      process.stderr.write('slow sample slice\n');
+      process.stderr.write(`slow sample slice seed=${request.sampling_params.seed}\n`);
       await new Promise((resolve) => setTimeout(resolve, delay));
     } else {
       const until = performance.now() + options.busyMs;
