@@ -33,6 +33,7 @@ import { StateCache } from '../shared/services/worker/state-cache.js';
 import { modelSizeCases } from './engine-sizes.js';
 import { type BenchResult, type CaseResult, type Counts, machine, runCase, type Subject } from './harness.js';
 import { AwsCallCounter, type CallCount, callsBetween } from './support/aws-calls.js';
+import { cpuMeter } from './support/cpu.js';
 
 /**
  * `npm run bench -- engine [--quick]`: the torch engine (engines/torch, the tiny model, CPU, float32)
@@ -137,6 +138,20 @@ const QUICK: Shape = {
   modelBatch: [1, 64],
   stateBatch: [2, 64],
 };
+
+/**
+ * concurrent_samples' call counts: the shape's, or `BENCH_CONCURRENT_CALLS` (comma-separated, e.g.
+ * `128` for the 128-call case at `--quick`'s 64 tokens).
+ */
+function concurrentCalls(shape: Shape): readonly number[] {
+  const named = process.env.BENCH_CONCURRENT_CALLS;
+  if (named === undefined || named === '') return shape.concurrent[0];
+  const counts = named.split(',').map(Number);
+  if (counts.some((count) => !Number.isInteger(count) || count < 1)) {
+    throw new Error(`BENCH_CONCURRENT_CALLS must list positive integers, not ${named}`);
+  }
+  return counts;
+}
 
 /** Deterministic token rows (xorshift), the same in every run and on both sides. */
 function tokenRows(rows: number, length: number, salt: number): number[][] {
@@ -348,6 +363,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     },
   });
   const plain = new PlainLoop(python);
+  const cpu = cpuMeter(stack.cloud.dynamodbPid);
   const onSignal = () =>
     void stack
       .stop()
@@ -485,9 +501,11 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       const opsBefore = engine.snapshot();
       const keyedBefore = engine.keyedSlices;
       const callsBefore = calls.snapshot();
+      const cpuEnd = cpu();
       const started = performance.now();
       await body();
       const wall = performance.now() - started;
+      const { cpu_ms_client: cpuNode, cpu_ms_ddb_local: cpuDdbLocal } = cpuEnd();
       const items = (await workItems()) - itemsBefore;
       const ops = opsBetween(opsBefore, engine.snapshot());
       const aws = callsBetween(callsBefore, calls.snapshot());
@@ -498,7 +516,15 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
         counts.sample_slices = slices;
         counts.sample_slices_keyed = engine.keyedSlices - keyedBefore;
       }
-      return { tokens, tokens_per_s: round3(tokens / (wall / 1000)), ...counts };
+      // The stack's CPU (this process: api, scheduler, worker, fauxqs, the client; and DynamoDB
+      // Local's JVM), which says more than wall time where other jobs share the machine.
+      return {
+        tokens,
+        tokens_per_s: round3(tokens / (wall / 1000)),
+        ...counts,
+        cpu_ms_node: cpuNode,
+        cpu_ms_ddb_local: cpuDdbLocal,
+      };
     };
     const plainly = (tokens: number, command: Record<string, unknown>) => async (): Promise<Counts> => {
       const started = performance.now();
@@ -650,7 +676,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       );
     }
 
-    for (const calls of shape.concurrent[0]) {
+    for (const calls of concurrentCalls(shape)) {
       const name = `concurrent_samples_${calls}`;
       if (!selected(name) && !selected('concurrent_samples')) continue;
       const newTokens = shape.concurrent[1];

@@ -160,7 +160,7 @@ const TUNABLE_DEFAULTS: Record<keyof Tunables, [envVar: string, fallback: number
   prefixGroupRows: ['PREFIX_GROUP_ROWS', 256],
   prefixGroupTokens: ['PREFIX_GROUP_TOKENS', 4_194_304],
   submitsPerSecond: ['SUBMITS_PER_SECOND', 200],
-  longPollsPerTenant: ['LONG_POLLS_PER_TENANT', 64],
+  longPollsPerTenant: ['LONG_POLLS_PER_TENANT', 256],
   operatorReadsPerSecond: ['OPERATOR_READS_PER_SECOND', 5],
   // 60 s: an issued archive URL outlives an unpublish or delete by this much (C4), and a download
   // need only start within it (S3 checks the expiry when a GET starts, not while it streams).

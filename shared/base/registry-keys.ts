@@ -83,8 +83,9 @@ export const registryKey = {
   drain: (pool: string) => `${p.drain}${pool}`,
   /** Prefix of a rate counter: one item per window follows (shared/repositories/quotas.ts). */
   rate: (scope: string, subject: string) => `${p.rate}${scope}#${subject}`,
-  /** A tenant's open long polls (shared/repositories/quotas.ts). */
-  polls: (tenant: string) => `${p.polls}${tenant}`,
+  /** One of a tenant's records of open long polls: record 0, then `#1`, `#2`... (shared/repositories/quotas.ts). */
+  polls: (tenant: string, record = 0) =>
+    record === 0 ? `${p.polls}${tenant}` : `${p.polls}${tenant}#${record}`,
   /** One position of a (sampling session, clone) completion log (shared/domain/session-log.ts). */
   sessionLogEntry: (logKey: string, paddedPosition: string) => `${p.sessionLog}${logKey}#${paddedPosition}`,
   /** The last position a commit of that log took. */

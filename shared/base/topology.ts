@@ -436,7 +436,8 @@ export const topology: Topology = {
         tables: {
           // query-index: the status page's data reads the live index as a tick does (operator keys only).
           // update: cancel_future ends a queued sample (W9), in one transaction with its log entry.
-          futures: ['get', 'put', 'update', 'query-index'],
+          // batch-get: re-reads of many waiting polls merged where one process serves them (local).
+          futures: ['get', 'batch-get', 'put', 'update', 'query-index'],
           // batch-get: the status page reads the models the live index names, and a page of training
           // runs its rows. query-index: the runs of a tenant (by_tenant, C1).
           models: ['get', 'batch-get', 'put', 'query-index'],

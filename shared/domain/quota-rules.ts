@@ -53,6 +53,25 @@ export class FullWindows {
 /** A tenant's open long polls: lease token -> when the lease ends (ms since the epoch). */
 export type PollHolders = Readonly<Record<string, number>>;
 
+/**
+ * Leases one poll record holds at most. Each acquire and release rewrites the record, so its size is
+ * the write's cost: 64 leases are about 2 KB (2 WCU), and a tenant's polls spread over several records
+ * stay within what one item takes (1,000 WCU/s) when a 128-call RL batch's polls all start at once.
+ */
+export const POLL_LEASES_PER_RECORD = 64;
+
+/**
+ * How a tenant's `limit` open polls are split over its records: as few records as hold at most
+ * `POLL_LEASES_PER_RECORD` each, the limit shared evenly; together exactly `limit`.
+ */
+export function pollRecordLimits(limit: number): number[] {
+  const records = Math.max(1, Math.ceil(limit / POLL_LEASES_PER_RECORD));
+  return Array.from(
+    { length: records },
+    (_, record) => Math.floor(limit / records) + (record < limit % records ? 1 : 0),
+  );
+}
+
 /** Most expired leases one acquire removes (keeps the update expression small). */
 export const MAX_REAPED_PER_ACQUIRE = 25;
 

@@ -1,16 +1,24 @@
+import { createHash } from 'node:crypto';
 import { type DynamoDBDocumentClient, PutCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { unmarshall } from '@aws-sdk/util-dynamodb';
 import { isAwsError } from '../base/errors.js';
-import { decidePoll, type PollHolders, windowAt } from '../domain/quota-rules.js';
+import {
+  decidePoll,
+  POLL_RETRY_AFTER_MS,
+  type PollHolders,
+  pollRecordLimits,
+  windowAt,
+} from '../domain/quota-rules.js';
 import { registryKey } from '../domain/records.js';
 
 /**
  * The quota records in the registry table, read and written only here (docs/configuration.md#limits):
  * - `rate#<scope>#<subject>#<window start>`: a fixed-window counter `n`, one item per subject per
  *   second, taken with one conditional UpdateItem (`n < limit`) and deleted by TTL;
- * - `polls#<tenant>`: the tenant's open long polls as a map of lease token -> lease end, taken with a
- *   conditional UpdateItem on the map's size and given back by removing the token. A lease that a
- *   crashed poll never gave back is removed by the next acquire that finds the map full.
+ * - `polls#<tenant>` (and `polls#<tenant>#<n>` past 64 slots, `pollRecordLimits`): the tenant's open long
+ *   polls as maps of lease token -> lease end, taken with a conditional UpdateItem on the map's size
+ *   and given back by removing the token. A lease that a crashed poll never gave back is removed by the
+ *   next acquire that finds its map full.
  * Shared by every api container, so a limit holds however many instances run.
  */
 
@@ -63,14 +71,16 @@ export function rateKey(scope: string, subject: string, windowStart: number): st
 }
 
 export type PollLease =
-  | { readonly acquired: true; readonly token: string }
+  | { readonly acquired: true; readonly token: string; readonly record: number }
   | { readonly acquired: false; readonly retryAfterMs: number };
 
 /**
  * Takes one of `limit` long-poll slots of `tenant` until `until` (ms since the epoch; the poll must
- * give it back sooner, `releasePollLease`). Usually one UpdateItem; a PutItem creates the record on
- * a tenant's first poll; a full record is read from the refused update (no extra read) and its
- * expired leases removed in the one retry.
+ * give it back sooner, `releasePollLease`). The slots are split over the tenant's records
+ * (`pollRecordLimits`: one record up to 64 slots); the lease goes in the record its token hashes to,
+ * or, when that one is full, the next with room, so a poll is refused only when every record is
+ * full. Usually one UpdateItem; a PutItem creates a record on its first poll; a full record is read
+ * from the refused update (no extra read) and its expired leases removed in the one retry.
  */
 export async function acquirePollLease(
   doc: DynamoDBDocumentClient,
@@ -83,7 +93,32 @@ export async function acquirePollLease(
     readonly now: number;
   },
 ): Promise<PollLease> {
-  const pk = registryKey.polls(input.tenant);
+  const limits = pollRecordLimits(input.limit);
+  const first = createHash('sha256').update(input.token).digest().readUInt32BE(0) % limits.length;
+  let retryAfterMs = POLL_RETRY_AFTER_MS;
+  for (let tried = 0; tried < limits.length; tried++) {
+    const record = (first + tried) % limits.length;
+    const lease = await acquireInRecord(doc, table, record, { ...input, limit: limits[record] ?? 0 });
+    if (lease.acquired) return lease;
+    retryAfterMs = Math.min(retryAfterMs, lease.retryAfterMs);
+  }
+  return { acquired: false, retryAfterMs };
+}
+
+/** `acquirePollLease` in one of the tenant's records, holding at most `limit` leases. */
+async function acquireInRecord(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  record: number,
+  input: {
+    readonly tenant: string;
+    readonly token: string;
+    readonly limit: number;
+    readonly until: number;
+    readonly now: number;
+  },
+): Promise<PollLease> {
+  const pk = registryKey.polls(input.tenant, record);
   const ttl = Math.ceil(input.now / 1000) + POLLS_TTL_SECONDS;
   const take = async (expired: readonly string[]): Promise<PollHolders | 'taken' | 'absent'> => {
     const names: Record<string, string> = { '#h': 'holders', '#t': input.token, '#ttl': 'ttl' };
@@ -119,7 +154,7 @@ export async function acquirePollLease(
 
   for (let attempt = 0, expired: readonly string[] = []; attempt < 3; attempt++) {
     const outcome = await take(expired);
-    if (outcome === 'taken') return { acquired: true, token: input.token };
+    if (outcome === 'taken') return { acquired: true, token: input.token, record };
     if (outcome === 'absent') {
       // The tenant's first poll (or TTL deleted the record): create it holding this lease.
       try {
@@ -130,7 +165,7 @@ export async function acquirePollLease(
             ConditionExpression: 'attribute_not_exists(pk)',
           }),
         );
-        return { acquired: true, token: input.token };
+        return { acquired: true, token: input.token, record };
       } catch (error) {
         if (!isAwsError(error, 'ConditionalCheckFailedException')) throw error;
         expired = [];
@@ -145,17 +180,17 @@ export async function acquirePollLease(
   return { acquired: false, retryAfterMs: 1_000 };
 }
 
-/** Gives a poll's slot back: one UpdateItem, a no-op when the lease is already gone. */
+/** Gives a poll's slot back to its record: one UpdateItem, a no-op when the lease is already gone. */
 export async function releasePollLease(
   doc: DynamoDBDocumentClient,
   table: string,
-  input: { readonly tenant: string; readonly token: string },
+  input: { readonly tenant: string; readonly token: string; readonly record: number },
 ): Promise<void> {
   try {
     await doc.send(
       new UpdateCommand({
         TableName: table,
-        Key: { pk: registryKey.polls(input.tenant) },
+        Key: { pk: registryKey.polls(input.tenant, input.record) },
         UpdateExpression: 'REMOVE #h.#t',
         // Never create the record (an update of a missing item would).
         ConditionExpression: 'attribute_exists(#h)',

@@ -22,20 +22,21 @@ function expiry(now: number): number {
   return Math.floor(now / 1000) + LOG_RETENTION_SECONDS;
 }
 
-/** Adds one to a registry counter item and answers its new value (an atomic ADD: never a conflict). */
+/** Adds `count` to a registry counter item and answers its new value (an atomic ADD: never a conflict). */
 async function increment(
   doc: DynamoDBDocumentClient,
   table: string,
   pk: string,
   now: number,
+  count = 1,
 ): Promise<number> {
   const answer = await doc.send(
     new UpdateCommand({
       TableName: table,
       Key: { pk },
-      UpdateExpression: 'ADD #last :one SET #ttl = :ttl',
+      UpdateExpression: 'ADD #last :count SET #ttl = :ttl',
       ExpressionAttributeNames: { '#last': 'last', '#ttl': 'ttl' },
-      ExpressionAttributeValues: { ':one': 1, ':ttl': expiry(now) },
+      ExpressionAttributeValues: { ':count': count, ':ttl': expiry(now) },
       ReturnValues: 'UPDATED_NEW',
     }),
   );
@@ -52,6 +53,22 @@ export function takeLogPosition(
   now: number,
 ): Promise<number> {
   return increment(doc, table, registryKey.sessionLogCounter(logKey), now);
+}
+
+/**
+ * The next `count` positions of a log at once, for the commits of several samples in one transaction:
+ * answers the first; the others follow it. One ADD, as one position costs.
+ */
+export async function takeLogPositions(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  logKey: string,
+  count: number,
+  now: number,
+): Promise<number> {
+  if (!Number.isSafeInteger(count) || count < 1) throw new RangeError(`cannot take ${count} log positions`);
+  const last = await increment(doc, table, registryKey.sessionLogCounter(logKey), now, count);
+  return last - count + 1;
 }
 
 /** A new clone of a sampling session (join_sampling_session): 1 for the first; the original is 0. */

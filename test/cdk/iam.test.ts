@@ -472,7 +472,9 @@ describe('IAM', () => {
       `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['session#', 'seq#'])}`,
       `dynamodb:UpdateItem table:registry.Arn if ${leadingKeysCondition(['sfc#', 'sfj#'])}`,
     ]);
+    // BatchGetItem of futures: many waiting polls' re-reads merged where one process serves them.
     expect(dynamo.filter((p) => !p.includes('table:registry'))).toEqual([
+      'dynamodb:BatchGetItem table:futures.Arn',
       'dynamodb:BatchGetItem table:models.Arn',
       'dynamodb:GetItem table:futures.Arn',
       'dynamodb:GetItem table:models.Arn',

@@ -167,6 +167,22 @@ describe('calls per request, warm container', () => {
       s3: 1,
       sequential: 3,
     });
+    // The next call on the same sampling session (an RL batch's): its record is known, not read again.
+    const next = await counted('asample, same session', () =>
+      call('asample', {
+        sampling_session_id: samplingSessionId,
+        seq_id: 2,
+        num_samples: 1,
+        prompt: { chunks: [{ type: 'encoded_text', tokens: [1, 2, 3] }] },
+        sampling_params: { max_tokens: 4, temperature: 1 },
+      }),
+    );
+    expect(next.response.status).toBe(200);
+    expect(next.calls.filter((entry) => !isS3Call(entry)).sort()).toEqual([
+      'TransactWriteItems Put:registry+ConditionCheck:registry+Put:futures+Put:registry',
+      'UpdateItem registry',
+    ]);
+    expect(next.sequential).toBe(3);
   });
 
   it('retrieve_future of a finished future: the head, then its outcome; no writes', async () => {

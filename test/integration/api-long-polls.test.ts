@@ -2,7 +2,7 @@ import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TinkerClient } from '../../shared/client/tinker-client.js';
 import { registryKey } from '../../shared/domain/records.js';
-import { acquirePollLease } from '../../shared/repositories/quotas.js';
+import { acquirePollLease, releasePollLease } from '../../shared/repositories/quotas.js';
 import { type ApiHarness, startApiHarness } from '../support/api-harness.js';
 import { completeFuture } from '../support/futures.js';
 import { waitFor } from '../support/wait.js';
@@ -183,5 +183,50 @@ describe('long polls per tenant', () => {
     await waitFor('the long poll holds a slot', async () => Object.keys(await holders('quick')).length === 1);
     expect(await (await waiting).json()).toMatchObject({ type: 'try_again' });
     expect(await holders('quick')).toEqual({});
+  });
+});
+
+describe('many long polls of one tenant', () => {
+  /** Every record of a tenant's polls, by record number (record 0 is `polls#<tenant>`). */
+  async function records(tenant: string, count: number): Promise<Record<string, number>[]> {
+    return Promise.all(
+      Array.from({ length: count }, async (_, record) => {
+        const answer = await api.cloud.clients.doc.send(
+          new GetCommand({
+            TableName: api.cloud.names.tables.registry,
+            Key: { pk: registryKey.polls(tenant, record) },
+            ConsistentRead: true,
+          }),
+        );
+        return (answer.Item?.holders as Record<string, number> | undefined) ?? {};
+      }),
+    );
+  }
+
+  it('130 polls at once all take a slot, spread over records of at most 64; the 131st is refused; each release frees one', async () => {
+    const limit = 130;
+    const now = Date.now();
+    const acquire = (token: string) =>
+      acquirePollLease(api.cloud.clients.doc, api.cloud.names.tables.registry, {
+        tenant: 'rl-batch',
+        token,
+        limit,
+        until: now + 60_000,
+        now,
+      });
+    const leases = await Promise.all(Array.from({ length: limit }, (_, i) => acquire(`poll-${i}`)));
+    expect(leases.every((lease) => lease.acquired)).toBe(true);
+    const held = await records('rl-batch', 4);
+    expect(held.map((record) => Object.keys(record).length)).toEqual([44, 43, 43, 0]);
+    expect(await acquire('one-more')).toEqual({ acquired: false, retryAfterMs: 1000 });
+
+    const first = leases[0];
+    if (!first?.acquired) throw new Error('unreachable');
+    await releasePollLease(api.cloud.clients.doc, api.cloud.names.tables.registry, {
+      tenant: 'rl-batch',
+      token: first.token,
+      record: first.record,
+    });
+    expect(await acquire('one-more')).toMatchObject({ acquired: true, record: first.record });
   });
 });

@@ -7,6 +7,7 @@ import {
 import { config } from '../../shared/base/config.js';
 import { retrieveFuture } from '../../shared/services/api/retrieve.js';
 import { runWorkItem } from '../../shared/services/worker/index.js';
+import { loggedClients } from '../support/call-log.js';
 import { crossEntropy, textDatum, WorkerHarness } from '../support/worker-harness.js';
 
 let h: WorkerHarness;
@@ -149,5 +150,31 @@ describe('commits wake waiting retrieve_future polls (shared/base/commit-signal.
     expect(reads[0]).toBe(true);
     expect(reads.length).toBeGreaterThanOrEqual(2);
     expect(reads.slice(1)).toEqual(reads.slice(1).map(() => false));
+  });
+
+  it('polls woken by one commit re-read together: one BatchGetItem for all of them, each answered its own result', async () => {
+    const { signal } = wakeOnlySignal();
+    const eps = h.tenant('epsilon');
+    const created = await eps.createModel(2, 6);
+    const passes = [];
+    for (const text of ['one', 'two', 'three']) {
+      passes.push(await eps.pass('forward_backward', created.model_id, crossEntropy(textDatum(text))));
+    }
+    const logged = loggedClients(h.cloud.endpoints, h.cloud.prefix);
+    const ctx = { ...eps.ctx(), clients: logged.clients, deadline: Date.now() + 60_000 };
+    const polls = [created.request_id, ...passes].map((request_id) =>
+      retrieveFuture(ctx, { request_id }, { commits: signal }),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    // Each poll read its row's head once, strongly, at its start.
+    expect(logged.log.calls).toEqual(Array.from({ length: 4 }, () => 'GetItem futures'));
+    logged.log.reset();
+    const dispatched = await h.dispatch({ only: (row) => row.model_id === created.model_id });
+    await runWorkItem(dispatched!.manifest, { backend: h.backend, commits: signal });
+    const answers = await Promise.all(polls);
+    expect(answers[0]).toEqual({ model_id: created.model_id, type: 'create_model' });
+    for (const answer of answers.slice(1)) expect(answer).toMatchObject({ metrics: expect.any(Object) });
+    expect(logged.log.calls).toEqual(['BatchGetItem futures']);
+    logged.clients.dynamo.destroy();
   });
 });

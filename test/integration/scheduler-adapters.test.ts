@@ -9,7 +9,14 @@ import { config } from '../../shared/base/config.js';
 import type { ModelRow } from '../../shared/domain/records.js';
 import { scanLiveIndex } from '../../shared/repositories/live-index.js';
 import { readModels } from '../../shared/repositories/models.js';
-import { claimSample, readLiveSampleClaims } from '../../shared/repositories/samples/claims.js';
+import {
+  claimSample,
+  claimSamples,
+  markSampleCancelled,
+  readLiveSampleClaims,
+  readSampleClaims,
+} from '../../shared/repositories/samples/claims.js';
+import { loggedClients } from '../support/call-log.js';
 import type { TestCloud } from '../support/cloud.js';
 import {
   readyModel,
@@ -135,5 +142,55 @@ describe('scheduler adapters under partial answers', () => {
       new Set(),
     );
     expect(await claim('wi-3', now + 1_000)).toBe(true);
+  });
+
+  it('claims many samples in one transaction; one held by another tick fails only its own claim', async () => {
+    const registry = config().table('registry');
+    const now = Date.now();
+    const wanted = (token: string, ids: readonly string[]) =>
+      ids.map((request_id) => ({
+        request_id,
+        claim_token: token,
+        work_item_id: token,
+        lease_until: now + 60_000,
+      }));
+    const ids = Array.from({ length: 5 }, (_, index) => `req-many-${index}`);
+    // Another tick holds the third, live; the fourth's claim expired (its worker vanished, a cancel marked it).
+    await claimSample(cloud.clients.doc, registry, wanted('wi-other', [ids[2] as string])[0]!, now);
+    await claimSample(
+      cloud.clients.doc,
+      registry,
+      { request_id: ids[3] as string, claim_token: 'wi-gone', work_item_id: 'wi-gone', lease_until: now - 1 },
+      now - 10_000,
+    );
+    await markSampleCancelled(cloud.clients.doc, registry, ids[3] as string, now - 5_000);
+    expect(await claimSamples(cloud.clients.doc, registry, wanted('wi-many', ids), now)).toEqual([
+      true,
+      true,
+      false,
+      true,
+      true,
+    ]);
+    const claims = await readSampleClaims(cloud.clients.doc, registry, ids);
+    expect(ids.map((id) => claims.get(id)?.claim_token)).toEqual([
+      'wi-many',
+      'wi-many',
+      'wi-other',
+      'wi-many',
+      'wi-many',
+    ]);
+    // Taken over, not replaced: the mark stays and the dispatches count on (E2, W9).
+    expect(claims.get(ids[3] as string)).toMatchObject({ claims: 2 });
+    expect(claims.get(ids[3] as string)?.cancel_requested).toBeDefined();
+
+    // All free: one TransactWriteItems claims them all, 100 a call.
+    const more = Array.from({ length: 120 }, (_, index) => `req-more-${index}`);
+    const logged = loggedClients(cloud.endpoints, cloud.prefix);
+    const answers = await claimSamples(logged.clients.doc, registry, wanted('wi-more', more), now);
+    expect(answers.every(Boolean)).toBe(true);
+    expect(logged.log.calls.map((call) => `${call.split(' ')[0]} x${call.split('+').length}`).sort()).toEqual(
+      ['TransactWriteItems x100', 'TransactWriteItems x20'],
+    );
+    logged.clients.dynamo.destroy();
   });
 });

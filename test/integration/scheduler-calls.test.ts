@@ -93,6 +93,31 @@ describe('the calls of one incremental tick', () => {
     expect(log.depth()).toBe(8);
   });
 
+  it('three base-model samples: their claims in one transaction (R4), their payloads once their rows show them pending', async () => {
+    const base = samplingSession();
+    for (let n = 0; n < 3; n++) await submitSampleRequest(cloud.clients, base);
+    log.reset();
+    const outcome = await tick([baseModelId('reference/byte-lm')]);
+    expect(outcome.counters).toMatchObject({ work_items: 1, samples_dispatched: 3, sample_claims_lost: 0 });
+    expect([...log.calls].sort()).toEqual(
+      [
+        'Query futures',
+        'BatchGetItem registry', // the samples' claims, strongly (R5)
+        'UpdateItem registry', // the tick lock
+        'GetItem registry', // the drain switch
+        'TransactWriteItems Update:registry+Update:registry+Update:registry', // the three claims
+        'BatchGetItem futures', // the claimed samples' rows: still pending?
+        'GetObject payloads',
+        'GetObject payloads',
+        'GetObject payloads',
+        'PutObject work',
+        'SendMessage queue',
+        'DeleteItem registry',
+      ].sort(),
+    );
+    expect(log.depth()).toBe(8);
+  });
+
   it('a tick that finds nothing to dispatch makes its one look and nothing else', async () => {
     const m = await readyModel(cloud.clients);
     await submitStep(cloud.clients, m, 'forward_backward');

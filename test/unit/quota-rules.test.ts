@@ -5,7 +5,9 @@ import {
   decidePoll,
   FullWindows,
   MAX_REAPED_PER_ACQUIRE,
+  POLL_LEASES_PER_RECORD,
   POLL_RETRY_AFTER_MS,
+  pollRecordLimits,
   windowAt,
 } from '../../shared/domain/quota-rules.js';
 
@@ -69,6 +71,20 @@ describe('long-poll slots', () => {
     expect(decision.kind === 'reap' && decision.expired.length).toBe(MAX_REAPED_PER_ACQUIRE);
   });
 
+  it("a tenant's slots are split over records of at most 64 leases, evenly, together exactly the limit", () => {
+    expect(pollRecordLimits(1)).toEqual([1]);
+    expect(pollRecordLimits(POLL_LEASES_PER_RECORD)).toEqual([64]);
+    expect(pollRecordLimits(65)).toEqual([33, 32]);
+    expect(pollRecordLimits(130)).toEqual([44, 43, 43]);
+    expect(pollRecordLimits(256)).toEqual([64, 64, 64, 64]);
+    for (let limit = 1; limit <= 600; limit++) {
+      const limits = pollRecordLimits(limit);
+      expect(limits.reduce((a, b) => a + b, 0)).toBe(limit);
+      expect(Math.max(...limits)).toBeLessThanOrEqual(POLL_LEASES_PER_RECORD);
+      expect(Math.max(...limits) - Math.min(...limits)).toBeLessThanOrEqual(1);
+    }
+  });
+
   it('a limit lowered below the leases held refuses until enough expire', () => {
     // 3 held, limit 2, one expired: removing it still leaves 2, no room for a third.
     expect(decidePoll({ a: 10, b: 100, c: 100 }, 2, 50)).toMatchObject({ kind: 'full' });
@@ -80,7 +96,8 @@ describe('limits configuration', () => {
     const defaults = readConfig({}).tunables;
     expect(defaults).toMatchObject({
       submitsPerSecond: 200,
-      longPollsPerTenant: 64,
+      // An RL batch of 128 calls waits on 128 futures at once, twice over while a second batch starts.
+      longPollsPerTenant: 256,
       operatorReadsPerSecond: 5,
     });
     expect(readConfig({ SUBMITS_PER_SECOND: '7' }).tunables.submitsPerSecond).toBe(7);

@@ -5,8 +5,11 @@ import {
   commitToken,
   type ModelCommit,
   modelCommitTransaction,
+  SAMPLE_GROUP_INLINE_BYTES,
   type StepCommit,
+  sampleCommitGroups,
   sampleCommitTransaction,
+  sampleGroupCommitTransaction,
 } from '../../shared/services/worker/commit-items.js';
 
 // Passed in, as the worker's runtime does: the transactions read no configuration.
@@ -278,5 +281,55 @@ describe('commitToken (E5)', () => {
     expect(commitToken('model-a@7', 'run-1', 0)).not.toBe(commitToken('model-a@8', 'run-1', 0));
     expect(commitToken('model-a@7', 'run-1', 0)).not.toBe(commitToken('model-a@7', 'run-2', 0));
     expect(commitToken('model-a@7', 'run-1', 0)).not.toBe(commitToken('model-a@7', 'run-1', 1));
+  });
+});
+
+describe('sample commits grouped into transactions', () => {
+  const completed = (bytes: number) => ({
+    outcome: { status: 'completed' as const, result: 'x'.repeat(bytes) },
+  });
+  const sizes = (groups: readonly unknown[][]) => groups.map((group) => group.length);
+
+  it('a group of samples with logs holds 33 (99 actions), without logs 50', () => {
+    const samples = Array.from({ length: 70 }, () => completed(10));
+    expect(sizes(sampleCommitGroups(samples, () => true))).toEqual([33, 33, 4]);
+    expect(sizes(sampleCommitGroups(samples, () => false))).toEqual([50, 20]);
+  });
+
+  it('inline results share the byte budget; a sample over it alone goes alone', () => {
+    const half = SAMPLE_GROUP_INLINE_BYTES / 2;
+    const samples = [completed(half), completed(half), completed(1), completed(3 * half), completed(1)];
+    expect(sizes(sampleCommitGroups(samples, () => true))).toEqual([2, 1, 1, 1]);
+    // Results in S3 and failures carry next to no bytes.
+    const small = [
+      { outcome: { status: 'completed' as const, result_key: 'results/a.json' } },
+      { outcome: { status: 'failed' as const, error: { message: 'bad', category: 'user' as const } } },
+    ];
+    expect(sizes(sampleCommitGroups(small, () => true))).toEqual([2]);
+  });
+
+  it("a group's transaction is its samples' own transactions, one after another", () => {
+    const one = (id: string) =>
+      ({
+        requestId: id,
+        claimToken: 'w1',
+        run: 'run-1',
+        outcome: { status: 'completed', result: '{}' },
+        now: 5,
+        logEntry: { logKey: 'ss#0', position: 3, requestId: id, state: 'finished', tenant: 't', now: 5 },
+      }) as const;
+    const group = sampleGroupCommitTransaction([one('a'), one('b')], tables);
+    const alone = (id: string) =>
+      sampleCommitTransaction(
+        id,
+        'w1',
+        'run-1',
+        { status: 'completed', result: '{}' },
+        5,
+        tables,
+        one(id).logEntry,
+      );
+    expect(group.items).toEqual([...alone('a').items, ...alone('b').items]);
+    expect(group.targets).toEqual([...alone('a').targets, ...alone('b').targets]);
   });
 });

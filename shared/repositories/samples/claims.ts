@@ -2,8 +2,11 @@ import { DeleteCommand, type DynamoDBDocumentClient, UpdateCommand } from '@aws-
 import { batchGetByKey } from '../../aws/batch-get.js';
 import { writeIfCondition } from '../../aws/conditional.js';
 import { getItem } from '../../aws/get-item.js';
-import type { TransactItem } from '../../aws/transact.js';
+import { Limiter } from '../../aws/limiter.js';
+import { type TransactItem, transactWrite } from '../../aws/transact.js';
+import { sha256Hex } from '../../base/ids.js';
 import { sampleClaimTtl } from '../../domain/planning/claim.js';
+import { TRANSACT_WRITE_MAX_ACTIONS } from '../../domain/planning/limits.js';
 import { registryKey, type SampleClaimRecord } from '../../domain/records.js';
 
 /**
@@ -77,30 +80,76 @@ export async function readSampleClaims(
 export async function claimSample(
   doc: DynamoDBDocumentClient,
   table: string,
-  claim: Omit<SampleClaimRecord, 'pk' | 'ttl' | 'cancel_requested' | 'claims'>,
+  claim: NewSampleClaim,
   now: number,
 ): Promise<boolean> {
-  return writeIfCondition(() =>
-    doc.send(
-      new UpdateCommand({
-        TableName: table,
-        Key: claimKey(claim.request_id),
-        UpdateExpression:
-          'SET request_id = :request, claim_token = :token, work_item_id = :item, lease_until = :until, #ttl = :ttl ADD claims :one',
-        ConditionExpression: 'attribute_not_exists(pk) OR lease_until <= :now',
-        ExpressionAttributeNames: { '#ttl': 'ttl' },
-        ExpressionAttributeValues: {
-          ':request': claim.request_id,
-          ':token': claim.claim_token,
-          ':item': claim.work_item_id,
-          ':until': claim.lease_until,
-          ':ttl': sampleClaimTtl(claim.lease_until),
-          ':one': 1,
-          ':now': now,
-        },
-      }),
-    ),
+  return writeIfCondition(() => doc.send(new UpdateCommand(claimUpdate(table, claim, now))));
+}
+
+/** What the scheduler writes to claim a sample (the rest of `SampleClaimRecord` is kept or derived). */
+export type NewSampleClaim = Omit<SampleClaimRecord, 'pk' | 'ttl' | 'cancel_requested' | 'claims'>;
+
+function claimUpdate(table: string, claim: NewSampleClaim, now: number) {
+  return {
+    TableName: table,
+    Key: claimKey(claim.request_id),
+    UpdateExpression:
+      'SET request_id = :request, claim_token = :token, work_item_id = :item, lease_until = :until, #ttl = :ttl ADD claims :one',
+    ConditionExpression: 'attribute_not_exists(pk) OR lease_until <= :now',
+    ExpressionAttributeNames: { '#ttl': 'ttl' },
+    ExpressionAttributeValues: {
+      ':request': claim.request_id,
+      ':token': claim.claim_token,
+      ':item': claim.work_item_id,
+      ':until': claim.lease_until,
+      ':ttl': sampleClaimTtl(claim.lease_until),
+      ':one': 1,
+      ':now': now,
+    },
+  };
+}
+
+/** Claims one TransactWriteItems holds. */
+const CLAIMS_PER_TRANSACTION = TRANSACT_WRITE_MAX_ACTIONS;
+
+/**
+ * Several samples' claims, each the same conditional update as `claimSample`'s, answered in order
+ * (`true`: landed). They go as one TransactWriteItems per 100, which lands whole when no other tick
+ * took any of them meanwhile (the usual case: the tick lock keeps ticks apart); a transaction that
+ * does not land changed nothing, and its claims are then made one by one, so each is won or lost
+ * exactly as alone. One claim is one UpdateItem. An error whose outcome is unknown is thrown: the
+ * caller gives back every claim of the call (a release deletes only a claim that is its own).
+ */
+export async function claimSamples(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  claims: readonly NewSampleClaim[],
+  now: number,
+  concurrency = 16,
+): Promise<boolean[]> {
+  const limiter = new Limiter(concurrency);
+  const oneByOne = (each: readonly NewSampleClaim[]) =>
+    Promise.all(each.map((claim) => limiter.run(() => claimSample(doc, table, claim, now))));
+  if (claims.length <= 1) return oneByOne(claims);
+  const groups: NewSampleClaim[][] = [];
+  for (let at = 0; at < claims.length; at += CLAIMS_PER_TRANSACTION) {
+    groups.push(claims.slice(at, at + CLAIMS_PER_TRANSACTION));
+  }
+  const answers = await Promise.all(
+    groups.map(async (group) => {
+      if (group.length === 1) return oneByOne(group);
+      const token = sha256Hex(
+        ['claims', now, ...group.flatMap((claim) => [claim.request_id, claim.claim_token])].join('\u0000'),
+      ).slice(0, 36);
+      const outcome = await transactWrite(
+        group.map((claim) => ({ Update: claimUpdate(table, claim, now) })),
+        token,
+        doc,
+      );
+      return outcome.ok ? group.map(() => true) : oneByOne(group);
+    }),
   );
+  return answers.flat();
 }
 
 /**

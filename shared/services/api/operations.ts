@@ -29,7 +29,6 @@ import {
 } from '../../repositories/intake/training.js';
 import { requireModel } from '../../repositories/models.js';
 import { canonicalJson, serializeBinaryPayload, serializePayload } from '../../repositories/payloads.js';
-import { requireSamplingSession } from '../../repositories/sampling-sessions.js';
 import { requireSeqCounter } from '../../repositories/seq-counters.js';
 import {
   finishSession,
@@ -72,6 +71,7 @@ import {
   checkTargetPromptIds,
   parseRequest,
 } from './request-checks.js';
+import { samplingSessions } from './sampling-session-cache.js';
 import * as schemas from './schemas.js';
 import { type SdkFeatures, sdkConfigFlags, sdkFeatures } from './sdk-versions.js';
 
@@ -632,7 +632,8 @@ export async function asample(ctx: OperationContext, body: unknown): Promise<Sam
     request.target_prompt_logprobs == null
       ? undefined
       : checkTargetPromptIds(request.target_prompt_logprobs, promptTokens);
-  const session = await requireSamplingSession(
+  // Read once per container: the record never changes (./sampling-session-cache.ts).
+  const session = await samplingSessions.require(
     ctx.clients.doc,
     ctx.tables.registry,
     request.sampling_session_id,

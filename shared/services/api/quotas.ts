@@ -125,11 +125,13 @@ export async function inPollSlot<T, R>(
   }
   // Never rejects: a failed release leaves the lease to expire on its own, and the answer stands.
   const release = (): Promise<void> =>
-    releasePollLease(doc, table, { tenant: input.tenant, token: lease.token }).catch((error: unknown) => {
-      logger.warn('poll lease release failed', {
-        error: error instanceof Error ? error.name : typeof error,
-      });
-    });
+    releasePollLease(doc, table, { tenant: input.tenant, token: lease.token, record: lease.record }).catch(
+      (error: unknown) => {
+        logger.warn('poll lease release failed', {
+          error: error instanceof Error ? error.name : typeof error,
+        });
+      },
+    );
   let polled: T;
   try {
     polled = await poll();

@@ -14,6 +14,7 @@ import {
 import { encodeForwardBackwardOutput, encodeSampleResponse } from '../../wire/results.js';
 import { BinaryAnswer, PROTOBUF_CONTENT_TYPE } from './bodies.js';
 import type { OperationContext } from './operation-context.js';
+import { outcomeReads } from './outcome-reads.js';
 import { inPollSlot } from './quotas.js';
 import { parseRequest } from './request-checks.js';
 import { retrieveFutureRequest } from './schemas.js';
@@ -196,8 +197,12 @@ async function waitWhilePending(
     if (Date.now() - state.since >= schedule.steadyForMs)
       state.delay = Math.min(state.delay * 2, schedule.capMs);
     // A woken wait reads strongly: the commit has landed, and an eventually consistent read might
-    // not show it yet. Timed re-reads may be stale: a stale one only delays the answer.
-    const row = await readFutureOutcome(ctx.clients.doc, ctx.tables.futures, requestId, woken);
+    // not show it yet. Timed re-reads may be stale: a stale one only delays the answer. Where a commit
+    // signal wakes polls, the process serves many at once: their re-reads are merged (./outcome-reads.ts).
+    const row =
+      watch === undefined
+        ? await readFutureOutcome(ctx.clients.doc, ctx.tables.futures, requestId, false)
+        : await outcomeReads(ctx.clients.doc, ctx.tables.futures).read(requestId, woken);
     if (row !== undefined && row.status !== 'pending') return { row };
   }
 }

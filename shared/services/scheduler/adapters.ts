@@ -6,7 +6,7 @@ import { readSampleRows, type SampleRowFacts } from '../../repositories/futures.
 import { queryLiveOfModels, scanLiveIndex } from '../../repositories/live-index.js';
 import { claimModel, readModels, releaseModel } from '../../repositories/models.js';
 import { type PayloadReads, readPayloads } from '../../repositories/payloads.js';
-import { claimSample, readLiveSampleClaims, releaseSampleClaim } from '../../repositories/samples/claims.js';
+import { claimSamples, readLiveSampleClaims, releaseSampleClaim } from '../../repositories/samples/claims.js';
 import { isPoolDraining } from '../ops/control-store.js';
 import { sendManifest, writeWorkItem } from './dispatch.js';
 import type { SchedulerSettings } from './settings.js';
@@ -23,7 +23,8 @@ export interface SchedulerAdapters {
   readModels(modelIds: Iterable<string>): Promise<Map<string, ModelRow>>;
   readSampleClaims(requestIds: Iterable<string>, now: number): Promise<Set<string>>;
   claimModel(claim: ModelClaim): Promise<boolean>;
-  claimSample(claim: Omit<SampleClaimRecord, 'pk' | 'ttl'>, now: number): Promise<boolean>;
+  /** Each sample's conditional claim (R4), in shared transactions where they all land; in order. */
+  claimSamples(claims: readonly Omit<SampleClaimRecord, 'pk' | 'ttl'>[], now: number): Promise<boolean[]>;
   /** Gives back a model claim a failed pass could not dispatch; `false` when its condition failed. */
   releaseModel(release: ModelRelease): Promise<boolean>;
   /** Deletes a sample claim a failed pass could not dispatch; `false` when it is no longer the pass's. */
@@ -52,7 +53,7 @@ export function schedulerAdapters(
     readModels: (ids) => readModels(doc, tables.models, ids),
     readSampleClaims: (ids, now) => readLiveSampleClaims(doc, tables.registry, ids, now),
     claimModel: (claim) => claimModel(doc, tables.models, claim),
-    claimSample: (claim, now) => claimSample(doc, tables.registry, claim, now),
+    claimSamples: (claims, now) => claimSamples(doc, tables.registry, claims, now),
     releaseModel: (release) => releaseModel(doc, tables.models, release),
     releaseSample: (release) =>
       releaseSampleClaim(doc, tables.registry, release.request_id, release.condition.claim_token),

@@ -523,29 +523,33 @@ async function claimAndSend(
       models.delete(model.model_id);
     }
   };
-  const claimSample = async (sample: Plan['samples'][number]): Promise<void> => {
-    const claim = {
+  // The samples' claims go together: usually one transaction per 100 (R4: each is still its own).
+  const claimSamples = async (samples: Plan['samples']): Promise<void> => {
+    if (samples.length === 0) return;
+    const wanted = samples.map((sample) => ({
       request_id: sample.request_id,
       claim_token: workItemId,
       work_item_id: workItemId,
       lease_until: now + settings.leaseMs,
-    };
-    let landed: boolean;
+    }));
+    let landed: boolean[];
     try {
-      landed = await adapters.claimSample(claim, now);
+      landed = await adapters.claimSamples(wanted, now);
     } catch (error) {
-      held.samples.push(claim);
+      held.samples.push(...wanted);
       throw error;
     }
-    if (landed) {
-      held.samples.push(claim);
-      won.push(sample.request_id);
-    } else counters.sample_claims_lost++;
-    sampleClaims.add(sample.request_id);
+    for (const [index, claim] of wanted.entries()) {
+      if (landed[index] === true) {
+        held.samples.push(claim);
+        won.push(claim.request_id);
+      } else counters.sample_claims_lost++;
+      sampleClaims.add(claim.request_id);
+    }
   };
   await allSettledOrThrow([
     ...planned.models.map((model) => limiter.run(() => claimModel(model))),
-    ...planned.samples.map((sample) => limiter.run(() => claimSample(sample))),
+    claimSamples(planned.samples),
   ]);
   counters.models_claimed += claims.size;
   counters.samples_claimed += won.length;

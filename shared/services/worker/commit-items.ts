@@ -1,5 +1,6 @@
 import type { TransactItem } from '../../aws/transact.js';
 import { sha256Hex } from '../../base/ids.js';
+import { TRANSACT_WRITE_MAX_ACTIONS } from '../../domain/planning/limits.js';
 import type { SamplePrefixRef, SamplingSessionRecord } from '../../domain/records.js';
 import { type CheckpointEffect, checkpointEffectItem } from '../../repositories/checkpoints/names.js';
 import { futureCutItem, futureEndItem, type StoredOutcome } from '../../repositories/futures.js';
@@ -111,6 +112,88 @@ export function sampleCommitTransaction(
     items: [...items, logEntryItem(tables.registry, logEntry)],
     targets: [...sampleTargets(requestId), { kind: 'log', request_id: requestId }],
   };
+}
+
+/** One sample's commit, as `sampleCommitTransaction` takes it. */
+export interface SampleCommitInput {
+  readonly requestId: string;
+  readonly claimToken: string;
+  readonly run: string;
+  readonly outcome: StoredOutcome;
+  readonly now: number;
+  readonly logEntry?: LogEntryInput;
+  readonly cancelled?: boolean;
+}
+
+/**
+ * Several samples' commits in one transaction: each sample's actions exactly as its own commit's
+ * (`sampleCommitTransaction`), so each ends with its future, its claim and its log entry together,
+ * and nothing of the group lands unless every condition holds. Callers keep a group within
+ * `TRANSACT_WRITE_MAX_ACTIONS` (`sampleCommitGroups`).
+ */
+export function sampleGroupCommitTransaction(
+  samples: readonly SampleCommitInput[],
+  tables: CommitTables,
+): CommitTransaction {
+  const items: TransactItem[] = [];
+  const targets: ActionTarget[] = [];
+  for (const sample of samples) {
+    const one = sampleCommitTransaction(
+      sample.requestId,
+      sample.claimToken,
+      sample.run,
+      sample.outcome,
+      sample.now,
+      tables,
+      sample.logEntry,
+      sample.cancelled,
+    );
+    items.push(...one.items);
+    targets.push(...one.targets);
+  }
+  return { items, targets };
+}
+
+/** Inline result bytes a group's transaction may carry: the budget a model's commit has (E4's 4 MB). */
+export const SAMPLE_GROUP_INLINE_BYTES = 2 * 1024 * 1024;
+
+/**
+ * Splits samples' commits, in order, into groups whose transactions hold at most
+ * `TRANSACT_WRITE_MAX_ACTIONS` actions (a future, a claim and a log entry each) and
+ * `SAMPLE_GROUP_INLINE_BYTES` of inline results. A sample over the byte budget alone goes alone.
+ */
+export function sampleCommitGroups<T extends Pick<SampleCommitInput, 'outcome'>>(
+  samples: readonly T[],
+  hasLog: (sample: T) => boolean,
+  limits: { readonly actions: number; readonly bytes: number } = {
+    actions: TRANSACT_WRITE_MAX_ACTIONS,
+    bytes: SAMPLE_GROUP_INLINE_BYTES,
+  },
+): T[][] {
+  const groups: T[][] = [];
+  let group: T[] = [];
+  let actions = 0;
+  let bytes = 0;
+  for (const sample of samples) {
+    const cost = hasLog(sample) ? 3 : 2;
+    const size = inlineBytes(sample.outcome);
+    if (group.length > 0 && (actions + cost > limits.actions || bytes + size > limits.bytes)) {
+      groups.push(group);
+      group = [];
+      actions = 0;
+      bytes = 0;
+    }
+    group.push(sample);
+    actions += cost;
+    bytes += size;
+  }
+  if (group.length > 0) groups.push(group);
+  return groups;
+}
+
+/** The bytes an outcome puts on its row: an inline result's JSON text (./outputs.ts), else next to none. */
+function inlineBytes(outcome: StoredOutcome): number {
+  return 'result' in outcome && typeof outcome.result === 'string' ? Buffer.byteLength(outcome.result) : 0;
 }
 
 /**

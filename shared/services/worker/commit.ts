@@ -7,15 +7,18 @@ import type { SamplePrefixRef } from '../../domain/records.js';
 import { readFuture } from '../../repositories/futures.js';
 import { readModelRow } from '../../repositories/models.js';
 import { readSampleClaim } from '../../repositories/samples/claims.js';
-import { takeLogPosition } from '../../repositories/session-log.js';
+import { takeLogPosition, takeLogPositions } from '../../repositories/session-log.js';
 import {
   type CommitTables,
   commitToken,
   type ModelCommit,
   modelCommitTransaction,
+  type SampleCommitInput,
   type StoredOutcome,
+  sampleCommitGroups,
   sampleCommitTransaction,
   sampleCutTransaction,
+  sampleGroupCommitTransaction,
 } from './commit-items.js';
 
 /**
@@ -195,13 +198,19 @@ export async function commitSample(
   sleep: Sleep = realSleep,
   log?: SampleLog,
   cancelled = false,
+  prior?: PriorGroupCommit,
 ): Promise<SampleCommitResult> {
   const { doc, tables } = store;
-  let ambiguous = false;
+  let ambiguous = prior?.ambiguous ?? false;
   let decided: Decided;
+  // A group's position is unfilled unless the group landed: used first, so its log has no hole.
+  let taken = prior?.position;
   for (;;) {
     const position =
-      log === undefined ? undefined : await takeLogPosition(doc, tables.registry, log.logKey, now);
+      log === undefined
+        ? undefined
+        : (taken ?? (await takeLogPosition(doc, tables.registry, log.logKey, now)));
+    taken = undefined;
     const entry =
       log === undefined || position === undefined
         ? undefined
@@ -262,6 +271,155 @@ export async function commitSample(
     return { committed: true, settledByReread: true };
   }
   return { committed: false };
+}
+
+/**
+ * What a sample's own commit knows of the group commit it was part of (`commitSamples`): the log
+ * position the group took for it, and whether the group's outcome was ambiguous (it may have landed).
+ */
+export interface PriorGroupCommit {
+  readonly position?: number;
+  readonly ambiguous: boolean;
+}
+
+/** One sample's commit for `commitSamples`: `commitSample`'s arguments. */
+export interface SampleCommitRequest {
+  readonly requestId: string;
+  readonly claimToken: string;
+  readonly run: string;
+  readonly outcome: StoredOutcome;
+  readonly now: number;
+  readonly log?: SampleLog;
+  readonly cancelled?: boolean;
+}
+
+/**
+ * Commits several samples (R4) in as few transactions as fit (`sampleCommitGroups`), each sample's
+ * actions exactly those of its own commit: its future, its claim's deletion and its log entry (W9).
+ * A group takes its log positions with one ADD per log. A group that does not land whole (a claim
+ * taken over or marked cancelled, a voided position, an unknown outcome) changes nothing, unless it
+ * landed ambiguously: each of its samples is then committed on its own (`commitSample`), starting
+ * from the position the group took for it and knowing the group may have landed, so each answer is
+ * exactly the one its own commit would give. A single sample is committed on its own at once.
+ * Answers in the order of `samples`; an error of one sample's commit is its answer alone.
+ */
+export async function commitSamples(
+  samples: readonly SampleCommitRequest[],
+  store: CommitStore,
+  sleep: Sleep = realSleep,
+): Promise<(SampleCommitResult | Error)[]> {
+  const groups = sampleCommitGroups(
+    samples.map((sample, index) => ({ ...sample, index })),
+    (sample) => sample.log !== undefined,
+  );
+  const answers: (SampleCommitResult | Error)[] = new Array(samples.length);
+  await Promise.all(
+    groups.map(async (group) => {
+      const results = await commitGroup(group, store, sleep);
+      for (const [at, sample] of group.entries())
+        answers[sample.index] = results[at] as SampleCommitResult | Error;
+    }),
+  );
+  return answers;
+}
+
+async function commitGroup(
+  group: readonly SampleCommitRequest[],
+  store: CommitStore,
+  sleep: Sleep,
+): Promise<(SampleCommitResult | Error)[]> {
+  const alone = (sample: SampleCommitRequest, prior?: PriorGroupCommit) =>
+    commitSample(
+      sample.requestId,
+      sample.claimToken,
+      sample.run,
+      sample.outcome,
+      sample.now,
+      store,
+      sleep,
+      sample.log,
+      sample.cancelled ?? false,
+      prior,
+    ).catch((error: unknown) => (error instanceof Error ? error : new Error(String(error))));
+  const [only] = group;
+  if (only === undefined || group.length === 1) return only === undefined ? [] : [await alone(only)];
+  const { doc, tables } = store;
+  let positions: (number | undefined)[];
+  try {
+    positions = await groupLogPositions(group, store);
+  } catch {
+    // Each sample takes its own position, as its own commit does; any position taken here stays
+    // unfilled and is voided by a poll (shared/domain/session-log.ts), as a failed commit's is.
+    return Promise.all(group.map((sample) => alone(sample)));
+  }
+  const inputs: SampleCommitInput[] = group.map((sample, at) => {
+    const position = positions[at];
+    return {
+      requestId: sample.requestId,
+      claimToken: sample.claimToken,
+      run: sample.run,
+      outcome: sample.outcome,
+      now: sample.now,
+      cancelled: sample.cancelled ?? false,
+      ...(sample.log === undefined || position === undefined
+        ? {}
+        : {
+            logEntry: {
+              logKey: sample.log.logKey,
+              position,
+              requestId: sample.requestId,
+              state: sample.outcome.status === 'completed' ? ('finished' as const) : ('failed' as const),
+              tenant: sample.log.tenant,
+              now: sample.now,
+            },
+          }),
+    };
+  });
+  const transaction = sampleGroupCommitTransaction(inputs, tables);
+  const token = commitToken(
+    'samples',
+    ...group.flatMap((sample, at) => [sample.requestId, sample.claimToken, sample.run, positions[at] ?? '']),
+  );
+  const decided = await transactUntilDecided(transaction.items, token, doc, sleep);
+  if (decided.kind === 'ok') return group.map(() => ({ committed: true, settledByReread: false }));
+  logger.info('a group of sample commits did not land whole; committing each on its own', {
+    samples: group.length,
+    outcome: decided.kind,
+  });
+  const ambiguous = decided.ambiguous || decided.kind === 'unknown';
+  return Promise.all(
+    group.map((sample, at) => {
+      const position = positions[at];
+      return alone(sample, { ambiguous, ...(position === undefined ? {} : { position }) });
+    }),
+  );
+}
+
+/** The log positions of a group's samples: one ADD per log, for as many samples as it has there. */
+async function groupLogPositions(
+  group: readonly SampleCommitRequest[],
+  store: CommitStore,
+): Promise<(number | undefined)[]> {
+  const counts = new Map<string, { count: number; now: number }>();
+  for (const sample of group) {
+    if (sample.log === undefined) continue;
+    const entry = counts.get(sample.log.logKey);
+    counts.set(sample.log.logKey, { count: (entry?.count ?? 0) + 1, now: entry?.now ?? sample.now });
+  }
+  const firsts = new Map(
+    await Promise.all(
+      [...counts].map(
+        async ([logKey, { count, now }]) =>
+          [logKey, await takeLogPositions(store.doc, store.tables.registry, logKey, count, now)] as const,
+      ),
+    ),
+  );
+  return group.map((sample) => {
+    if (sample.log === undefined) return undefined;
+    const next = firsts.get(sample.log.logKey) as number;
+    firsts.set(sample.log.logKey, next + 1);
+    return next;
+  });
 }
 
 /**

@@ -7,6 +7,7 @@ import type { LeaseKeeper } from './lease.js';
 import type { OpeningReads } from './opening-reads.js';
 import type { PassBatcher } from './pass-batcher.js';
 import type { Residency } from './residency.js';
+import type { SampleCommits } from './sample-commits.js';
 import type { SampleStart } from './sample-resume.js';
 import type { SamplerCache } from './sampler-cache.js';
 import type { StateCache } from './state-cache.js';
@@ -31,6 +32,8 @@ export interface RunContext {
   readonly now: () => number;
   readonly emit: (event: WorkerEvent) => Promise<void>;
   readonly passes: PassBatcher;
+  /** The samples' commits, gathered into shared transactions (./sample-commits.ts). */
+  readonly sampleCommits: SampleCommits;
   readonly leases: LeaseKeeper;
   readonly samplers: SamplerCache;
   /** The parts' model rows and sample claims, read at once when the work item starts. */

@@ -16,6 +16,7 @@ import { loadWorkItem, type WorkSource } from './load-work-item.js';
 import { runModelPart } from './model-part.js';
 import { covers, type OpeningReads, openingReads } from './opening-reads.js';
 import { PassBatcher } from './pass-batcher.js';
+import { SampleCommits } from './sample-commits.js';
 import { runSamplePart } from './sample-part.js';
 import { loadSampleStarts } from './sample-resume.js';
 import { SamplerCache } from './sampler-cache.js';
@@ -126,6 +127,7 @@ export async function runWorkItem(source: WorkSource, options: WorkerOptions): P
       if (onEvent !== undefined) await onEvent(event);
     },
     passes: new PassBatcher(options.backend, options.passWindowMs),
+    sampleCommits: new SampleCommits({ doc: clients.doc, tables }, options.sampleCommitWindowMs),
     leases,
     samplers: new SamplerCache(options.backend, clients, bucket, tables.registry),
     opening,

@@ -9,7 +9,7 @@ import type { CutRow, PrefixPointer } from '../../repositories/prefix/types.js';
 import { CANCELLED } from '../../repositories/samples/cancel.js';
 import { releaseSampleClaim } from '../../repositories/samples/claims.js';
 import { requireLiveSamplerCheckpoint } from './checkpoint-source.js';
-import { commitSample, returnSampleToPending } from './commit.js';
+import { returnSampleToPending } from './commit.js';
 import { AbandonedError, type RunContext, type SamplingContext, stopIfAborted } from './context.js';
 import type { CutParticipant } from './cut.js';
 import { SampleClaimLostError } from './lease.js';
@@ -151,17 +151,16 @@ async function commitResult(
   stopIfAborted(ctx.signal);
   // The future row's log key, read with its prefix pointers when the work item opened (W9).
   const sessionLog = (await ctx.opening.prefixRefs).get(sample.request_id)?.session_log;
-  const committed = await commitSample(
-    sample.request_id,
-    sample.claim_token,
-    ctx.run,
-    stored,
-    ctx.now(),
-    { doc: ctx.clients.doc, tables: ctx.tables },
-    undefined,
-    typeof sessionLog === 'string' ? { logKey: sessionLog, tenant: sample.tenant } : undefined,
+  // Gathered with the other samples that end now into one transaction (./sample-commits.ts).
+  const committed = await ctx.sampleCommits.commit({
+    requestId: sample.request_id,
+    claimToken: sample.claim_token,
+    run: ctx.run,
+    outcome: stored,
+    now: ctx.now(),
+    ...(typeof sessionLog === 'string' ? { log: { logKey: sessionLog, tenant: sample.tenant } } : {}),
     cancelled,
-  );
+  });
   if ('cancelRequested' in committed) return commitResult(sample, ctx, CANCELLED_RESULT, true);
   if (!committed.committed) return { outcome: 'lost' };
   return {

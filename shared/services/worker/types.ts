@@ -63,6 +63,8 @@ export interface WorkerOptions {
   readonly inlineResultMaxBytes?: number;
   /** How long the first pass of a fused batch waits for passes of other models (default 0: same tick). */
   readonly passWindowMs?: number;
+  /** How long a sample's commit waits for others to share its transaction (default 2 ms, ./sample-commits.ts). */
+  readonly sampleCommitWindowMs?: number;
   /**
    * Stands for the process being killed or shut down: every part not yet committing is abandoned at
    * its next boundary, writes nothing more and releases nothing (its lease expires;
