@@ -91,6 +91,16 @@ const COMPUTE_OPS = ['run_passes', 'forward', 'forward_backward', 'optim_step', 
  * threads spinning against other jobs on 2 cores do not swing a step's time several times over.
  */
 const TORCH_THREADS = 1;
+/**
+ * The base model every case runs on: the tiny model, or `BENCH_ENGINE_MODEL` (a model folder, e.g.
+ * `.local/models/llama-13m`, written by `npm run engine:install`) to see the same cases at another
+ * size (the results file then names the model: `engine-<folder>.json`).
+ */
+const MODEL_DIR =
+  process.env.BENCH_ENGINE_MODEL === undefined
+    ? TINY_MODEL_DIR
+    : path.resolve(process.env.BENCH_ENGINE_MODEL);
+const RESULT_NAME = MODEL_DIR === TINY_MODEL_DIR ? 'engine' : `engine-${path.basename(MODEL_DIR)}`;
 
 interface Shape {
   readonly repeats: number;
@@ -290,8 +300,8 @@ class PlainLoop {
 const round3 = (value: number) => Math.round(value * 1000) / 1000;
 
 export async function run(options: { quick: boolean }): Promise<BenchResult> {
-  if (!existsSync(path.join(TINY_MODEL_DIR, 'config.json'))) {
-    throw new Error(`bench engine: the tiny model is missing (${TINY_MODEL_DIR}): npm run engine:install`);
+  if (!existsSync(path.join(MODEL_DIR, 'config.json'))) {
+    throw new Error(`bench engine: the model is missing (${MODEL_DIR}): npm run engine:install`);
   }
   const python = torchEnginePython(TORCH_ENGINE_VENV);
   const shape = options.quick ? QUICK : FULL;
@@ -321,9 +331,9 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       })
     : [];
   if (only?.every((name) => name === 'model_sizes')) {
-    return { name: 'engine', machine: machine(), quick: options.quick, cases: sizeCases };
+    return { name: RESULT_NAME, machine: machine(), quick: options.quick, cases: sizeCases };
   }
-  const command = torchEngineCommand({ baseModel: TINY_MODEL_DIR, device: 'cpu', dtype: 'float32' });
+  const command = torchEngineCommand({ baseModel: MODEL_DIR, device: 'cpu', dtype: 'float32' });
   const engine = new MeteredEngineProcess(
     { ...command, args: [...command.args, '--threads', String(TORCH_THREADS)] },
     { worker: 'bench engine' },
@@ -350,7 +360,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
   const stack = await startLocalStack({
     prefix: `bench-engine-${Date.now().toString(36)}`,
     extraEnv: {
-      [BASE_MODELS_VAR]: JSON.stringify(engineBaseModels(TINY_MODEL_DIR)),
+      [BASE_MODELS_VAR]: JSON.stringify(engineBaseModels(MODEL_DIR)),
       // As `npm start -- --engine` runs (local/runtime/engine-stack.ts); `stack_window_off` turns it off.
       [COALESCE_WINDOW_VAR]: String(engineCoalesceWindowMs()),
       POWERTOOLS_LOG_LEVEL: 'WARN',
@@ -389,7 +399,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       const created = await client.createModel({
         session_id,
         model_seq_id: modelSeq++,
-        base_model: TINY_MODEL_DIR,
+        base_model: MODEL_DIR,
         lora_config: { rank: RANK, seed },
       });
       await client.waitFor(created.request_id);
@@ -469,7 +479,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       const { sampling_session_id } = await client.createSamplingSession({
         session_id,
         sampling_session_seq_id: samplingSeq++,
-        base_model: TINY_MODEL_DIR,
+        base_model: MODEL_DIR,
       });
       let callSeq = 0;
       return async (worker: typeof mode): Promise<void> => {
@@ -538,7 +548,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     };
 
     const tinyRows = tokenRows(1, 16, 2);
-    await plain.send({ op: 'setup', model: TINY_MODEL_DIR, rank: RANK, batches: { tiny: tinyRows } });
+    await plain.send({ op: 'setup', model: MODEL_DIR, rank: RANK, batches: { tiny: tinyRows } });
     /** The smallest size from `start` (doubling, at most `max`) whose plain step takes minStepMs. */
     const calibrate = async (start: number, max: number, stepMs: (size: number) => Promise<number>) => {
       for (let size = start; ; size *= 2) {
@@ -597,7 +607,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       const { sampling_session_id } = await client.createSamplingSession({
         session_id,
         sampling_session_seq_id: samplingSeq++,
-        base_model: TINY_MODEL_DIR,
+        base_model: MODEL_DIR,
       });
       let sampleSeq = 0;
       const sampleOnce = async (worker: typeof mode) => {
@@ -686,14 +696,14 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       // over 8 adapters (4 calls each at 32).
       // Its own backend over the same process, so the stack's samplers do not evict these 9.
       const direct = new EngineBackend(engine, { name: 'torch', maxSamplers: 16 });
-      const base = await direct.loadSampler(TINY_MODEL_DIR, null);
+      const base = await direct.loadSampler(MODEL_DIR, null);
       const adapters = await Promise.all(
         Array.from({ length: 8 }, async (_, a) => {
           const state = await resident.createModel({
-            base_model: TINY_MODEL_DIR,
+            base_model: MODEL_DIR,
             lora_config: { rank: RANK, seed: 100 + a },
           });
-          return direct.loadSampler(TINY_MODEL_DIR, await resident.exportWeights(state, 'sampler'));
+          return direct.loadSampler(MODEL_DIR, await resident.exportWeights(state, 'sampler'));
         }),
       );
       const alone = (samplerOf: (call: number) => SamplerModel) => async (): Promise<Counts> => {
@@ -797,7 +807,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
     }
 
     return {
-      name: 'engine',
+      name: RESULT_NAME,
       machine: machine(),
       quick: options.quick,
       cases: cases.map((c) => ({
