@@ -54,7 +54,7 @@ describe('npm start --workers', () => {
       () =>
         pids.every((pid) =>
           new RegExp(
-            `\\[worker \\d pid ${pid}\\] worker \\(reference backend\\) polling .* and its lane \\d`,
+            `\\[worker \\d pid ${pid}\\] worker \\(reference backend, up to 4 work items at once\\) polling .* and its lane \\d`,
           ).test(output),
         ),
       30_000,
