@@ -164,13 +164,16 @@ describe('sample commits in shared transactions', () => {
     ]);
     expect(await futureRow(cancelled)).toMatchObject({ status: 'pending' });
     expect(await claimOf(cancelled)).toMatchObject({ claim_token: 'w-cancel' });
-    // The two that landed hold the group's first and third positions (cancel_future took one before
-    // the group), so the poll's cursor moves past them without waiting for a void.
+    // The two that landed hold the group's first and third positions; the position cancel_future took
+    // before the group (its drop was refused: the claim is held) and the cancelled sample's are voided,
+    // so the poll's cursor moves past them without waiting for a poll to void them.
     const entries = await readLogAfter(store.doc, store.tables.registry, logKey, 0, 10);
     const first = entries[0]?.position ?? 0;
     expect(entries).toEqual([
-      { position: first, state: 'finished', request_id: ids[0] },
-      { position: first + 2, state: 'finished', request_id: ids[2] },
+      { position: first, state: 'void' },
+      { position: first + 1, state: 'finished', request_id: ids[0] },
+      { position: first + 2, state: 'void' },
+      { position: first + 3, state: 'finished', request_id: ids[2] },
     ]);
   });
 

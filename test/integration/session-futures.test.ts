@@ -8,6 +8,7 @@ import { CANCELLED } from '../../shared/repositories/samples/cancel.js';
 import {
   logEntryItem,
   readLogAfter,
+  readLogEntry,
   takeLogPosition,
   voidLogPosition,
 } from '../../shared/repositories/session-log.js';
@@ -203,6 +204,9 @@ describe('session futures with queued samples (api only)', () => {
       }),
     );
     expect(await client.cancelFuture(running.request_id)).toMatchObject({ cancelled: true });
+    // The drop it tried first (refused: the claim is held) left no position unfilled.
+    const logKey = sessionLogKey(sampler, 0);
+    expect(await readLogEntry(doc, tables.registry, logKey, 1)).toEqual({ position: 1, state: 'void' });
     // Its worker has not seen the mark yet: the future runs on.
     expect(await client.retrieveFuture(running.request_id)).toMatchObject({ type: 'try_again' });
     const store = { doc, tables: { ...tables, models: api.cloud.names.tables.models } };
@@ -212,12 +216,22 @@ describe('session futures with queued samples (api only)', () => {
     expect(
       await commitSample(running.request_id, 'w1', 'r1', completed, Date.now(), store, undefined, log),
     ).toEqual({ committed: false, cancelRequested: true });
+    // (its position voided too) ...
+    expect(await readLogEntry(doc, tables.registry, logKey, 2)).toEqual({ position: 2, state: 'void' });
     // ... the cancelled end does, once.
     const cancelled = { status: 'failed' as const, error: CANCELLED };
     expect(
       await commitSample(running.request_id, 'w1', 'r1', cancelled, Date.now(), store, undefined, log, true),
     ).toMatchObject({ committed: true });
     expect(await client.retrieveFuture(running.request_id)).toMatchObject({ category: 'user' });
+    // The session's poll answers it at once: no position before it waits to be voided.
+    const started = Date.now();
+    const poll = await client.retrieveFutures({ target: { sampling_session_id: sampler }, prev_cursor: 0 });
+    expect(poll.completions.map((entry) => [entry.state, entry.request_id])).toEqual([
+      ['failed', running.request_id],
+    ]);
+    expect(poll.cursor).toBe(3);
+    expect(Date.now() - started).toBeLessThan(2_000);
     expect(await client.cancelFuture(running.request_id)).toMatchObject({ cancelled: false });
   });
 

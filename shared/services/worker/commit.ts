@@ -7,7 +7,7 @@ import type { SamplePrefixRef } from '../../domain/records.js';
 import { readFuture } from '../../repositories/futures.js';
 import { readModelRow } from '../../repositories/models.js';
 import { readSampleClaim } from '../../repositories/samples/claims.js';
-import { takeLogPosition, takeLogPositions } from '../../repositories/session-log.js';
+import { takeLogPosition, takeLogPositions, voidLogPosition } from '../../repositories/session-log.js';
 import {
   type CommitTables,
   commitToken,
@@ -205,12 +205,16 @@ export async function commitSample(
   let decided: Decided;
   // A group's position is unfilled unless the group landed: used first, so its log has no hole.
   let taken = prior?.position;
+  // The position of the last attempt: voided when the commit is refused for a cancel (the cancelled
+  // commit takes its own), so the session's polls do not wait at it.
+  let lastPosition: number | undefined;
   for (;;) {
     const position =
       log === undefined
         ? undefined
         : (taken ?? (await takeLogPosition(doc, tables.registry, log.logKey, now)));
     taken = undefined;
+    lastPosition = position;
     const entry =
       log === undefined || position === undefined
         ? undefined
@@ -252,6 +256,9 @@ export async function commitSample(
     readFuture(doc, tables.futures, requestId, true),
   ]);
   if (claim?.claim_token === claimToken && claim.cancel_requested !== undefined && !cancelled) {
+    if (log !== undefined && lastPosition !== undefined) {
+      await voidLogPosition(doc, tables.registry, log.logKey, lastPosition, now).catch(() => false);
+    }
     return { committed: false, cancelRequested: true };
   }
   if (claim?.claim_token === claimToken) {
