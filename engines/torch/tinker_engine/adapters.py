@@ -236,7 +236,6 @@ class AdapterPool:
         wanted = {id(a) for a in adapters}
         if len(wanted) > self.max_resident:
             raise InfrastructureError(f"{len(wanted)} adapters in one batch exceed the bound of {self.max_resident}")
-        changed = False
         for adapter in adapters:
             if self.is_resident(adapter):
                 self._resident.move_to_end(adapter.slot)  # type: ignore[arg-type]
@@ -245,9 +244,8 @@ class AdapterPool:
                 victim_slot = next(slot for slot, a in self._resident.items() if id(a) not in wanted)
                 self._evict(self._resident[victim_slot])
             self._load(adapter)
-            changed = True
-        if changed:
-            self._restore_grad_flags()
+        # Also after a load or drop between two calls: PEFT's add and delete reset the flags.
+        self._restore_grad_flags()
 
     def drop(self, adapter: Adapter) -> None:
         """Frees the adapter's device slot without keeping a copy (its handle is gone)."""
