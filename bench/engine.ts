@@ -4,7 +4,6 @@ import { loadavg } from 'node:os';
 import path from 'node:path';
 import { createInterface, type Interface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import type { Context, SQSEvent } from 'aws-lambda';
 import { createWorkerHandler } from '../functions/worker/handler.js';
 import { startLocalStack } from '../local/runtime/stack.js';
@@ -33,6 +32,7 @@ import { StateCache } from '../shared/services/worker/state-cache.js';
 import { modelSizeCases } from './engine-sizes.js';
 import { type BenchResult, type CaseResult, type Counts, machine, runCase, type Subject } from './harness.js';
 import { AwsCallCounter, type CallCount, callsBetween } from './support/aws-calls.js';
+import { countWorkItems } from './support/bench-cloud.js';
 import { cpuMeter } from './support/cpu.js';
 
 /**
@@ -451,18 +451,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
           resetConfig();
         }
       };
-    const workItems = async () => {
-      let count = 0;
-      let token: string | undefined;
-      do {
-        const page = await clients.s3.send(
-          new ListObjectsV2Command({ Bucket: resources.bucket, Prefix: 'work/', ContinuationToken: token }),
-        );
-        count += page.KeyCount ?? 0;
-        token = page.NextContinuationToken;
-      } while (token !== undefined);
-      return count;
-    };
+    const workItems = () => countWorkItems(clients.s3, resources.bucket);
 
     /**
      * `calls` sampling calls of `numSamples` x `newTokens` after `prompt`, on a sampling session of their

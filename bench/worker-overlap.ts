@@ -1,7 +1,6 @@
 import { existsSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import path from 'node:path';
-import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { runWorkerProcess } from '../bin/worker.js';
 import { startLocalStack } from '../local/runtime/stack.js';
 import { EngineBackend } from '../shared/backend/engine/engine-backend.js';
@@ -16,6 +15,7 @@ import { FUNCTION_IDS } from '../shared/base/topology.js';
 import { TinkerClient } from '../shared/client/tinker-client.js';
 import { createApiKey } from '../shared/repositories/api-keys.js';
 import { type BenchResult, type Counts, machine, runCase } from './harness.js';
+import { countWorkItems } from './support/bench-cloud.js';
 
 /**
  * `npm run bench -- worker-overlap [--quick]`: an RL loop's sampling round through `npm run worker`'s
@@ -77,18 +77,7 @@ export async function run(options: { quick: boolean }): Promise<BenchResult> {
       sampling_session_seq_id: 0,
       base_model: TINY_MODEL_DIR,
     });
-    const workItems = async () => {
-      let count = 0;
-      let token: string | undefined;
-      do {
-        const page = await clients.s3.send(
-          new ListObjectsV2Command({ Bucket: resources.bucket, Prefix: 'work/', ContinuationToken: token }),
-        );
-        count += page.KeyCount ?? 0;
-        token = page.NextContinuationToken;
-      } while (token !== undefined);
-      return count;
-    };
+    const workItems = () => countWorkItems(clients.s3, resources.bucket);
     let seq = 0;
     /** One round: the groups submitted one dispatch apart, then every call awaited. */
     const sampleRound = async (): Promise<Counts> => {

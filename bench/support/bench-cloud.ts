@@ -5,6 +5,7 @@ import {
   DynamoDBClient,
   UpdateTimeToLiveCommand,
 } from '@aws-sdk/client-dynamodb';
+import { ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
 import { localAwsClients } from '../../local/cloud/aws-clients.js';
 import { type CloudEndpoints, startLocalCloud } from '../../local/cloud/cloud.js';
 import {
@@ -112,4 +113,18 @@ export async function withBenchCloud<T>(body: (cloud: BenchCloud) => Promise<T>)
     process.off('SIGTERM', onSignal);
     await cloud.stop();
   }
+}
+
+/** How many work items the scheduler has written (`work/` objects in the data bucket). */
+export async function countWorkItems(s3: S3Client, bucket: string): Promise<number> {
+  let count = 0;
+  let token: string | undefined;
+  do {
+    const page = await s3.send(
+      new ListObjectsV2Command({ Bucket: bucket, Prefix: 'work/', ContinuationToken: token }),
+    );
+    count += page.KeyCount ?? 0;
+    token = page.NextContinuationToken;
+  } while (token !== undefined);
+  return count;
 }

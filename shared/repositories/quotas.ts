@@ -74,6 +74,15 @@ export type PollLease =
   | { readonly acquired: true; readonly token: string; readonly record: number }
   | { readonly acquired: false; readonly retryAfterMs: number };
 
+/** A poll lease asked for: the tenant, the poll's token, the tenant's limit, until when, and now. */
+interface PollLeaseRequest {
+  readonly tenant: string;
+  readonly token: string;
+  readonly limit: number;
+  readonly until: number;
+  readonly now: number;
+}
+
 /**
  * Takes one of `limit` long-poll slots of `tenant` until `until` (ms since the epoch; the poll must
  * give it back sooner, `releasePollLease`). The slots are split over the tenant's records
@@ -85,13 +94,7 @@ export type PollLease =
 export async function acquirePollLease(
   doc: DynamoDBDocumentClient,
   table: string,
-  input: {
-    readonly tenant: string;
-    readonly token: string;
-    readonly limit: number;
-    readonly until: number;
-    readonly now: number;
-  },
+  input: PollLeaseRequest,
 ): Promise<PollLease> {
   const limits = pollRecordLimits(input.limit);
   const first = createHash('sha256').update(input.token).digest().readUInt32BE(0) % limits.length;
@@ -110,13 +113,7 @@ async function acquireInRecord(
   doc: DynamoDBDocumentClient,
   table: string,
   record: number,
-  input: {
-    readonly tenant: string;
-    readonly token: string;
-    readonly limit: number;
-    readonly until: number;
-    readonly now: number;
-  },
+  input: PollLeaseRequest,
 ): Promise<PollLease> {
   const pk = registryKey.polls(input.tenant, record);
   const ttl = Math.ceil(input.now / 1000) + POLLS_TTL_SECONDS;

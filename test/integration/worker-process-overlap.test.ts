@@ -1,4 +1,3 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -8,6 +7,7 @@ import { ReferenceBackend } from '../../shared/backend/reference/reference-backe
 import { manifestOf, type WorkManifest } from '../../shared/domain/planning/work-item.js';
 import type { LiveRow } from '../../shared/domain/records.js';
 import { runWorkItem } from '../../shared/services/worker/index.js';
+import { runScript, type ScriptProcess } from '../support/processes.js';
 import { cycle, expectBackToPending, onlyIds, startsOf, uninterrupted } from '../support/resume-harness.js';
 import { waitFor } from '../support/wait.js';
 import {
@@ -178,29 +178,15 @@ describe('the worker process runs work items side by side', () => {
 });
 
 describe('SIGTERM while two work items run', () => {
-  const children: ChildProcess[] = [];
+  const children: ScriptProcess[] = [];
   afterEach(() => {
     for (const child of children.splice(0)) if (child.exitCode === null) child.kill('SIGKILL');
   });
 
   function spawnWorker(args: string[], env: Record<string, string> = {}) {
-    const root = fileURLToPath(new URL('../../', import.meta.url));
-    const child = spawn(process.execPath, ['--import', 'tsx', 'bin/worker.ts', ...args], {
-      cwd: root,
-      env: {
-        ...process.env,
-        ...h.cloud.env,
-        AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
-        ...env,
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    children.push(child);
-    let out = '';
-    child.stdout?.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.stderr?.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-    return { child, out: () => out, exited };
+    const running = runScript('bin/worker.ts', { ...process.env, ...h.cloud.env, ...env }, args);
+    children.push(running.child);
+    return { child: running.child, out: running.output, exited: running.exited };
   }
 
   it('cuts the samples of both, deletes both messages, and each resumes exactly once', async () => {

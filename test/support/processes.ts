@@ -61,9 +61,16 @@ export interface RunningScript {
   readonly exited: Promise<number | null>;
 }
 
-/** Runs a repository script the way its npm script does, minus npm: one node process to signal. */
-export function runScript(script: string, env: NodeJS.ProcessEnv = process.env): RunningScript {
-  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+/**
+ * Runs a repository script the way its npm script does, minus npm: one node process to signal;
+ * `args` follow the script's name.
+ */
+export function runScript(
+  script: string,
+  env: NodeJS.ProcessEnv = process.env,
+  args: readonly string[] = [],
+): RunningScript {
+  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
     cwd: fileURLToPath(new URL('../../', import.meta.url)),
     env: { ...env, AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -153,37 +153,3 @@ def test_every_bit_of_a_seed_keys_the_adapter(engine: Engine) -> None:
     bound = 1.0 / math.sqrt(low[first_a].shape[1])
     expected = (torch.rand(low[first_a].shape, generator=generator, dtype=torch.float32) * 2 - 1) * bound
     assert torch.equal(low[first_a], expected)
-
-
-def test_a_released_sampler_leaves_fused_training_its_gradients(make_engine: Callable[..., Engine]) -> None:
-    """PEFT resets the adapters' grad flags when it changes the active adapter (a sampler sampled from,
-    then released): the next fused pass over two models still gives both their gradients."""
-
-    def fused_grads(engine: Engine, sampler_between: bool) -> list[dict[str, np.ndarray]]:
-        handles = [create(engine, seed=3), create(engine, seed=5)]
-        if sampler_between:
-            weights = engine.dispatch("export_weights", {"state": create(engine, seed=4), "kind": "sampler"})
-            loaded = engine.dispatch("load_sampler", {"base_model": engine.base.name, "weights": weights["weights"]})
-            request = {
-                "prompt": {"chunks": [{"type": "encoded_text", "tokens": np.asarray([3, 1, 4], dtype=np.int32)}]},
-                "num_samples": 1,
-                "sampling_params": {"max_tokens": 2, "seed": 1},
-            }
-            engine.dispatch("sample", {"sampler": loaded["sampler"], "request": request})
-            engine.dispatch("release", {"handles": [loaded["sampler"]]})
-        items = [
-            {"type": "forward_backward", "state": handle, "input": pass_input([sequence_datum(SEQUENCES[m])])}
-            for m, handle in enumerate(handles)
-        ]
-        outcomes = engine.dispatch("run_passes", {"items": items})["outcomes"]
-        grads = [engine.states[outcome["state"]["handle"]].grad for outcome in outcomes]
-        assert all(grad is not None for grad in grads)
-        return [{key: value.numpy() for key, value in grad.items()} for grad in grads if grad is not None]
-
-    plain = fused_grads(make_engine(), sampler_between=False)
-    after_sampler = fused_grads(make_engine(), sampler_between=True)
-    for a, b in zip(plain, after_sampler, strict=True):
-        assert a.keys() == b.keys()
-        for key in a:
-            assert np.abs(a[key]).sum() > 0 or np.abs(b[key]).sum() == 0
-            np.testing.assert_allclose(b[key], a[key], rtol=1e-5, atol=1e-7)

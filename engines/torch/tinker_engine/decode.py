@@ -86,9 +86,6 @@ class Call:
         k = self.params.topk_sample_logprobs
         self.stepping = any(self.active(i) or (k > 0 and self.step < self.replay[i]) for i in range(self.rows))
 
-    def more(self) -> bool:
-        return self.stepping
-
     def choosing(self) -> list[int]:
         """The rows that choose a token at this step (the others replay a restored token or idle)."""
         return [i for i in range(self.rows) if self.step >= self.replay[i] and self.active(i)]
@@ -188,7 +185,7 @@ class Decoder:
     @property
     def kv_bytes(self) -> int:
         """The KV arena's size: what the budget bounds."""
-        return self.arena.slots * self.arena.positions * self.per_position
+        return self._arena_bytes(self.arena.slots, self.arena.positions)
 
     def submit(
         self,
@@ -232,7 +229,7 @@ class Decoder:
         for call in [c for c in (*self.live, *self.waiting) if c.stop_requested]:
             answers.append(self._leave(call, None))
         answers.extend(self._admit())
-        for call in [c for c in self.live if not c.more()]:
+        for call in [c for c in self.live if not c.stepping]:
             answers.append(self._leave(call, None))
         if not self.live:
             return answers
@@ -288,7 +285,7 @@ class Decoder:
                 failure = error if isinstance(error, EngineError) else InfrastructureError(f"sample: {error}")
                 answers.append(self._leave(call, failure))
         # The admitted calls' first tokens, chosen together.
-        choosing = [(call, rows) for call, rows in started if call.more()]
+        choosing = [(call, rows) for call, rows in started if call.stepping]
         if choosing:
             self._choose([call for call, _ in choosing], torch.cat([rows for _, rows in choosing]))
         return answers
@@ -333,7 +330,7 @@ class Decoder:
     def _decode(self) -> None:
         adapters = {id(c.adapter): c.adapter for c in self.live if c.adapter is not None}
         self.pool.activate(list(adapters.values()))
-        stepping = [call for call in self.live if call.more()]
+        stepping = [call for call in self.live if call.stepping]
         slots = [(call, row) for call in stepping for row in range(call.rows)]
         width = self.decode_rows
         chunks = [slots[start : start + width] for start in range(0, len(slots), width)]
