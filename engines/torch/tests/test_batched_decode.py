@@ -100,14 +100,36 @@ def test_a_call_answers_the_same_bits_alone_in_a_batch_and_among_other_adapters(
 
 
 def test_rows_over_several_forwards_of_a_step_answer_their_bits_alone(make_engine: Callable[..., Engine]) -> None:
-    """More live rows than `decode_rows`: a step runs several forwards; adapters' rows span blocks."""
-    engine = make_engine(decode_rows=16)
+    """More live rows than `decode_rows`: a step runs several forwards of several tiles (the last of
+    fewer); adapters' rows span blocks."""
+    engine = make_engine(decode_rows=24, decode_tile_rows=8)
     engine.dispatch("hello", {"protocol_version": 2, "worker": "pytest"})
     samplers = [_sampler(engine, seed) for seed in (None, 1, 2)]
     calls = {i: {"sampler": samplers[i % 3], "request": _request(400 + i, num_samples=1 + i % 2)} for i in range(25)}
     answers = _run(engine, calls)
     for i in (0, 7, 13, 24):
         _same(answers[i], _run(engine, {i: calls[i]})[i])
+
+
+def test_a_step_runs_the_tiles_its_rows_fill(make_engine: Callable[..., Engine]) -> None:
+    """3 rows run as one tile of 8, 9 rows as two, 40 rows as a forward of 24 and one of 16 (row_tiles.py)."""
+    engine = make_engine(decode_rows=24, decode_tile_rows=8)
+    engine.dispatch("hello", {"protocol_version": 2, "worker": "pytest"})
+    sampler = _sampler(engine, None)
+    widths: list[int] = []
+    embed = engine.pool.base.model.get_input_embeddings()
+    hook = embed.register_forward_pre_hook(lambda _module, inputs: widths.append(inputs[0].shape[0]))
+    try:
+        for calls, expected in ((3, [8]), (9, [16]), (40, [24, 16])):
+            for i in range(calls):
+                engine.submit_sample(i, {"sampler": sampler, "request": _request(500 + i)})
+            engine.decoder.step()  # admission (prompt forwards) and the first decode step
+            widths.clear()
+            engine.decoder.step()
+            assert widths == expected, calls
+            _drain(engine)
+    finally:
+        hook.remove()
 
 
 def test_calls_of_one_prompt_share_its_forward_and_each_answers_its_bits_alone(engine2: Engine) -> None:

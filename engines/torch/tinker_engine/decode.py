@@ -36,6 +36,7 @@ from .models import upcast
 from .prng import sample_uniforms
 from .row_attention import KvArena, StepRows, decode_step, install
 from .row_lora import BASE, lora_layers, per_row_lora
+from .row_tiles import base_linears, check_tile_rows, tiled
 from .sampling import (
     IDLE_TOKEN,
     SampleParams,
@@ -162,10 +163,13 @@ Answer = tuple[Any, dict[str, Any] | EngineError]
 class Decoder:
     """The engine's live sample calls and their shared decode steps."""
 
-    def __init__(self, pool: AdapterPool, decode_rows: int, kv_budget_bytes: int) -> None:
+    def __init__(self, pool: AdapterPool, decode_rows: int, tile_rows: int, kv_budget_bytes: int) -> None:
+        check_tile_rows(tile_rows)
         install()
         self.pool = pool
-        self.decode_rows = max(1, decode_rows)
+        self.tile_rows = tile_rows
+        # Whole tiles, at least one.
+        self.decode_rows = max(1, -(-decode_rows // tile_rows)) * tile_rows
         self.kv_budget_bytes = kv_budget_bytes
         self.per_position = kv_bytes_per_position(pool)
         config = pool.base.model.config
@@ -332,9 +336,10 @@ class Decoder:
         self.pool.activate(list(adapters.values()))
         stepping = [call for call in self.live if call.stepping]
         slots = [(call, row) for call in stepping for row in range(call.rows)]
-        width = self.decode_rows
-        chunks = [slots[start : start + width] for start in range(0, len(slots), width)]
-        logprobs = torch.cat([self._forward(chunk, width) for chunk in chunks])
+        most, tile = self.decode_rows, self.tile_rows
+        chunks = [slots[start : start + most] for start in range(0, len(slots), most)]
+        # Each forward as many whole tiles as its rows need (row_tiles.py).
+        logprobs = torch.cat([self._forward(chunk, -(-len(chunk) // tile) * tile) for chunk in chunks])
         for call in stepping:
             call.length += 1
         self._choose(stepping, logprobs)
@@ -373,7 +378,7 @@ class Decoder:
             call.advance(logprobs[at : at + call.rows], chosen_rows)
 
     def _forward(self, chunk: list[tuple[Call, int]], width: int) -> torch.Tensor:
-        """One forward of exactly `width` rows; the float64 logprobs of the chunk's rows."""
+        """One forward of `width` rows (whole tiles); the float64 logprobs of the chunk's rows."""
         device = self.pool.base.device
         idle = width - len(chunk)
         names = [self._name(call) for call, _ in chunk] + [BASE] * idle
@@ -385,8 +390,13 @@ class Decoder:
         position_ids = torch.tensor(positions, dtype=torch.long, device=device).unsqueeze(1)
         if self._layers_at != self.pool.loads:
             self._layers = lora_layers(self.pool.peft)
+            base_linears(self.pool.peft)
             self._layers_at = self.pool.loads
-        with per_row_lora(self._layers, names), decode_step(StepRows.of(self.arena, entries)):
+        with (
+            per_row_lora(self._layers, names),
+            decode_step(StepRows.of(self.arena, entries)),
+            tiled(self.tile_rows),
+        ):
             out = self.pool.peft(input_ids=input_ids, position_ids=position_ids, use_cache=False)
         return torch.log_softmax(upcast(out.logits[: len(chunk), -1]), dim=-1).to(torch.float64)
 

@@ -63,10 +63,12 @@ class EngineOptions:
     max_live_samples: int = 8
     live_sample_bytes: int = 1 << 30
     live_sample_idle_s: float = 30.0
-    # Batched decode (protocol version 2): rows per decode forward (every forward has exactly this
-    # many, so a row's result does not depend on the batch), and the bytes of KV cache the admitted
-    # calls may reserve together (each its rows x (prompt + max_tokens) positions); the rest wait.
-    decode_rows: int = 64
+    # Batched decode (protocol version 2): at most this many rows per decode forward, in tiles of
+    # `decode_tile_rows` rows (every base linear layer multiplies tile by tile, so a row's result does
+    # not depend on the batch, row_tiles.py), and the bytes of KV cache the admitted calls may reserve
+    # together (each its rows x (prompt + max_tokens) positions); the rest wait.
+    decode_rows: int = 128
+    decode_tile_rows: int = 32
     kv_budget_bytes: int = 2 << 30
     clock: Callable[[], float] = time.monotonic
 
@@ -86,7 +88,7 @@ class Engine:
         self.live_samples = LiveSampleStore(
             options.max_live_samples, options.live_sample_bytes, options.live_sample_idle_s, options.clock
         )
-        self.decoder = Decoder(self.pool, options.decode_rows, options.kv_budget_bytes)
+        self.decoder = Decoder(self.pool, options.decode_rows, options.decode_tile_rows, options.kv_budget_bytes)
         # Answers the decoder owes outside a step (calls of a released sampler), for server.py to send.
         self.owed: list[Answer] = []
         self._ids = itertools.count(1)

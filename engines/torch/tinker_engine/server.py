@@ -27,6 +27,7 @@ from .engine import Engine, EngineOptions
 from .errors import EngineError, InfrastructureError, ProtocolError
 from .models import choose_device, choose_dtype, load_base_model
 from .protocol import Encoder, Frame, decode_value, read_frame, write_frame
+from .row_tiles import check_tile_rows
 
 log = logging.getLogger("tinker_engine")
 
@@ -162,8 +163,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--decode-rows",
         type=int,
-        default=64,
-        help="rows per batched decode forward (protocol 2); every forward has exactly this many (default 64)",
+        default=128,
+        help="most rows per batched decode forward (protocol 2), rounded up to whole tiles (default 128)",
+    )
+    parser.add_argument(
+        "--decode-tile-rows",
+        type=int,
+        default=None,
+        help=(
+            "rows per tile of a batched decode forward, a multiple of 8: a forward runs as many tiles as its"
+            " rows need and every base linear layer multiplies tile by tile (default 32 on a CPU; on other"
+            " devices --decode-rows, one fixed-width tile)"
+        ),
     )
     parser.add_argument(
         "--kv-budget-bytes",
@@ -173,7 +184,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log-level", default=os.environ.get("TINKER_ENGINE_LOG", "INFO"))
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.decode_tile_rows is not None:
+        try:
+            check_tile_rows(args.decode_tile_rows)
+        except ValueError as error:
+            parser.error(f"--decode-tile-rows: {error}")
+    return args
+
+
+def decode_tile_rows(args: argparse.Namespace, device: Any) -> int:
+    """`--decode-tile-rows`, or its default for `device`. On a CPU, tiles of 32 rows: a step pays for the
+    tiles its live rows fill, not for a fixed width. Elsewhere one tile of `--decode-rows` rows: a GPU
+    decode step is bound by reading the weights, which a batched product over tiles would read once per
+    tile, and its kernels are chosen by shape (engines/torch/README.md)."""
+    if args.decode_tile_rows is not None:
+        return int(args.decode_tile_rows)
+    return 32 if device.type == "cpu" else int(args.decode_rows)
 
 
 def main(argv: list[str] | None = None, output: BinaryIO | None = None) -> int:
@@ -207,6 +234,7 @@ def main(argv: list[str] | None = None, output: BinaryIO | None = None) -> int:
         live_sample_bytes=args.live_sample_bytes,
         live_sample_idle_s=args.live_sample_idle_s,
         decode_rows=args.decode_rows,
+        decode_tile_rows=decode_tile_rows(args, device),
         kv_budget_bytes=args.kv_budget_bytes,
     )
     engine = Engine(base, options)
