@@ -31,8 +31,9 @@ export interface Config {
   readonly emitMetrics: boolean;
   /**
    * X-Ray tracing of the handlers and their AWS SDK calls (POWERTOOLS_TRACE_ENABLED, default true;
-   * the stack sets it false under `-c tracing=false`). Powertools' Tracer also stays off wherever
-   * Lambda's execution environment is absent (`npm start`, tests, a GPU host), so locally it costs nothing.
+   * the stack sets it false under `-c tracing=false`), and only inside Lambda's execution environment
+   * (AWS_EXECUTION_ENV set, AWS_SAM_LOCAL not), as Powertools' Tracer decides: off for `npm start`,
+   * the tests and a GPU host, which then never load the X-Ray SDK (`shared/aws/tracer.ts`).
    */
   readonly tracing: boolean;
   /**
@@ -442,8 +443,12 @@ export function readConfig(env: Env = process.env): Config {
     },
     s3ForcePathStyle: booleanFlag(env, 'S3_FORCE_PATH_STYLE'),
     emitMetrics: booleanFlag(env, 'EMIT_METRICS') || env.AWS_LAMBDA_FUNCTION_NAME !== undefined,
+    // Where Powertools' Tracer would trace: Lambda's execution environment, not SAM's local one.
     tracing:
-      optional(env, 'POWERTOOLS_TRACE_ENABLED') === undefined || booleanFlag(env, 'POWERTOOLS_TRACE_ENABLED'),
+      (optional(env, 'POWERTOOLS_TRACE_ENABLED') === undefined ||
+        booleanFlag(env, 'POWERTOOLS_TRACE_ENABLED')) &&
+      optional(env, 'AWS_EXECUTION_ENV') !== undefined &&
+      optional(env, 'AWS_SAM_LOCAL') === undefined,
     tokenizerId: optional(env, TOKENIZER_ID_VAR),
     get baseModels() {
       served ??= baseModels(env);

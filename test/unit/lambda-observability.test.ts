@@ -1,7 +1,10 @@
+import { execFileSync } from 'node:child_process';
 import type { Context } from 'aws-lambda';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { createAwsClients } from '../../shared/aws/clients.js';
 import { observedHandler } from '../../shared/aws/lambda-handler.js';
-import { tracer } from '../../shared/aws/tracer.js';
+import { traceInvocation, tracer } from '../../shared/aws/tracer.js';
+import { readConfig } from '../../shared/base/config.js';
 import { appendLogKeys, logger, withLogKeys } from '../../shared/base/logger.js';
 
 /** A Lambda context as the runtime passes it (only what the logger reads matters here). */
@@ -111,9 +114,45 @@ describe('the logger inside a Lambda invocation', () => {
   });
 });
 
-describe('the tracer off Lambda', () => {
-  it('is off, so handlers and SDK clients run untraced and need no X-Ray daemon', () => {
+describe('the tracer', () => {
+  it('is off outside Lambda, and the X-Ray SDK (and its hook on every promise) is never loaded', async () => {
     expect(process.env.AWS_EXECUTION_ENV).toBeUndefined();
-    expect(tracer().isTracingEnabled()).toBe(false);
+    expect(await tracer()).toBeUndefined();
+    const clients = createAwsClients();
+    const answer = await traceInvocation('probe', async () => 'ran');
+    expect(answer).toBe('ran');
+    expect(clients.dynamo.middlewareStack.identify().join()).not.toMatch(/xray/i);
+    // cls-hooked, which the X-Ray SDK loads, registers its namespace here.
+    expect((process as { namespaces?: Record<string, unknown> }).namespaces?.AWSXRay).toBeUndefined();
+  });
+
+  it('inside Lambda loads on first use and traces the clients created before and after', () => {
+    // In a process of its own: loading the X-Ray SDK hooks every promise of the process it runs in.
+    const code = `
+      const { createAwsClients } = await import(${JSON.stringify(new URL('../../shared/aws/clients.ts', import.meta.url).href)});
+      const { tracer } = await import(${JSON.stringify(new URL('../../shared/aws/tracer.ts', import.meta.url).href)});
+      const traced = (client) => client.middlewareStack.identify().some((name) => /xray/i.test(name));
+      const early = createAwsClients();
+      const before = traced(early.dynamo);
+      const loaded = (await tracer()) !== undefined;
+      process.stdout.write(JSON.stringify([before, loaded, traced(early.dynamo), traced(createAwsClients().s3)]));`;
+    const answer = execFileSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
+      encoding: 'utf8',
+      env: {
+        ...process.env,
+        AWS_EXECUTION_ENV: 'AWS_Lambda_nodejs20.x',
+        AWS_XRAY_CONTEXT_MISSING: 'IGNORE_ERROR',
+      },
+    });
+    expect(JSON.parse(answer)).toEqual([false, true, true, true]);
+  });
+
+  it('is on inside Lambda unless the stack turned it off or SAM runs it locally', () => {
+    const lambda = { AWS_EXECUTION_ENV: 'AWS_Lambda_nodejs20.x' };
+    expect(readConfig(lambda).tracing).toBe(true);
+    expect(readConfig({ ...lambda, POWERTOOLS_TRACE_ENABLED: 'true' }).tracing).toBe(true);
+    expect(readConfig({ ...lambda, POWERTOOLS_TRACE_ENABLED: 'false' }).tracing).toBe(false);
+    expect(readConfig({ ...lambda, AWS_SAM_LOCAL: 'true' }).tracing).toBe(false);
+    expect(readConfig({}).tracing).toBe(false);
   });
 });
