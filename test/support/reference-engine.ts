@@ -12,7 +12,8 @@ import { DEFAULT_BASE_MODEL } from '../../shared/services/api/capabilities.js';
  * The reference backend as an engine process (shared/backend/engine/serve.ts), for the protocol's and
  * the worker's tests. Faults on demand: when `REFERENCE_ENGINE_FAULTS` names a folder holding a file
  * named after the op about to run, the file is removed and the engine does what it says, once:
- * `exit` (crashes with code 3) or `hang` (never answers). `REFERENCE_ENGINE_PROTOCOLS` lists the
+ * `exit` (crashes with code 3), `hang` (never answers, nor anything after) or `delay <ms>` (answers
+ * that late). `REFERENCE_ENGINE_PROTOCOLS` lists the
  * protocol versions it speaks (default 1).
  */
 
@@ -45,6 +46,8 @@ async function faultBefore(op: string): Promise<void> {
   process.stderr.write(`reference engine: injected ${fault} before ${op}\n`);
   if (fault === 'exit') process.exit(3);
   if (fault === 'hang') await new Promise(() => setInterval(() => undefined, 60_000));
+  const delay = /^delay (\d+)$/.exec(fault);
+  if (delay !== null) await new Promise((resolve) => setTimeout(resolve, Number(delay[1])));
 }
 
 if (process.argv[1] !== undefined && path.resolve(process.argv[1]) === SELF) {

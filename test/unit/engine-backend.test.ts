@@ -37,9 +37,14 @@ afterAll(async () => {
   await Promise.all(engines.map((engine) => engine.stop()));
 });
 
-function start(options: Parameters<typeof referenceEngineCommand>[0] = {}, timeoutMs?: number) {
+function start(
+  options: Parameters<typeof referenceEngineCommand>[0] = {},
+  timeoutMs?: number,
+  livenessProbeMs?: number,
+) {
   const engine = new EngineProcess(referenceEngineCommand(options), {
     ...(timeoutMs === undefined ? {} : { requestTimeoutMs: timeoutMs }),
+    ...(livenessProbeMs === undefined ? {} : { livenessProbeMs }),
   });
   engines.push(engine);
   return { engine, backend: new EngineBackend(engine) };
@@ -223,6 +228,40 @@ describe('EngineBackend over the reference engine', () => {
     await engine.ping();
     expect(engine.pid).not.toBe(pid);
     expect(engine.restarts).toBe(1);
+  });
+
+  describe('a version 2 sample, which has no timeout of its own', () => {
+    const request = {
+      num_samples: 1,
+      prompt: { chunks: [{ type: 'encoded_text' as const, tokens: Int32Array.from([72, 105]) }] },
+      sampling_params: { max_tokens: 4, temperature: 0.9, seed: 5 },
+    };
+
+    it('fails, and the engine restarts, when the engine stops answering anything', async () => {
+      const folder = faults();
+      const { engine, backend } = start({ faults: folder, protocolVersions: [2, 1] }, 1_500, 100);
+      const sampler = await backend.loadSampler(BASE, null);
+      expect(engine.protocolVersion).toBe(2);
+      const pid = engine.pid;
+      writeFileSync(path.join(folder, 'sample'), 'hang');
+      const error = await backend.sample(sampler, request).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(InfrastructureError);
+      // The liveness ping, sent after 100 ms of silence, went unanswered for the request timeout.
+      expect((error as Error).message).toMatch(/did not answer ping within 1500 ms/);
+      await engine.ping();
+      expect(engine.pid).not.toBe(pid);
+      expect(engine.restarts).toBe(1);
+    });
+
+    it('runs on while the engine is busy but answers the liveness ping within the request timeout', async () => {
+      const folder = faults();
+      const { engine, backend } = start({ faults: folder, protocolVersions: [2, 1] }, 1_500, 100);
+      const sampler = await backend.loadSampler(BASE, null);
+      writeFileSync(path.join(folder, 'sample'), 'delay 600');
+      const run = await backend.sample(sampler, request);
+      expect(run.sequences[0]?.tokens).toHaveLength(4);
+      expect(engine.restarts).toBe(0);
+    });
   });
 
   it('refuses an engine that speaks neither protocol version 2 nor 1, naming the versions it speaks', async () => {

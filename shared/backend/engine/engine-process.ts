@@ -16,6 +16,9 @@ import {
  * calls queued here; a version 2 engine takes every call as it comes (several in flight, answered by
  * id), so concurrent `sample` calls share its decode steps (B1). Each request's timeout starts when it
  * is written; a version 2 `sample` has none (it may wait for KV room, and `stop_sample` ends it).
+ * Instead, while one is in flight, an engine silent for `livenessProbeMs` is sent a `ping` with the
+ * request timeout: a version 2 engine answers it at its next step boundary, so one that does not has
+ * hung, and is killed like any engine that misses a timeout (its sample calls fail and are re-planned).
  *
  * Faults are infrastructure errors of the request in flight (E6: its work item is re-planned), never a
  * wrong answer: the engine exiting fails that request and the queued ones; a request unanswered
@@ -46,6 +49,11 @@ export interface EngineProcessOptions {
   readonly worker?: string;
   /** The protocol versions to offer, preferred first (default `PROTOCOL_VERSIONS`). */
   readonly protocolVersions?: readonly number[];
+  /**
+   * While a request without a timeout (a version 2 `sample`) is in flight, the silence after which
+   * the engine is pinged, with the request timeout (default 30 s).
+   */
+  readonly livenessProbeMs?: number;
 }
 
 export interface EngineBaseModel {
@@ -77,6 +85,8 @@ export class EngineVersionError extends ConfigError {}
 interface InFlight {
   readonly id: number;
   readonly op: string;
+  /** Written without a timeout: the liveness probe watches the engine while one is in flight. */
+  readonly untimed: boolean;
   readonly resolve: (frame: Frame) => void;
   readonly reject: (error: Error) => void;
 }
@@ -88,6 +98,7 @@ export class EngineProcess {
   readonly #requestTimeoutMs: number;
   readonly #helloTimeoutMs: number;
   readonly #pingTimeoutMs: number;
+  readonly #livenessProbeMs: number;
   readonly #worker: string;
   readonly #versions: readonly number[];
   #child: ChildProcess | undefined;
@@ -102,12 +113,17 @@ export class EngineProcess {
   #stderrTail: string[] = [];
   #stderrPartial = '';
   #restarts = 0;
+  /** When the engine last answered, or an untimed request started being watched (performance.now()). */
+  #heardAt = 0;
+  #probe: ReturnType<typeof setTimeout> | undefined;
+  #probing = false;
 
   constructor(command: EngineCommand, options: EngineProcessOptions = {}) {
     this.#command = command;
     this.#requestTimeoutMs = options.requestTimeoutMs ?? 10 * 60_000;
     this.#helloTimeoutMs = options.helloTimeoutMs ?? 5 * 60_000;
     this.#pingTimeoutMs = options.pingTimeoutMs ?? 10_000;
+    this.#livenessProbeMs = options.livenessProbeMs ?? 30_000;
     this.#worker = options.worker ?? 'tinker-serverless worker';
     this.#versions = options.protocolVersions ?? PROTOCOL_VERSIONS;
   }
@@ -366,7 +382,41 @@ export class EngineProcess {
       );
     }
     this.#inFlight.delete(pending.id);
+    this.#heardAt = performance.now();
     pending.resolve(frame);
+  }
+
+  /** Watches an engine holding untimed requests: pinged after `livenessProbeMs` of silence. */
+  #watch(): void {
+    if (this.#probe !== undefined) return;
+    // Silence counts from when there is something to wait for.
+    this.#heardAt = performance.now();
+    this.#armProbe(this.#livenessProbeMs);
+  }
+
+  #armProbe(delayMs: number): void {
+    this.#probe = setTimeout(() => this.#checkLiveness(), delayMs);
+    this.#probe.unref();
+  }
+
+  #checkLiveness(): void {
+    this.#probe = undefined;
+    if (![...this.#inFlight.values()].some((request) => request.untimed)) return;
+    const silentMs = performance.now() - this.#heardAt;
+    if (silentMs < this.#livenessProbeMs) {
+      this.#armProbe(this.#livenessProbeMs - silentMs);
+      return;
+    }
+    if (!this.#probing) {
+      this.#probing = true;
+      // A miss kills the engine and fails every request in flight (#request's timeout).
+      void this.#request('ping', {}, [], this.#requestTimeoutMs)
+        .catch(() => undefined)
+        .finally(() => {
+          this.#probing = false;
+        });
+    }
+    this.#armProbe(this.#livenessProbeMs);
   }
 
   /** Fails every request in flight (the process is gone or out of step). */
@@ -415,7 +465,14 @@ export class EngineProcess {
           clearTimeout(timer);
           done(value);
         };
-      this.#inFlight.set(id, { id, op, resolve: settle(resolve), reject: settle(reject) });
+      this.#inFlight.set(id, {
+        id,
+        op,
+        untimed: timeoutMs === null,
+        resolve: settle(resolve),
+        reject: settle(reject),
+      });
+      if (timeoutMs === null) this.#watch();
       for (const chunk of encodeFrame({ id, op, args }, buffers)) child.stdin?.write(chunk);
       onWritten?.(id);
     });
