@@ -6,13 +6,15 @@ when idle); a call is admitted when the arena, grown for its rows and its worst 
 max_tokens positions), stays within the KV budget; the rest wait in arrival order (a call larger than
 the whole budget runs when nothing else is admitted). On admission its prompt runs alone (the same
 forward as sampling.py's; calls of one prompt on one sampler admitted together share it), and its rows
-join the next step. A step feeds each live row its last token: rows are packed into forwards of exactly
-`decode_rows` rows (idle slots hold a placeholder), each row at its own position, with its call's
-adapter (a per-row LoRA product, row_lora.py), attending over its own cache. The step's tokens are
-then chosen for every row at once (sampling.choose_tokens, keyed draws from prng.py).
+join the next step. A step feeds each live row its last token: rows are packed into forwards of at
+most `decode_rows` rows, each as many whole tiles of `tile_rows` as its rows fill (idle rows of the last
+tile hold a placeholder; row_tiles.py), each row at its own position, with its call's adapter (a
+per-row LoRA product, row_lora.py), attending over its own cache. The step's tokens are then chosen
+for every row at once (sampling.choose_tokens, keyed draws from prng.py).
 
-Exactness (G4, P6): a forward's shape is the same whatever calls share it, a row's result does not
-depend on the other rows' values at equal shapes, and attention reads exactly the row's positions; so
+Exactness (G4, P6): a row's matrix products have one shape whatever calls share its step (a tile, a LoRA
+block), its other operations work elementwise or along the row, a row's result does not depend on the
+other rows' values at equal shapes, and attention reads exactly the row's positions; so
 a call's tokens and logprobs are the same alone, in any batch, and when stopped and resumed (the
 restored prefix is replayed token by token through the same steps, as sampling.py does). Token choice,
 stops, logprobs and the SDK 0.26+ outputs follow sampling.py's rules.

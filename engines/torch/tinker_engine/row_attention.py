@@ -1,12 +1,12 @@
 """Attention over per-row KV caches for a batched decode step (B1, G4).
 
-A decode step runs one new token for every row of a fixed-width batch (decode.py). The rows belong to
+A decode step runs one new token for every row of its batch (decode.py: whole tiles of rows). The rows belong to
 calls at different positions, so they share no cache: every live row owns a slot of the decoder's KV
 arena (per layer `[slots, kv heads, positions, head size]`), and attention runs per group of rows whose
 caches have the same length, over exactly those positions (no padding, so no masked positions that
-would change a row's float result). The model's other layers see a batch of the same width whatever
-the composition, and a row's result does not depend on the other rows' values at equal shapes; so a
-row's bits do not depend on which calls share its step.
+would change a row's float result). The model's other layers multiply tile by tile (row_tiles.py) or
+work elementwise and along rows, and a row's result does not depend on the other rows' values at equal
+shapes; so a row's bits do not depend on which calls share its step.
 
 The step's rows are described once per forward (`StepRows.of`: index tensors of the writes and of each
 length group), so each layer's work is a few index operations whatever the number of rows.

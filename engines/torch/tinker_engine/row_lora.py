@@ -4,13 +4,15 @@ PEFT's mixed-adapter batches (`adapter_names`) multiply each adapter's rows as o
 row's product is a matrix product whose row count depends on how many rows share its adapter, and
 CPU matrix kernels give different low bits for different row counts. During a decode step the model
 runs with its adapters disabled (the base layers only) and a forward hook on every LoRA layer adds,
-for each row with an adapter, its adapter's `B(A(x)) * scaling`: every adapter of the step (grouped by
-rank) multiplies the whole fixed-width batch in one batched matmul (`bmm`, one product of the batch's
-width per adapter), and each row keeps its own adapter's product. Every product has the same shape
-whatever the batch holds, and a row's result depends only on its own values, so a row's bits do not
-depend on which adapters or rows share the step; the arithmetic is PEFT's
-(`result + B(A(x)) * scaling`). The work per layer is a few operations whatever the number of rows;
-an adapter costs two products of the batch's width (small beside the base layer at LoRA ranks).
+for each row with an adapter, its adapter's `B(A(x)) * scaling`: the step's rows are cut into blocks of
+8 (`BLOCK_ROWS`; a step's width is whole tiles of a multiple of 8, row_tiles.py), each adapter (grouped
+by rank) multiplies every block that holds one of its rows (`bmm`, products of exactly 8 rows), and
+each row keeps its own adapter's product. Every product has the same shape whatever the step holds,
+and a row's result depends only on its own values, so a row's bits do not depend on which adapters or
+rows share the step; the arithmetic is PEFT's (`result + B(A(x)) * scaling`). The work per layer is a
+few operations whatever the number of rows; an adapter costs two products per block it touches (small
+beside the base layer at LoRA ranks), and an admission round puts an adapter's calls side by side so
+its rows fill few blocks.
 
 Each LoRA layer stacks its adapters' matrices once (kept while their weights are unchanged: same
 tensors, same versions). The adapters are disabled by flipping the layers' flag directly (PEFT's own
